@@ -1,0 +1,70 @@
+"""Embedder actor: holds one embedding GGUF, turns a batch of texts into normalised float32 vectors."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyarrow as pa
+
+from actors._llama import file_sha256, load_llama, model_path
+from fanout.config import Config
+
+log = logging.getLogger(__name__)
+
+# The model's own prompt format, per role (REFERENCE.md: qmd's formats).
+PROMPTS: dict[str, dict[str, str]] = {
+    "embeddinggemma": {"query": "task: search result | query: {text}",
+                       "document": "title: {title} | text: {text}"},
+    "qwen3": {"query": "Instruct: Retrieve relevant documents for the given query\nQuery: {text}",
+              "document": "{title}\n{text}"},
+    "e5": {"query": "query: {text}", "document": "passage: {text}"},
+    "none": {"query": "{text}", "document": "{text}"},
+}
+
+
+def format_prompt(style: str, role: str, text: str, title: str | None = None) -> str:
+    if style not in PROMPTS:
+        raise ValueError(f"models.embed_prompt {style!r} is unknown; choose one of {sorted(PROMPTS)}")
+    return PROMPTS[style][role].format(text=text, title=title or "none")
+
+
+class Embedder:
+    """`__call__(batch)` takes columns `text` (+ optional `title`, `role`: query|document) and adds `vector`."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.acfg = cfg.embedder
+        self.path = model_path(cfg, "embedder")
+        self.model_sha = file_sha256(self.path)
+        self.prompt = cfg.models.embed_prompt
+        # one sequence per ubatch for long documents, many short queries packed per ubatch
+        self.llm = load_llama(self.path, self.acfg, embedding=True, n_batch=self.acfg.n_ctx,
+                              n_ubatch=self.acfg.n_ctx)
+        self.dim = int(self.llm.n_embd())
+        self.truncated = 0
+
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        """Embed already-formatted prompts; returns an (n, dim) float32 array of unit vectors."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        limit = self.acfg.n_ctx
+        for t in texts:
+            if len(self.llm.tokenize(t.encode("utf-8"), add_bos=True)) > limit:
+                self.truncated += 1
+        out = []
+        step = max(1, self.acfg.batch_size)
+        for i in range(0, len(texts), step):
+            out.extend(self.llm.embed(texts[i:i + step], normalize=False, truncate=True))
+        arr = np.asarray(out, dtype=np.float32)
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+        return arr / np.maximum(norms, 1e-12)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        texts = batch.column("text").to_pylist()
+        roles = batch.column("role").to_pylist() if "role" in batch.column_names else ["document"] * len(texts)
+        titles = batch.column("title").to_pylist() if "title" in batch.column_names else [None] * len(texts)
+        prompts = [format_prompt(self.prompt, r, t, ti) for t, r, ti in zip(texts, roles, titles)]
+        vecs = self.embed_texts(prompts)
+        col = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), pa.float32()), self.dim)
+        return batch.append_column("vector", col)

@@ -1,0 +1,134 @@
+"""Reranker actor: scores (query, passage) pairs the Qwen3-Reranker way, P("yes") against P("no").
+
+The prompt is rendered with the GGUF's chat template; everything before the document is the same for all
+passages of one query (and the system part for all queries), so the KV cache keeps the longest common
+prefix of the previous sequence and only the rest is evaluated (`prefix_reuse=True`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pyarrow as pa
+
+from actors._llama import file_sha256, load_llama, model_path
+from actors.expander import render_chat
+from fanout.config import Config
+
+log = logging.getLogger(__name__)
+
+SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
+          'Note that the answer can only be "yes" or "no".')
+USER = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>:{document}"
+THINK = "<think>\n\n</think>\n\n"  # the empty think block the assistant turn starts with
+_DOC = "\x00DOCUMENT\x00"  # sentinel that splits the rendered prompt around the document
+
+
+class Reranker:
+    """`__call__(batch)`: columns query, passage, intent (optional) -> the same plus `_rerank` in 0..1."""
+
+    def __init__(self, cfg: Config, prefix_reuse: bool = True):
+        self.cfg = cfg
+        self.prefix_reuse = prefix_reuse
+        self.path = model_path(cfg, "reranker")
+        self.model_id = f"{self.path.name}@{file_sha256(self.path)[:12]}"
+        # logits_all=False: only the last token of each decode gets logits (read with llama_get_logits_ith)
+        self.llm = load_llama(self.path, cfg.reranker, logits_all=False)
+        self.yes = self._single_token("yes")
+        self.no = self._single_token("no")
+        self.stats: dict[str, int] = {"pairs": 0, "scored": 0, "deduped": 0, "truncated": 0,
+                                      "tokens_evaluated": 0, "tokens_reused": 0}
+
+    def _single_token(self, word: str) -> int:
+        toks = self.llm.tokenize(word.encode("utf-8"), add_bos=False, special=False)
+        if len(toks) != 1:
+            log.warning("%r is %d tokens in %s; scoring its first token", word, len(toks), self.path.name)
+        return int(toks[0])
+
+    def _tokens(self, text: str, bos: bool = False) -> list[int]:
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=bos, special=True))
+
+    def split_prompt(self, query: str, intent: str | None) -> list[list[int]]:
+        """Prompt tokens around the document: [system turn, instruct + query, end of turn + think block].
+
+        The document goes between the 2nd and 3rd part, with a leading space (as whole-prompt tokenization
+        would give it).
+        """
+        instruction = self.cfg.rerank.instruction + (f" Context: {intent}" if intent else "")
+        user = USER.format(instruction=instruction, query=query, document=_DOC)
+        text = render_chat(self.llm, [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": user}]) + THINK
+        head, tail = text.split(_DOC)
+        cut = head.index("<Instruct>:")
+        return [self._tokens(head[:cut], bos=True), self._tokens(head[cut:]), self._tokens(tail)]
+
+    def passage_tokens(self, passage: str, room: int) -> list[int]:
+        """The document's tokens (" " + passage), cut to `room` tokens."""
+        toks = list(self.llm.tokenize((" " + passage).encode("utf-8"), add_bos=False, special=False))
+        if len(toks) > room:
+            self.stats["truncated"] += 1
+            toks = toks[:max(0, room)]
+        return toks
+
+    def score_segments(self, segments: list[list[int]]) -> float:
+        """P(yes) / (P(yes) + P(no)) after the concatenated segments, one decode call per segment.
+
+        Segments already in the KV cache (same tokens at the same positions) are kept when prefix_reuse is
+        on; the rest is decoded. The split into decode calls is the same with or without reuse, because on
+        CPU a quantized model's logits depend on how the tokens are batched (see the module's tests).
+        """
+        import llama_cpp
+
+        llm = self.llm
+        keep, start = 0, 0
+        if self.prefix_reuse:
+            cached = llm.input_ids[:llm.n_tokens].tolist()
+            end = 0
+            for i, seg in enumerate(segments[:-1]):
+                end += len(seg)
+                if cached[end - len(seg):end] != seg or len(cached) < end:
+                    break
+                keep, start = end, i + 1
+        # Llama.eval drops the KV cells from n_tokens on (llama_memory_seq_rm) before decoding
+        llm.n_tokens = keep
+        for seg in segments[start:]:
+            llm.eval(seg)
+            self.stats["tokens_evaluated"] += len(seg)
+        self.stats["tokens_reused"] += keep
+        logits = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        d = float(logits[self.yes]) - float(logits[self.no])
+        return 1.0 / (1.0 + math.exp(-d)) if d > -700 else 0.0
+
+    def score(self, query: str, passages: list[str], intent: str | None = None) -> list[float]:
+        """Scores of the passages for one query; the query part is evaluated once when prefix_reuse is on."""
+        system, head, tail = self.split_prompt(query, intent)
+        room = self.cfg.reranker.n_ctx - len(system) - len(head) - len(tail) - 8
+        return [self.score_segments([system, head, self.passage_tokens(p, room) + tail]) for p in passages]
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        queries = batch.column("query").to_pylist()
+        passages = [p or "" for p in batch.column("passage").to_pylist()]
+        n = len(queries)
+        intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
+        groups: dict[tuple[str, str | None], list[str]] = {}
+        for q, p, it in zip(queries, passages, intents):
+            docs = groups.setdefault((q, it or None), [])
+            if p not in docs:
+                docs.append(p)
+        scores: dict[tuple[str, str | None, str], float] = {}
+        for (q, it), docs in groups.items():  # rows of one query together: one prefix evaluation
+            try:
+                for p, s in zip(docs, self.score(q, docs, it)):
+                    scores[(q, it, p)] = s
+            except Exception as exc:  # one bad query never kills the batch: its rows get a null score
+                self.llm.n_tokens = 0
+                self.stats["failed"] = self.stats.get("failed", 0) + len(docs)
+                log.warning("rerank failed for query %r (%d passages): %s: %s", q, len(docs),
+                            type(exc).__name__, exc)
+        self.stats["pairs"] += n
+        unique = sum(len(docs) for docs in groups.values())
+        self.stats["scored"] += len(scores)
+        self.stats["deduped"] += n - unique
+        col = [scores.get((q, it or None, p)) for q, p, it in zip(queries, passages, intents)]
+        return batch.append_column("_rerank", pa.array(col, pa.float64()))

@@ -1,0 +1,105 @@
+"""The Arrow schemas that pass between stages: the only shared contract.
+
+Engine columns start with `_` (`_score`, `_rank`, `_distance`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+VARIANT_KINDS = ("orig", "lex", "vec", "hyde")
+
+NOTES = pa.schema([
+    ("path", pa.string()),  # relative to the vault, POSIX separators, NFC
+    ("title", pa.string()),  # H1 if present, else the file name without .md
+    ("aliases", pa.list_(pa.string())),
+    ("tags", pa.list_(pa.string())),
+    ("description", pa.string()),
+    ("lang", pa.string()),
+    ("body", pa.string()),  # text after the front matter
+    ("body_offset", pa.int64()),  # character offset of body within the file text
+    ("content_hash", pa.string()),  # sha256 of the file bytes
+    ("mtime", pa.float64()),
+])
+
+SKIPPED = pa.schema([("path", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
+
+CHUNKS = pa.schema([
+    ("chunk_id", pa.string()),  # "<path>#<ordinal>"
+    ("path", pa.string()),
+    ("ordinal", pa.int32()),
+    ("title", pa.string()),
+    ("heading", pa.string()),  # heading path "H2 > H3"
+    ("lang", pa.string()),
+    ("start", pa.int64()),  # character offsets within the file text
+    ("end", pa.int64()),
+    ("text", pa.string()),  # the chunk's raw markdown
+    ("embed_text", pa.string()),  # breadcrumb + text, what the embedder sees
+])
+
+DOCUMENTS = pa.schema([
+    ("path", pa.string()),
+    ("title", pa.string()),
+    ("aliases", pa.list_(pa.string())),
+    ("lang", pa.string()),
+    ("content_hash", pa.string()),
+    ("mtime", pa.float64()),
+    ("n_chunks", pa.int32()),
+])
+
+QUERIES = pa.schema([
+    ("qid", pa.string()),
+    ("query", pa.string()),
+    ("intent", pa.string()),
+    ("variants", pa.list_(pa.struct([("kind", pa.string()), ("text", pa.string())]))),
+])
+
+ERRORS = pa.schema([("qid", pa.string()), ("field", pa.string()), ("error", pa.string())])
+
+VARIANTS = pa.schema([
+    ("qid", pa.string()),
+    ("vid", pa.int32()),  # 0 = the original query
+    ("kind", pa.string()),  # one of VARIANT_KINDS
+    ("text", pa.string()),
+    ("source", pa.string()),  # query | agent | cache | model | fallback
+])
+
+HITS = pa.schema([
+    ("qid", pa.string()),
+    ("vid", pa.int32()),
+    ("kind", pa.string()),
+    ("lane", pa.string()),  # fts | vec | alias
+    ("path", pa.string()),
+    ("chunk_id", pa.string()),
+    ("_rank", pa.int32()),  # 1-based, page level within the list
+    ("_score", pa.float64()),
+])
+
+FUSED = pa.schema([
+    ("qid", pa.string()),
+    ("path", pa.string()),
+    ("chunk_id", pa.string()),  # the page's best chunk
+    ("_rrf", pa.float64()),
+    ("_rank", pa.int32()),
+])
+
+RESULTS = pa.schema([
+    ("qid", pa.string()),
+    ("rank", pa.int32()),
+    ("path", pa.string()),
+    ("title", pa.string()),
+    ("heading", pa.string()),
+    ("snippet", pa.string()),
+    ("score", pa.float64()),
+    ("_rrf", pa.float64()),
+    ("_rerank", pa.float64()),
+    ("_explain", pa.string()),  # JSON: every list's rank and score for this page
+])
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+def vector_field(dim: int) -> pa.Field:
+    return pa.field("vector", pa.list_(pa.float32(), dim))

@@ -1,0 +1,119 @@
+"""Stage: turn caller rows into QUERIES, with an ERRORS row (id, field, fix) for every bad row.
+
+Accepted variant forms (all may be combined): the seed's agent fields `short_query` (-> lex),
+`rephrased_query` (-> vec), `expected_answer` (-> hyde) and `intent`; qmd's `searches: [{type, query}]`;
+OHS's `queries: [...]` (plain rephrasings, each searched like the original: lex and vec).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from fanout.schemas import ERRORS, QUERIES
+
+FIELD_KINDS = {"short_query": "lex", "rephrased_query": "vec", "expected_answer": "hyde"}
+SEARCH_TYPES = ("lex", "vec", "hyde")
+MAX_CHARS = 2000  # longer text is a mistake (a whole document pasted as a query)
+MAX_SEARCHES = 10
+
+
+class RowError(ValueError):
+    def __init__(self, field: str, msg: str):
+        super().__init__(msg)
+        self.field = field
+
+
+def _text(row: dict[str, Any], field: str, required: bool = False) -> str | None:
+    v = row.get(field)
+    if v is None or (isinstance(v, float) and v != v):  # None or NaN (CSV/parquet nulls)
+        if required:
+            raise RowError(field, f"`{field}` is missing; give the question as a non-empty string")
+        return None
+    if not isinstance(v, str):
+        raise RowError(field, f"`{field}` must be a string, got {type(v).__name__} {str(v)[:40]!r}")
+    v = " ".join(v.split())
+    if required and not v:
+        raise RowError(field, f"`{field}` is empty; give the question as a non-empty string")
+    if len(v) > MAX_CHARS:
+        raise RowError(field, f"`{field}` has {len(v)} characters, over {MAX_CHARS}; shorten it")
+    return v or None
+
+
+def _searches(value: Any) -> list[tuple[str, str]]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise RowError("searches", "`searches` is not valid JSON; give a list of {type, query}") from None
+    if not isinstance(value, list):
+        raise RowError("searches", f"`searches` must be a list of {{type, query}}, got {type(value).__name__}")
+    if len(value) > MAX_SEARCHES:
+        raise RowError("searches", f"`searches` has {len(value)} entries, at most {MAX_SEARCHES} are allowed")
+    out = []
+    for i, s in enumerate(value):
+        if not isinstance(s, dict):
+            raise RowError(f"searches[{i}]", "each search must be an object {type, query}")
+        kind = s.get("type")
+        if kind not in SEARCH_TYPES:
+            raise RowError(f"searches[{i}].type", f"unknown variant type {kind!r}; use one of {list(SEARCH_TYPES)}")
+        text = _text(s, "query")
+        if not text:
+            raise RowError(f"searches[{i}].query", "search query is empty; give a non-empty string")
+        out.append((kind, text))
+    return out
+
+
+def parse_row(row: dict[str, Any]) -> dict[str, Any]:
+    """One input row -> one QUERIES row; raises RowError naming the field."""
+    query = _text(row, "query", required=True)
+    variants: list[tuple[str, str]] = []
+    for field, kind in FIELD_KINDS.items():
+        if (t := _text(row, field)) is not None:
+            variants.append((kind, t))
+    if row.get("searches") is not None:
+        variants.extend(_searches(row["searches"]))
+    if (qs := row.get("queries")) is not None:
+        if isinstance(qs, str):
+            qs = [qs]
+        if not isinstance(qs, list) or not all(isinstance(q, str) for q in qs):
+            raise RowError("queries", "`queries` must be a list of strings (rephrasings of the question)")
+        for q in qs:
+            if q.strip():
+                variants += [("lex", " ".join(q.split())), ("vec", " ".join(q.split()))]
+    seen: set[tuple[str, str]] = set()
+    uniq = []
+    for kind, text in variants:
+        key = (kind, text.casefold())
+        if key not in seen and text.casefold() != query.casefold():
+            seen.add(key)
+            uniq.append({"kind": kind, "text": text})
+    return {"query": query, "intent": _text(row, "intent"), "variants": uniq}
+
+
+def parse_queries(rows: list[dict[str, Any]] | pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Rows -> (QUERIES, ERRORS). A row without `id` gets `row-<n>` (1-based line number)."""
+    if isinstance(rows, pa.Table):
+        rows = rows.to_pylist()
+    good, bad = [], []
+    seen_ids: set[str] = set()
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            bad.append({"qid": f"row-{n}", "field": "", "error": f"row {n} is not an object: {str(row)[:80]}"})
+            continue
+        rid = row.get("id", row.get("qid"))
+        qid = str(rid) if rid is not None and str(rid) != "" else f"row-{n}"
+        if qid in seen_ids:
+            bad.append({"qid": qid, "field": "id", "error": f"duplicate id {qid!r} (row {n}); ids must be unique"})
+            continue
+        seen_ids.add(qid)
+        if "_error" in row:  # a line the reader could not parse
+            bad.append({"qid": qid, "field": row.get("_field", ""), "error": row["_error"]})
+            continue
+        try:
+            good.append({"qid": qid, **parse_row(row)})
+        except RowError as e:
+            bad.append({"qid": qid, "field": e.field, "error": f"row {n}: {e}"})
+    return pa.Table.from_pylist(good, schema=QUERIES), pa.Table.from_pylist(bad, schema=ERRORS)

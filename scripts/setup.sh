@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh machine of our kind (Python 3.11, CPU only, no GPU, package registries only):
+#   1. .venv in the repo root (pip upgraded once);
+#   2. a portable llama-cpp-python wheel, built once into $FANOUT_CACHE/wheels/llama-<hash of version+flags>/
+#      (the default -march=native build SIGILLs here: AMX is advertised but not allowed; pip's own wheel
+#      cache ignores CMAKE_ARGS, so we keep our own), then installed into .venv;
+#   3. pip install -e '.[dev]' (redone only when pyproject.toml changes);
+#   4. the local profile's models (fanout.models install --profile local; skipped when present).
+# A second run takes seconds. Env: PYTHON (default python3), FANOUT_CACHE (default ~/.cache/fanout),
+# FANOUT_SETUP_SKIP_MODELS=1 to stop before step 4.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+CACHE=${FANOUT_CACHE:-$HOME/.cache/fanout}
+VENV=.venv
+LLAMA_VERSION=0.3.36
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_BMI2=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DGGML_OPENMP=ON"
+KEY=$(printf '%s|%s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-16)
+WHEEL_DIR=$CACHE/wheels/llama-$KEY
+say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
+mkdir -p "$CACHE/locks"
+
+# 1. venv
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { say "need Python >= 3.11 ($PYTHON)"; exit 1; }
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+fi
+PY=$VENV/bin/python
+
+# 2. portable llama-cpp-python wheel (built once per version+flags, shared by every checkout on the machine)
+wheel() { ls "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n1; }
+if [ -z "$(wheel)" ]; then
+  (
+    flock 9
+    if [ -z "$(wheel)" ]; then
+      say "building llama-cpp-python $LLAMA_VERSION portable (~5 min on 2 cores) into $WHEEL_DIR"
+      tmp=$(mktemp -d "$CACHE/wheels/.build-XXXXXX")
+      src=$(ls "$CACHE"/dl/*/llama_cpp_python-"$LLAMA_VERSION".tar.gz 2>/dev/null | head -n1 || true)
+      CMAKE_ARGS="$LLAMA_CMAKE_ARGS" FORCE_CMAKE=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+        "$PY" -m pip wheel -q --no-cache-dir --no-deps -w "$tmp" "${src:-llama-cpp-python==$LLAMA_VERSION}"
+      mkdir -p "$WHEEL_DIR"
+      printf '%s\n%s\n' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" > "$tmp/BUILD_FLAGS"
+      mv "$tmp"/llama_cpp_python-*.whl "$tmp/BUILD_FLAGS" "$WHEEL_DIR"/
+      rm -rf "$tmp"
+    fi
+  ) 9>"$CACHE/locks/llama-wheel.lock"
+fi
+WHEEL=$(wheel)
+installed=$("$PY" - <<'EOF' 2>/dev/null || true
+import json
+from importlib.metadata import distribution
+print(json.loads(distribution("llama-cpp-python").read_text("direct_url.json") or "{}").get("url", ""))
+EOF
+)
+if [ "$installed" != "file://$WHEEL" ]; then
+  say "installing $WHEEL"
+  "$PY" -m pip install -q --force-reinstall --no-deps "$WHEEL"  # its dependencies come with step 3
+fi
+
+# 3. the project, editable, with dev tools (redone when pyproject.toml changes)
+STAMP=$VENV/.fanout-editable
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+  say "pip install -e '.[dev]'"
+  "$PY" -m pip install -q -e '.[dev]'
+  echo "$want" > "$STAMP"
+fi
+
+# 4. models of the local profile (idempotent: size+mtime stamps, sha256 checked when first provisioned)
+if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
+  FANOUT_CACHE=$CACHE "$PY" -m fanout.models install --profile local
+fi
+say "setup done"
