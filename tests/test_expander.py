@@ -1,0 +1,124 @@
+"""Tests for actors.expander: strict line parsing (no model) and grammar-constrained expansion (real GGUF)."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pytest
+
+from actors.expander import KINDS, OUTPUT, QueryExpander, fallback_variants, parse_expansion
+from fanout.config import Config
+
+_LINE = re.compile(r"^(lex|vec|hyde): \S.*$")
+_CYR = re.compile(r"[\u0400-\u04FF]")
+
+
+# ---- parse_expansion: pure, no model ----
+
+def test_parse_keeps_overlapping_lines_and_drops_the_query_itself() -> None:
+    raw = ("lex: sync notes\n"
+           "vec:   How do I SYNC my notes  \n"  # not strict: two spaces after the colon -> junk
+           "vec: how do i sync   my NOTES\n"  # equal to the query up to case and spaces -> dropped
+           "hyde: Obsidian Sync keeps notes on every device.\n")
+    stats: dict[str, int] = {}
+    got = parse_expansion(raw, "how do I sync my notes", 6, stats)
+    assert got == [("lex", "sync notes"), ("hyde", "Obsidian Sync keeps notes on every device.")]
+    assert stats == {"dropped_junk": 1, "dropped_same": 1}
+
+
+def test_parse_cyrillic_overlap_is_kept_and_unrelated_lines_dropped() -> None:
+    # "синхронизация" and "синхронизировать" share the crude stem "синхр"; qmd's ASCII filter drops both
+    raw = "lex: синхронизация заметок\nvec: настройки шрифта и темы\nhyde: Заметки синхронизирует Obsidian Sync.\n"
+    stats: dict[str, int] = {}
+    got = parse_expansion(raw, "как синхронизировать заметки", 6, stats)
+    assert got == [("lex", "синхронизация заметок"), ("hyde", "Заметки синхронизирует Obsidian Sync.")]
+    assert stats == {"dropped_no_overlap": 1}
+
+
+def test_parse_rejects_junk_and_truncated_lines() -> None:
+    raw = ("Sure! Here are some expansions for sync:\n"
+           "LEX: sync notes\n"  # kinds are lower case
+           "lex:sync notes\n"  # no space after the colon
+           "query: sync notes\n"  # unknown kind
+           "lex: \n"  # empty content
+           "- lex: sync notes\n"  # list marker
+           "vec: how to sync notes across dev")  # cut by the token budget: no newline
+    stats: dict[str, int] = {}
+    assert parse_expansion(raw, "sync notes between devices", 6, stats) == []
+    assert stats == {"dropped_junk": 6}
+
+
+def test_parse_dedupes_per_kind_and_caps_the_count() -> None:
+    raw = "lex: sync notes\nlex: Sync  Notes\nvec: sync notes\nvec: sync my notes\nhyde: notes sync daily\n"
+    stats: dict[str, int] = {}
+    got = parse_expansion(raw, "sync notes between devices", 2, stats)
+    # the same text under another kind goes to another lane, so it is not a duplicate
+    assert got == [("lex", "sync notes"), ("vec", "sync notes")]
+    assert stats == {"dropped_dup": 1}
+
+
+def test_fallback_adds_nothing_beyond_the_original_query() -> None:
+    assert fallback_variants("how do I sync my notes") == []
+
+
+# ---- the real model (Qwen2.5-Coder-0.5B by default), loaded once ----
+
+@pytest.fixture(scope="module")
+def expander() -> QueryExpander:
+    return QueryExpander(Config())
+
+
+EN = "how do I sync my notes between devices"
+RU = "как синхронизировать заметки между устройствами"
+
+
+@pytest.fixture(scope="module")
+def expanded(expander: QueryExpander) -> pa.Table:
+    batch = pa.table({"qid": ["en", "ru", "en-again"], "query": [EN, RU, EN],
+                      "intent": [None, None, None], "lang": ["en", "ru", None]})
+    return expander(batch)
+
+
+@pytest.mark.slow
+def test_expansion_lines_follow_the_grammar(expanded: pa.Table, expander: QueryExpander) -> None:
+    assert expanded.schema == OUTPUT
+    assert expanded.column("qid").to_pylist() == ["en", "ru", "en-again"]
+    for row in expanded.to_pylist():
+        assert row["error"] is None
+        lines = row["raw"].split("\n")
+        assert lines[-1] == "" and 3 <= len(lines) - 1 <= 5, row["raw"]
+        assert all(_LINE.match(line) for line in lines[:-1]), row["raw"]
+        assert all(v["kind"] in KINDS for v in row["variants"])
+        assert row["source"] == ("model" if row["variants"] else "fallback")
+    # the repeated query was generated once (lang None is detected as "en": the same prompt)
+    assert expander.stats["queries"] == 2
+    assert expanded.column("raw")[0] == expanded.column("raw")[2]
+
+
+@pytest.mark.slow
+def test_russian_query_is_expanded_in_russian(expanded: pa.Table) -> None:
+    row = expanded.to_pylist()[1]
+    assert row["source"] == "model", row["raw"]
+    for v in row["variants"]:
+        assert _CYR.search(v["text"]), row["raw"]
+
+
+@pytest.mark.slow
+def test_english_query_keeps_variants(expanded: pa.Table) -> None:
+    row = expanded.to_pylist()[0]
+    assert row["source"] == "model", row["raw"]
+    assert not any(_CYR.search(v["text"]) for v in row["variants"])
+
+
+@pytest.mark.slow
+def test_model_error_gives_fallback_and_error(expander: QueryExpander, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(query: str, intent: str | None, lang: str | None) -> str:
+        raise RuntimeError("llama_decode returned 1")
+
+    monkeypatch.setattr(expander, "generate", broken)
+    before = expander.stats["fallback_error"]
+    out = expander(pa.table({"qid": ["x"], "query": [EN], "intent": ["obsidian"], "lang": ["en"]})).to_pylist()
+    assert out[0]["source"] == "fallback" and out[0]["variants"] == []
+    assert out[0]["error"] == "RuntimeError: llama_decode returned 1"
+    assert expander.stats["fallback_error"] == before + 1

@@ -1,0 +1,92 @@
+"""Tests for actors.reranker with the real local GGUF (Qwen2.5-Coder-0.5B by default), loaded once."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from actors.reranker import Reranker
+from fanout.config import Config
+
+# (query, relevant passage, unrelated passage)
+PAIRS = [
+    ("how do I sync my notes between devices",
+     "Obsidian Sync keeps your notes in sync across all your devices: phone, tablet and computer. "
+     "Turn it on under Settings > Sync and choose a remote vault.",
+     "Pasta carbonara is made with eggs, pecorino cheese, guanciale and black pepper. Do not add cream."),
+    ("how long are backup snapshots kept",
+     "Restic runs every night at 02:30 and keeps 7 daily, 4 weekly and 12 monthly snapshots.",
+     "The night train from Vienna to Venice leaves at 21:27 and has sleeper cabins for up to six people."),
+    ("sourdough starter feeding ratio",
+     "Feed the sourdough starter at a 1:5:5 ratio of starter, flour and water every 12 hours.",
+     "The UPS keeps the NAS running for about 14 minutes, then shuts it down cleanly."),
+    ("как часто делаются резервные копии",
+     "Резервное копирование запускается каждую ночь в 02:30, хранятся 7 ежедневных и 4 еженедельных копии.",
+     "Сырники жарят на среднем огне по три минуты с каждой стороны, пока они не станут золотистыми."),
+]
+
+
+@pytest.fixture(scope="module")
+def reranker() -> Reranker:
+    return Reranker(Config())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query,relevant,unrelated", PAIRS, ids=["sync", "backup", "sourdough", "ru-backup"])
+def test_relevant_passage_scores_above_unrelated(reranker: Reranker, query: str, relevant: str,
+                                                 unrelated: str) -> None:
+    good, bad = reranker.score(query, [relevant, unrelated])
+    assert 0.0 <= bad < good <= 1.0, (good, bad)
+
+
+@pytest.mark.slow
+def test_prefix_reuse_equals_full_evaluation(reranker: Reranker) -> None:
+    # Reuse keeps the KV cells of the system turn (shared by all queries) and of the query part (shared by
+    # one query's passages); without reuse every pair is decoded from an empty cache. Same numbers means
+    # the rewind drops exactly the stale cells and keeps the right ones.
+    (q1, a, b), (q2, c, _) = PAIRS[0], PAIRS[3]
+    try:
+        reranker.prefix_reuse = True
+        before = reranker.stats["tokens_reused"]
+        reused = reranker.score(q1, [a, b, c]) + reranker.score(q2, [c, a])
+        assert reranker.stats["tokens_reused"] > before
+        reranker.prefix_reuse = False
+        full = [reranker.score(q1, [p])[0] for p in (a, b, c)] + [reranker.score(q2, [p])[0] for p in (c, a)]
+    finally:
+        reranker.prefix_reuse = True
+    assert reused == pytest.approx(full, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_batch_call_dedupes_pairs_and_keeps_columns(reranker: Reranker) -> None:
+    q, good, bad = PAIRS[1]
+    batch = pa.table({"query": [q, q, q], "passage": [good, bad, good], "intent": [None, None, None],
+                      "path": ["a.md", "b.md", "a2.md"]})
+    before = dict(reranker.stats)
+    out = reranker(batch)
+    assert out.column_names == ["query", "passage", "intent", "path", "_rerank"]
+    assert out.schema.field("_rerank").type == pa.float64()
+    s = out.column("_rerank").to_pylist()
+    assert s[0] == s[2] and s[0] > s[1]
+    assert reranker.stats["scored"] - before["scored"] == 2
+    assert reranker.stats["deduped"] - before["deduped"] == 1
+
+
+@pytest.mark.slow
+def test_prompt_segments_tokenize_like_the_whole_prompt(reranker: Reranker) -> None:
+    # the document is tokenized on its own (" " + passage) between the cached parts; check that the
+    # concatenation is what tokenizing the whole prompt would give
+    system, head, tail = reranker.split_prompt("how do I sync my notes", "obsidian app")
+    doc = reranker.passage_tokens(PAIRS[0][1], 500)
+    whole = system + head + doc + tail
+    text = reranker.llm.detokenize(whole, special=True).decode("utf-8")
+    assert "<Query>: how do I sync my notes\n<Document>: Obsidian Sync" in text
+    assert "Context: obsidian app" in text and text.endswith("<think>\n\n</think>\n\n")
+    assert reranker._tokens(text, bos=True) == whole
+
+
+@pytest.mark.slow
+def test_long_passage_is_truncated_to_the_room_left(reranker: Reranker) -> None:
+    before = reranker.stats["truncated"]
+    toks = reranker.passage_tokens("word " * 5000, 300)
+    assert len(toks) == 300 and reranker.stats["truncated"] == before + 1
