@@ -147,11 +147,19 @@ class QueryExpander:
         return render_chat(self.llm, messages)
 
     def generate(self, query: str, intent: str | None, lang: str | None) -> str:
-        """Raw grammar-constrained model text for one query (greedy when expand.temperature is 0)."""
+        """Grammar-constrained model text for one query (greedy when expand.temperature is 0).
+
+        When the model stopped on its own (not at max_tokens) its last line is complete: a newline is
+        added so that parse_expansion, which drops an unterminated last line, keeps it.
+        """
         out = self.llm.create_completion(
             self.prompt(query, intent, lang), grammar=self.grammar, max_tokens=self.cfg.expand.max_tokens,
             temperature=self.cfg.expand.temperature, top_k=20, top_p=0.8, seed=0)
-        return str(out["choices"][0]["text"])  # type: ignore[index]
+        choice = out["choices"][0]  # type: ignore[index]
+        text = str(choice["text"])
+        if choice["finish_reason"] == "stop" and text and not text.endswith("\n"):
+            text += "\n"
+        return text
 
     def expand_one(self, query: str, intent: str | None, lang: str | None) -> dict[str, object]:
         """One output row (without qid); a model error gives the fallback and an error message."""

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
           'Note that the answer can only be "yes" or "no".')
 USER = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>:{document}"
-THINK = "<think>\n\n</think>\n\n"  # the empty think block the assistant turn starts with
+THINK = "<think>\n\n</think>\n\n"  # the empty think block a thinking model's answer starts with
 _DOC = "\x00DOCUMENT\x00"  # sentinel that splits the rendered prompt around the document
 
 
@@ -35,6 +35,10 @@ class Reranker:
         self.model_id = f"{self.path.name}@{file_sha256(self.path)[:12]}"
         # logits_all=False: only the last token of each decode gets logits (read with llama_get_logits_ith)
         self.llm = load_llama(self.path, cfg.reranker, logits_all=False)
+        # Qwen3-Reranker opens the answer with an empty think block; a model whose chat template has no
+        # think tokens never saw one (Qwen2.5-Coder-0.5B: MRR 0.41 with it, 0.76 without, bench/model_calls.py)
+        template = str(self.llm.metadata.get("tokenizer.chat_template") or "")
+        self.think = THINK if "<think>" in template else ""
         self.yes = self._single_token("yes")
         self.no = self._single_token("no")
         self.stats: dict[str, int] = {"pairs": 0, "scored": 0, "deduped": 0, "truncated": 0,
@@ -58,7 +62,7 @@ class Reranker:
         instruction = self.cfg.rerank.instruction + (f" Context: {intent}" if intent else "")
         user = USER.format(instruction=instruction, query=query, document=_DOC)
         text = render_chat(self.llm, [{"role": "system", "content": SYSTEM},
-                                      {"role": "user", "content": user}]) + THINK
+                                      {"role": "user", "content": user}]) + self.think
         head, tail = text.split(_DOC)
         cut = head.index("<Instruct>:")
         return [self._tokens(head[:cut], bos=True), self._tokens(head[cut:]), self._tokens(tail)]

@@ -80,11 +80,12 @@ def bench_expand(models: list[str]) -> list[dict[str, object]]:
         exp = QueryExpander(Config().replace(models={"expander": spec}))
         for lang, queries in (("en", EN_QUERIES), ("ru", RU_QUERIES)):
             for i, q in enumerate(queries):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 row = exp(pa.table({"qid": [str(i)], "query": [q], "intent": [None], "lang": [lang]})).to_pylist()[0]
-                dt = time.perf_counter() - t0
+                dt, cpu = time.perf_counter() - t0, time.process_time() - c0
                 cyr = sum(bool(re.search(r"[\u0400-\u04FF]", v["text"])) for v in row["variants"])
-                out.append({"model": exp.model_id, "lang": lang, "query": q, "s": round(dt, 2), "load": _load(),
+                out.append({"model": exp.model_id, "lang": lang, "query": q, "s": round(dt, 2),
+                            "cpu_s": round(cpu, 2), "load": _load(),
                             "kept": len(row["variants"]), "cyrillic_variants": cyr, "source": row["source"],
                             "raw": row["raw"]})
                 log.info("%s", json.dumps(out[-1], ensure_ascii=False))
@@ -109,28 +110,26 @@ def bench_rerank(spec: str, n: int = 40) -> list[dict[str, object]]:
     for reuse in (True, False, True):
         rr.prefix_reuse = reuse
         rr.llm.n_tokens = 0
-        t0 = time.perf_counter()
+        t0, c0, e0 = time.perf_counter(), time.process_time(), rr.stats["tokens_evaluated"]
         rr.score(EN_QUERIES[1], docs)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         out.append({"model": rr.model_id, "reuse": reuse, "passages": len(docs),
-                    "mean_passage_tokens": round(sum(toks) / len(toks)), "s": round(dt, 1), "load": _load()})
+                    "mean_passage_tokens": round(sum(toks) / len(toks)), "s": round(dt, 1),
+                    "cpu_s": round(cpu, 1), "load": _load(), "tokens_evaluated": rr.stats["tokens_evaluated"] - e0})
         log.info("%s", json.dumps(out[-1]))
     return out
 
 
-def mrr(spec: str, think: bool = True) -> dict[str, object]:
-    import actors.reranker as rmod
+def mrr(spec: str, think: bool) -> dict[str, object]:
+    """MRR of the relevant passage on MRR_SET, with or without the empty think block."""
+    from actors.reranker import THINK, Reranker
 
-    saved = rmod.THINK
-    rmod.THINK = rmod.THINK if think else ""
-    try:
-        rr = rmod.Reranker(Config().replace(models={"reranker": spec}))
-        ranks = []
-        for q, docs in MRR_SET:
-            s = rr.score(q, docs)
-            ranks.append(1 + sum(x > s[0] for x in s[1:]))
-    finally:
-        rmod.THINK = saved
+    rr = Reranker(Config().replace(models={"reranker": spec}))
+    rr.think = THINK if think else ""
+    ranks = []
+    for q, docs in MRR_SET:
+        s = rr.score(q, docs)
+        ranks.append(1 + sum(x > s[0] for x in s[1:]))
     res = {"model": rr.model_id, "think_block": think, "ranks": ranks,
            "mrr": round(sum(1 / r for r in ranks) / len(ranks), 3), "random_mrr": round(sum(1 / k for k in
                                                                                        range(1, 6)) / 5, 3)}

@@ -152,6 +152,14 @@ def cmd_expand(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """Compact a collection's tables (or all tables) and delete versions older than --keep-days."""
+    from pipelines.optimize_tables import optimize_tables, optimize_text
+
+    print(optimize_text(optimize_tables(args.db, args.collection, args.keep_days)))
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from fanout.models import main_models
 
@@ -211,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     _common(p)
     p.set_defaults(fn=cmd_expand)
+    p = sub.add_parser("optimize", help="compact Lance tables (chunks, documents, caches); readers keep working")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"LanceDB folder (default {DEFAULT_DB}, env FANOUT_DB)")
+    p.add_argument("--collection", default=None, help="only this collection's tables (default: every table)")
+    p.add_argument("--keep-days", type=float, default=7.0,
+                   help="delete files of versions older than this (default 7; 0 breaks readers on old versions)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(fn=cmd_optimize)
     p = sub.add_parser("models", help="install / list models (fanout models install --profile local)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(fn=cmd_models)

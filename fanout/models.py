@@ -258,7 +258,7 @@ def _resolve_hf(spec: str, root: Path, provision_: bool) -> Path:
             socket.create_connection((url.hostname, url.port or 443), timeout=5).close()
         return Path(hf_hub_download(repo_id, filename, local_dir=local_dir, endpoint=endpoint))
     except Exception as e:  # offline mode, connection refused, 404, auth: all end the same way here
-        raise ModelError(f"cannot download hf:{spec}: the Hugging Face hub is unreachable "
+        raise ModelError(f"cannot download hf:{spec}: the Hugging Face hub is unreachable or refused it "
                          f"({type(e).__name__}: {str(e)[:200]}); {hint}") from e
 
 

@@ -6,11 +6,13 @@ batches, the Ray runner holds `count` Ray actors per role and fans batches out o
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
 import tempfile
 import time
+import warnings
 from typing import Any
 
 import pyarrow as pa
@@ -89,6 +91,19 @@ class _Host:
     def get(self, attr: str) -> Any:
         return getattr(self.impl, attr)
 
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "resources": ctx.get_assigned_resources()}
+
+
+def _show(resources: dict[str, float]) -> str:
+    """Schedulable resources only (no node:<ip> markers, no memory byte counts), e.g. `{CPU: 2, models: 1}`."""
+    keep = {k: v for k, v in resources.items()
+            if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(keep.items())) + "}"
+
 
 class RayRunner(Runner):
     """Ray runner: attaches to `runner.ray_address` / $RAY_ADDRESS, else starts a quiet private local Ray."""
@@ -106,13 +121,18 @@ class RayRunner(Runner):
         if not ray.is_initialized():
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            if address:
-                ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-            else:
-                self._tmp = tempfile.mkdtemp(prefix="fanout-ray-", dir="/tmp")
-                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                         logging_level="ERROR", object_store_memory=cfg.runner.object_store_mb * 2**20,
-                         _temp_dir=self._tmp, configure_logging=False)
+            with warnings.catch_warnings():
+                # Ray forks its node processes; once lancedb is loaded, each fork child warns on our stderr
+                # about lancedb's fork support before it execs (harmless: the child runs no lancedb code)
+                warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
+                if address:
+                    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+                else:
+                    self._tmp = tempfile.mkdtemp(prefix="fanout-ray-", dir="/tmp")
+                    atexit.register(self.close)  # a run that dies before close() still removes its temp dir
+                    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                             logging_level="ERROR", object_store_memory=cfg.runner.object_store_mb * 2**20,
+                             _temp_dir=self._tmp, configure_logging=False)
             self._owns = True
         self._pools: dict[str, list[Any]] = {}
 
@@ -133,21 +153,40 @@ class RayRunner(Runner):
         except ray.exceptions.GetTimeoutError:
             for h in handles:
                 ray.kill(h)
-            need = f"{acfg.count} x num_cpus={acfg.num_cpus}"
-            if self.cfg.runner.model_resource:
-                need += f" + resource {self.cfg.runner.model_resource!r}"
-            raise RuntimeError(
-                f"{role} actors could not be placed within {self.cfg.runner.placement_timeout_s:.0f}s "
-                f"(asked {need}; cluster has {ray.available_resources()}). Lower {role}.count or "
-                f"{role}.num_cpus, or add nodes with those resources.") from None
+            raise self._placement_error(role) from None
         self.seconds[f"load_{role}"] = time.perf_counter() - t
         self._pools[role] = handles
         return handles
 
-    def _map(self, role: str, batches: list[pa.Table]) -> list[pa.Table]:
+    def _placement_error(self, role: str) -> RuntimeError:
+        """What was asked, what the cluster has, and the likely fix (Ray itself would just wait forever)."""
+        ray, rcfg, acfg = self._ray, self.cfg.runner, getattr(self.cfg, role)
+        res = rcfg.model_resource
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        need = f"{acfg.count} x num_cpus={acfg.num_cpus:g}" + (f" on nodes with resource {res!r}" if res else "")
+        fit = [n for n in nodes if n["Resources"].get("CPU", 0) >= acfg.num_cpus
+               and (not res or n["Resources"].get(res, 0) > 0)]
+        if res and not any(n["Resources"].get(res, 0) > 0 for n in nodes):
+            fix = (f"no node offers resource {res!r}: start model nodes with "
+                   f"`ray start ... --resources='{{\"{res}\": 1}}'` or set runner.model_resource: \"\"")
+        elif not fit:
+            fix = f"no node has {acfg.num_cpus:g} CPUs{' and ' + repr(res) if res else ''}: lower {role}.num_cpus"
+        else:
+            fix = (f"the CPUs of the fitting nodes are reserved by other actors: lower {role}.count or "
+                   f"{role}.num_cpus, or add nodes")
+        listing = "; ".join(f"{n['NodeManagerAddress']} {_show(n['Resources'])}" for n in nodes)
+        return RuntimeError(
+            f"{role} actors could not be placed and started within {rcfg.placement_timeout_s:g}s "
+            f"(runner.placement_timeout_s): asked {need}; "
+            f"free now {_show(ray.available_resources())}; nodes: {listing}. {fix}.")
+
+    def _submit(self, role: str, batches: list[pa.Table]) -> list[Any]:
+        """Send the batches round-robin to the role's actors; the result refs, in batch order."""
         handles = self._actors_for(role)
-        refs = [handles[i % len(handles)].call.remote(b) for i, b in enumerate(batches)]
-        return self._ray.get(refs)
+        return [handles[i % len(handles)].call.remote(b) for i, b in enumerate(batches)]
+
+    def _map(self, role: str, batches: list[pa.Table]) -> list[pa.Table]:
+        return self._ray.get(self._submit(role, batches))
 
     def _empty_result(self, role: str, table: pa.Table) -> pa.Table:
         return self._ray.get(self._actors_for(role)[0].call.remote(table))
@@ -159,6 +198,14 @@ class RayRunner(Runner):
         """The role's Ray actor handles (tests kill one to check that a batch survives)."""
         return self._actors_for(role)
 
+    def actor_info(self, role: str) -> list[dict[str, Any]]:
+        """Per actor of the role: its worker pid, node id and assigned resources (where placement put it)."""
+        return self._ray.get([h.where.remote() for h in self._actors_for(role)])
+
+    def kill_actor(self, role: str, index: int = 0) -> None:
+        """Kill one actor as a crash would: Ray restarts it and retries its in-flight calls (max_retries)."""
+        self._ray.kill(self._actors_for(role)[index], no_restart=False)
+
     def close(self) -> None:
         for handles in self._pools.values():
             for h in handles:
@@ -169,6 +216,7 @@ class RayRunner(Runner):
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+            atexit.unregister(self.close)
 
 
 def make_runner(cfg: Config, n_rows: int = 0, mode: str | None = None) -> Runner:

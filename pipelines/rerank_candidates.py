@@ -72,17 +72,17 @@ def rerank_candidates(fused: pa.Table, passages: dict[tuple[str, str], str], que
                           "passage": [keyed[k][2] for k in missing]})
         res = runner.map("reranker", batch)
         new = dict(zip(missing, res["_rerank"].to_pylist()))
-        if caches:
-            caches.put_rerank(model, new)
+        if caches:  # a failed pair (null score) is not cached: it is retried next time
+            caches.put_rerank(model, {k: v for k, v in new.items() if v is not None})
         scores.update(new)
     out = []
     for r in rows:
         q = queries[r["qid"]]
         if r["_rank"] <= rc.top_n:
             s = scores[(f"{q['query']}\x1f{q.get('intent') or ''}", passages[(r["qid"], r["path"])])]
-            w = blend_weight(r["_rank"], rc.blend)
-            out.append({**r, "_rerank": s, "score": w * r["_norm"] + (1 - w) * s})
+            w = blend_weight(r["_rank"], rc.blend) if s is not None else 1.0  # no score: fused only
+            out.append({**r, "_rerank": s, "score": w * r["_norm"] + (1 - w) * (s or 0.0)})
         else:  # below the reranked window: fused order, after every reranked page
             out.append({**r, "_rerank": None, "score": blend_weight(r["_rank"], rc.blend) * r["_norm"]})
-    out.sort(key=lambda r: (r["qid"], r["_rerank"] is None, -r["score"], r["_rank"]))
+    out.sort(key=lambda r: (r["qid"], r["_rank"] > rc.top_n, -r["score"], r["_rank"]))
     return pa.Table.from_pylist(out)

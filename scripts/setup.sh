@@ -21,7 +21,7 @@ LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=
 KEY=$(printf '%s|%s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-16)
 WHEEL_DIR=$CACHE/wheels/llama-$KEY
 say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
-mkdir -p "$CACHE/locks"
+mkdir -p "$CACHE/locks" "$CACHE/wheels"
 
 # 1. venv
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { say "need Python >= 3.11 ($PYTHON)"; exit 1; }

@@ -173,3 +173,20 @@ def test_embeddinggemma_loads_in_llama_cpp() -> None:
     long_doc = "title: none | text: " + " ".join(f"note {i} links to [[page {i + 1}]]." for i in range(25))
     assert 250 < len(llm.tokenize(long_doc.encode())) <= 512  # quantized long prompts SIGILL'd on AMX builds
     assert len(llm.embed(long_doc)) == 768
+
+
+def test_cli_install_and_list(fake: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    manifest_file = tmp_path / "models.yaml"
+    manifest_file.write_text(yaml.safe_dump(fake["manifest"]))
+    monkeypatch.setattr(models, "MANIFEST", manifest_file)
+    cache = str(fake["cache"])
+    assert models.main_models(["--cache-dir", cache, "list"]) == 0
+    assert " no " in capsys.readouterr().out
+    assert models.main_models(["--cache-dir", cache, "install", "--profile", "local"]) == 0
+    assert models.main_models(["--cache-dir", cache, "list"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and " yes " in out
+    assert models.main_models(["--cache-dir", cache, "path", "pypi:nope"]) == 1

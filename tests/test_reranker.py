@@ -44,14 +44,14 @@ def test_prefix_reuse_equals_full_evaluation(reranker: Reranker) -> None:
     # Reuse keeps the KV cells of the system turn (shared by all queries) and of the query part (shared by
     # one query's passages); without reuse every pair is decoded from an empty cache. Same numbers means
     # the rewind drops exactly the stale cells and keeps the right ones.
-    (q1, a, b), (q2, c, _) = PAIRS[0], PAIRS[3]
+    (q1, a, b), (q2, c, _) = PAIRS[2], PAIRS[1]
     try:
         reranker.prefix_reuse = True
         before = reranker.stats["tokens_reused"]
-        reused = reranker.score(q1, [a, b, c]) + reranker.score(q2, [c, a])
+        reused = reranker.score(q1, [a, b]) + reranker.score(q2, [c])
         assert reranker.stats["tokens_reused"] > before
         reranker.prefix_reuse = False
-        full = [reranker.score(q1, [p])[0] for p in (a, b, c)] + [reranker.score(q2, [p])[0] for p in (c, a)]
+        full = [reranker.score(q1, [p])[0] for p in (a, b)] + reranker.score(q2, [c])
     finally:
         reranker.prefix_reuse = True
     assert reused == pytest.approx(full, abs=1e-3)
@@ -76,12 +76,14 @@ def test_batch_call_dedupes_pairs_and_keeps_columns(reranker: Reranker) -> None:
 def test_prompt_segments_tokenize_like_the_whole_prompt(reranker: Reranker) -> None:
     # the document is tokenized on its own (" " + passage) between the cached parts; check that the
     # concatenation is what tokenizing the whole prompt would give
+    # Qwen2.5's template has no think tokens, so no empty think block is added
+    assert reranker.think == ""
     system, head, tail = reranker.split_prompt("how do I sync my notes", "obsidian app")
     doc = reranker.passage_tokens(PAIRS[0][1], 500)
     whole = system + head + doc + tail
     text = reranker.llm.detokenize(whole, special=True).decode("utf-8")
     assert "<Query>: how do I sync my notes\n<Document>: Obsidian Sync" in text
-    assert "Context: obsidian app" in text and text.endswith("<think>\n\n</think>\n\n")
+    assert "Context: obsidian app" in text and text.endswith("<|im_start|>assistant\n" + reranker.think)
     assert reranker._tokens(text, bos=True) == whole
 
 

@@ -1,0 +1,355 @@
+"""The same batch in-process, on a local Ray and on a 2-node Ray cluster on this machine (loopback).
+
+    PYTHONPATH=. .venv/bin/python bench/cluster_2node.py [--db .fanout/bench-db --collection bench-en] [-n 100]
+
+Steps: (1) the batch in-process (`Runner`); (2) on a quiet private local Ray (`RayRunner`); (3) a head node
+and a worker node are started with `ray start --block`, each with its own temp dir, ports and process session;
+the worker advertises `{"models": 1}` and `runner.model_resource=models` puts the embedder actor there; the
+batch runs once clean (timed), then once more while the embedder actor is killed mid-batch (Ray restarts it
+and retries the calls it had in flight). Both cluster outputs must equal the in-process output row for row,
+with no query lost and none duplicated. Both nodes are stopped (their sessions' processes, by pid) and their
+temp dirs removed, also when something fails. Prints one timing table with the batch's stage timings.
+
+Queries: the first N English queries of the Obsidian Help benchmark with the agent's fields (short_query,
+rephrased_query, expected_answer), run with --no-expand --no-rerank, so the only model is the embedder.
+Caches are off so every run embeds. On a 2-core box no speedup is expected: the point is placement,
+identical output and fault tolerance; the table shows what the distribution costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LANCEDB_LOG", "error")
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from fanout.config import Config, load_config  # noqa: E402
+from fanout.runner import RayRunner, Runner  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger("bench.cluster_2node")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Processes whose session id is `sid` (every process a `ray start` launched stays in its session)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
+        if int(fields[3]) == sid:
+            pids.append(int(d))
+    return pids
+
+
+class LoopbackCluster:
+    """A head node and one worker node on 127.0.0.1, started with `ray start --block`.
+
+    Each node runs in its own process session with a private temp dir and its own ports, so `stop()` ends
+    exactly the processes this object started (never `ray stop`, which would stop every Ray on the host) and
+    no `ray_current_cluster` file is left where a later `ray.init()` could find it.
+    """
+
+    def __init__(self, head_cpus: float = 1, worker_cpus: float = 2, worker_resources: dict | None = None,
+                 object_store_mb: int = 200, start_timeout_s: float = 120):
+        self.head_cpus, self.worker_cpus = head_cpus, worker_cpus
+        self.worker_resources = {"models": 1} if worker_resources is None else worker_resources
+        self.object_store_mb = object_store_mb
+        self.start_timeout_s = start_timeout_s
+        self.procs: list[subprocess.Popen] = []
+        self.dirs: list[str] = []
+        self.logs: list[Path] = []
+        self.address = ""
+
+    def _node(self, name: str, args: list[str], cpus: float) -> None:
+        tmp = tempfile.mkdtemp(prefix=f"fanout-{name}-", dir="/tmp")
+        self.dirs.append(tmp)
+        ports = {p: _free_port() for p in ("node-manager-port", "object-manager-port", "metrics-export-port",
+                                           "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                           "runtime-env-agent-port")}
+        cmd = [str(Path(sys.executable).with_name("ray")), "start", "--block", *args,
+               "--node-ip-address=127.0.0.1", f"--temp-dir={tmp}", f"--num-cpus={cpus:g}",
+               f"--object-store-memory={self.object_store_mb * 2**20}", "--disable-usage-stats",
+               "--min-worker-port=0", "--max-worker-port=0", *(f"--{k}={v}" for k, v in ports.items())]
+        env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        out = Path(tmp) / f"ray-start-{name}.log"
+        self.logs.append(out)
+        with out.open("w") as fh:
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                    start_new_session=True)
+        self.procs.append(proc)
+        deadline = time.monotonic() + self.start_timeout_s
+        while "Ray runtime started" not in out.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = out.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"ray start ({name}) failed or timed out after {self.start_timeout_s:g}s; "
+                                   f"its output:\n{tail}")
+            time.sleep(0.2)
+
+    def start(self) -> LoopbackCluster:
+        port = _free_port()
+        try:
+            self._node("head", ["--head", f"--port={port}", "--include-dashboard=false",
+                                f"--ray-client-server-port={_free_port()}"], self.head_cpus)
+            self.address = f"127.0.0.1:{port}"
+            self._node("worker", [f"--address={self.address}",
+                                  f"--resources={json.dumps(self.worker_resources)}"], self.worker_cpus)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, grace_s: float = 8.0) -> None:
+        """SIGTERM every process of both nodes' sessions, SIGKILL what is left after `grace_s`, rm temp dirs."""
+        sids = [p.pid for p in self.procs]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = [pid for sid in sids for pid in _session_pids(sid)]
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
+            while time.monotonic() < deadline and any(_session_pids(s) for s in sids):
+                time.sleep(0.2)
+        for p in self.procs:
+            try:
+                p.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+        left = [pid for sid in sids for pid in _session_pids(sid)]
+        if left:
+            log.warning("processes still alive after SIGKILL: %s", left)
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self.procs, self.dirs = [], []
+
+    def __enter__(self) -> LoopbackCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class CrashingRayRunner(RayRunner):
+    """A RayRunner that kills the role's first actor while its calls are in flight, once.
+
+    On the `at_call`-th map of `role` (0-based) every batch is submitted first, then after `delay_s` the actor
+    is killed the way a crash would (`ray.kill(..., no_restart=False)`); Ray restarts it and retries the calls.
+    """
+
+    def __init__(self, cfg: Config, role: str = "embedder", at_call: int = 0, delay_s: float = 0.3):
+        super().__init__(cfg)
+        self.crash_role, self.at_call, self.delay_s = role, at_call, delay_s
+        self.n_maps = 0
+        self.killed: dict[str, Any] = {}
+
+    def _submit(self, role: str, batches: list[pa.Table]) -> list[Any]:
+        if role != self.crash_role or self.killed or self.n_maps != self.at_call:
+            self.n_maps += role == self.crash_role
+            return super()._submit(role, batches)
+        self.n_maps += 1
+        pid = self.actor_info(role)[0]["pid"]
+        refs = super()._submit(role, batches)
+        time.sleep(self.delay_s)
+        self.kill_actor(role, 0)
+        self.killed = {"pid": pid, "batches_in_flight": len(batches), "at": time.time()}
+        return refs
+
+
+# -- queries and comparison ------------------------------------------------------------------------------
+def bench_queries(n: int, lang: str = "en") -> list[dict]:
+    """The first `n` benchmark queries of `lang` with the agent's fields (so no expander is needed)."""
+    from fanout.bench_data import load_agent_fields, load_queries
+
+    fields = load_agent_fields()
+    rows = []
+    for q in load_queries():
+        if q["lang"] == lang:
+            rows.append({"id": q["id"], "query": q["query"], **fields.get(q["id"], {})})
+    return rows[:n]
+
+
+def compare(expected: pa.Table, got: pa.Table) -> list[str]:
+    """Differences between two results files ([] when equal): lost or extra queries, duplicates, changed rows."""
+    problems = []
+    a, b = expected.to_pylist(), got.to_pylist()
+    qa, qb = {r["qid"] for r in a}, {r["qid"] for r in b}
+    if qa - qb:
+        problems.append(f"queries lost: {sorted(qa - qb)[:5]} ({len(qa - qb)})")
+    if qb - qa:
+        problems.append(f"queries added: {sorted(qb - qa)[:5]} ({len(qb - qa)})")
+    keys = [(r["qid"], r["rank"], r["path"]) for r in b]
+    if len(set(keys)) != len(keys) or len({(r["qid"], r["rank"]) for r in b}) != len(b):
+        problems.append(f"duplicate rows: {len(keys) - len(set(keys))}")
+    if len(a) != len(b):
+        problems.append(f"row count {len(b)} != {len(a)}")
+    cols = ("qid", "rank", "path", "title", "heading", "snippet", "error")
+    changed = [i for i, (x, y) in enumerate(zip(a, b))
+               if any(x[c] != y[c] for c in cols) or abs((x["score"] or 0) - (y["score"] or 0)) > 1e-6]
+    if changed:
+        i = changed[0]
+        problems.append(f"{len(changed)} rows differ, first: {a[i]} vs {b[i]}")
+    return problems
+
+
+# -- runs ------------------------------------------------------------------------------------------------
+def run_one(name: str, runner: Runner, cfg: Config, db: str, collection: str, queries: Path, out: Path,
+            slice_size: int, setup_s: float) -> dict:
+    from pipelines.batch import run_batch
+    from pipelines.search import Searcher, SearchOptions
+
+    t = time.perf_counter()
+    searcher = Searcher(db, collection, cfg, runner)
+    st = run_batch(queries, out, searcher, SearchOptions(expand=False, rerank=False), slice_size)
+    row = {"mode": name, "setup_s": setup_s, "batch_s": st["seconds"], "wall_s": time.perf_counter() - t,
+           "load_s": runner.seconds.get("load_embedder", 0.0), "embed_s": runner.seconds.get("embedder", 0.0),
+           "embed_calls": runner.calls.get("embedder", 0), "queries": st["queries"], "errors": st["errors"]}
+    row.update({f"t_{k}": v for k, v in st["timings"].items()})
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    stages = [k for k in rows[0] if k.startswith("t_")]
+    head = ["mode", "setup", "model load", "embed", *[s[2:] for s in stages], "batch", "q/s"]
+    lines = [head]
+    for r in rows:
+        lines.append([r["mode"], f"{r['setup_s']:.1f}", f"{r['load_s']:.1f}", f"{r['embed_s']:.1f}",
+                      *[f"{r.get(s, 0.0):.2f}" for s in stages], f"{r['batch_s']:.1f}",
+                      f"{r['queries'] / r['batch_s']:.1f}"])
+    widths = [max(len(x[i]) for x in lines) for i in range(len(head))]
+    fmt = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    print(fmt(lines[0]))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for cells in lines[1:]:
+        print(fmt(cells))
+    print("seconds; setup = Ray start/attach (in-process: none), model load = embedder actor creation "
+          "(in the batch: it happens inside `retrieve`), embed = time in embedder calls (inside `retrieve`), "
+          "stage columns = the batch's `timings`, batch = run_batch total.")
+
+
+def index_ready(db: str, collection: str) -> bool:
+    from fanout.db import Collection
+
+    col = Collection(Path(db), collection)
+    return col.exists() and "stats" in col.read_manifest()  # stats are written when an index run finished
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", default=str(ROOT / ".fanout" / "bench-db"))
+    ap.add_argument("--collection", default="bench-en")
+    ap.add_argument("-n", type=int, default=100, help="queries (first N English benchmark queries)")
+    ap.add_argument("--samples", action="store_true",
+                    help="use samples/vault + samples/queries.jsonl (indexed into a temp db) instead")
+    ap.add_argument("--slice", type=int, default=50, help="queries per batch part (the kill hits part 2)")
+    ap.add_argument("--kill-delay", type=float, default=0.5, help="seconds after submission the actor dies")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # turn a kill into SystemExit so the finally blocks run
+        signal.signal(sig, lambda s, f: sys.exit(128 + s))
+
+    cfg = load_config("local").replace(cache={"enabled": False}, runner={"object_store_mb": 256})
+    work = Path(tempfile.mkdtemp(prefix="fanout-bench-2node-", dir="/tmp"))
+    cluster: LoopbackCluster | None = None
+    try:
+        db, collection = args.db, args.collection
+        if args.samples or not index_ready(db, collection):
+            if not args.samples:
+                print(f"index {collection!r} in {db} is not ready: using the sample vault instead")
+            from pipelines.index import index_vault
+
+            db, collection = str(work / "db"), "samples"
+            with Runner(cfg) as r:
+                index_vault(ROOT / "samples" / "vault", db, collection, cfg, r)
+            rows = [json.loads(x) for x in (ROOT / "samples" / "queries.jsonl").read_text().splitlines() if x]
+        else:
+            rows = bench_queries(args.n)
+        qfile = work / "queries.jsonl"
+        qfile.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        print(f"{len(rows)} queries, collection {collection!r} in {db}; expand/rerank off, caches off")
+
+        table = []
+        with Runner(cfg) as r:
+            table.append(run_one("in-process", r, cfg, db, collection, qfile, work / "inproc.parquet",
+                                 args.slice, 0.0))
+        expected = pq.read_table(work / "inproc.parquet")
+
+        t = time.perf_counter()
+        with RayRunner(cfg) as r:
+            setup = time.perf_counter() - t
+            table.append(run_one("local Ray", r, cfg, db, collection, qfile, work / "ray.parquet",
+                                 args.slice, setup))
+        problems = {"local Ray": compare(expected, pq.read_table(work / "ray.parquet"))}
+
+        t = time.perf_counter()
+        cluster = LoopbackCluster(head_cpus=1, worker_cpus=2).start()
+        started = time.perf_counter() - t
+        ccfg = cfg.replace(runner={"ray_address": cluster.address, "model_resource": "models",
+                                   "placement_timeout_s": 120.0, "max_retries": 2})
+        t = time.perf_counter()
+        with RayRunner(ccfg) as r:
+            setup = started + time.perf_counter() - t
+            table.append(run_one("2-node cluster", r, ccfg, db, collection, qfile, work / "cluster.parquet",
+                                 args.slice, setup))
+            where = r.actor_info("embedder")
+        problems["2-node cluster"] = compare(expected, pq.read_table(work / "cluster.parquet"))
+        print(f"embedder actor on node {where[0]['node_id'][:12]}, assigned {where[0]['resources']} "
+              f"(cluster started in {started:.1f}s at {cluster.address})")
+        if "models" not in where[0]["resources"]:
+            problems["2-node cluster"].append(f"embedder not placed on the models node: {where}")
+
+        t = time.perf_counter()
+        with CrashingRayRunner(ccfg, at_call=1, delay_s=args.kill_delay) as r:
+            setup = time.perf_counter() - t
+            table.append(run_one("2-node + kill", r, ccfg, db, collection, qfile, work / "killed.parquet",
+                                 args.slice, setup))
+            after = r.actor_info("embedder")[0]["pid"]
+            killed = r.killed
+        problems["2-node + kill"] = compare(expected, pq.read_table(work / "killed.parquet"))
+        if not killed or after == killed["pid"]:
+            problems["2-node + kill"].append(f"the embedder actor was not restarted: {killed}, pid now {after}")
+        else:
+            print(f"killed embedder pid {killed['pid']} with {killed['batches_in_flight']} batches in flight; "
+                  f"restarted as pid {after}")
+    finally:
+        if cluster:
+            cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print()
+    print_table(table)
+    print()
+    ok = True
+    for mode, probs in problems.items():
+        print(f"{mode}: {'output identical to in-process, no query lost or duplicated' if not probs else probs}")
+        ok &= not probs
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

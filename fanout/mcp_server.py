@@ -1,0 +1,346 @@
+"""`fanout mcp`: the tools `search`, `get` and `status` over MCP (stdio, or streamable HTTP on 127.0.0.1).
+
+The agent calling `search` is the query expander: it fills the seed's fields `short_query` (full text only),
+`rephrased_query` and `expected_answer` (vectors only), or qmd's `searches`; without them the query is
+expanded locally (or not) per config. One Runner lives as long as the server, so models load once; tool calls
+run in a worker thread, one search at a time (a llama.cpp model is not thread-safe), so the event loop stays
+free. The field descriptions name the knowledge base's languages, counted in the index.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import unicodedata
+from difflib import get_close_matches
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import anyio
+import pyarrow.compute as pc
+from mcp import types
+from mcp.server import Server
+from mcp.server.stdio import stdio_server
+
+from fanout.config import Config
+from fanout.db import LANG_NAMES, Collection
+from fanout.runner import Runner
+from pipelines.chunk_notes import scan_lines, split_sections
+from pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError, parse_row
+from pipelines.scan_notes import parse_note
+from pipelines.search import Searcher, SearchOptions
+
+log = logging.getLogger(__name__)
+
+MAX_LIMIT = 50  # pages one search may return
+MAX_NOTE_CHARS = 40_000  # `get` cuts a longer note and lists its headings instead
+SEARCH_FIELDS = ("query", "short_query", "rephrased_query", "expected_answer", "intent", "searches")
+
+SEARCH_DESC = ("Search the notes: full text and vectors, fused by reciprocal rank. You are the query "
+               "expander: besides `query`, fill `short_query`, `rephrased_query` and `expected_answer`; each "
+               "finds pages the others miss. Returns pages (path, title, heading, snippet, score; higher is "
+               "better); read one with `get`. {lang}")
+FIELD_DESC = {
+    "query": "The user's question, as asked.",
+    "short_query": "The feature's or setting's name, the way a help page title says it: one to three "
+                   "words. Not a comma list, not words copied from the question. Searched by full text. "
+                   "{lang}",
+    "rephrased_query": "The question rephrased in other words, as one question. Searched by meaning.",
+    "expected_answer": "One or two sentences that could stand in the note itself, as a statement, the way "
+                       "documentation is written (not \"the documentation should explain...\"). Searched by "
+                       "meaning. {lang}",
+    "intent": "Optional: what the user is trying to do, when the question alone is ambiguous. Context for "
+              "the local expander and reranker; not searched by itself.",
+    "searches": f"Optional, qmd style, with or instead of the fields above: up to {MAX_SEARCHES} typed "
+                "searches. lex = keywords (full text), vec = a question (meaning), hyde = an answer-like "
+                "passage (meaning).",
+    "limit": f"Pages to return (default 10, at most {MAX_LIMIT}).",
+    "rerank": "Rescore the top candidates with the local reranker model: seconds slower. "
+              "Default here: {rerank}.",
+}
+GET_DESC = ("Read a note, or one section of it, by its path relative to the vault (as `search` returns it). "
+            "Returns the markdown without front matter.")
+GET_FIELDS = {
+    "path": "The note's path relative to the vault, as `search` returns it, e.g. \"Folder/Note.md\".",
+    "heading": "Optional: one section's heading as `search` returns it (\"Setup > Sync\") or just its last "
+               "part; returns that section with its subsections.",
+}
+STATUS_DESC = "The index behind `search`: collection, vault, notes, chunks, languages, models, index time."
+INSTRUCTIONS = """Searches a markdown knowledge base ({notes} notes). For every question call `search` with \
+`query` and fill the other fields yourself (you are the query expander):
+- short_query: the feature's or setting's name as a help page title says it (one to three words);
+- rephrased_query: the question in other words;
+- expected_answer: one or two sentences that could stand in the note, written as documentation.
+{lang} Then read the best page with `get` (its path, optionally one heading)."""
+
+
+class ToolArgError(ValueError):
+    """A bad tool argument; the message names the field and the fix."""
+
+
+def count_languages(col: Collection) -> dict[str, int]:
+    """Notes per language in the documents table, most common first."""
+    langs = col.table(col.documents_name).search().select(["lang"]).limit(None).to_arrow()["lang"]
+    counts = pc.value_counts(langs).to_pylist()
+    return {c["values"] or "unknown": c["counts"] for c in sorted(counts, key=lambda c: -c["counts"])}
+
+
+def language_line(langs: dict[str, int]) -> str:
+    """The sentence the descriptions carry: which language(s) to write short_query and expected_answer in."""
+    names = [LANG_NAMES.get(code, code) for code in langs]
+    if not names:
+        return ""
+    if len(names) == 1:
+        return (f"The knowledge base is in {names[0]}; write short_query and expected_answer in {names[0]}, "
+                "whatever the language of the question.")
+    listed = ", ".join(names[:-1]) + " and " + names[-1]
+    return (f"The knowledge base is in {listed}; write short_query and expected_answer in the language of "
+            "the notes you expect.")
+
+
+def _norm(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFC", text).lstrip("#").split()).casefold()
+
+
+class FanoutTools:
+    """The tools as plain synchronous methods on one collection (the MCP layer only dispatches to them)."""
+
+    def __init__(self, db_dir: str | Path, collection: str, cfg: Config, runner: Runner):
+        self.cfg, self.runner = cfg, runner
+        self.searcher = Searcher(db_dir, collection, cfg, runner)
+        self.col = self.searcher.col
+        self.manifest = self.col.read_manifest()
+        vault = self.manifest.get("vault")
+        self.vault = Path(vault).resolve() if vault else None  # None: `get` refuses (never the cwd)
+        self.langs = count_languages(self.col)
+        self.lock = threading.Lock()  # one search at a time: llama.cpp models are not thread-safe
+
+    def warm(self) -> None:
+        """Load the embedder before the first search needs it (in-process runner only)."""
+        if self.runner.kind == "inproc":
+            with self.lock:
+                self.runner.actor("embedder")
+
+    # -- search ---------------------------------------------------------------------------------------
+    def search(self, args: dict[str, Any]) -> dict[str, Any]:
+        _known(args, (*SEARCH_FIELDS, "limit", "rerank"), "search")
+        limit = args.get("limit", 10)
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+            raise ToolArgError(f"`limit` must be an integer from 1 to {MAX_LIMIT}, got {limit!r}; ask for "
+                               "fewer pages and refine the query instead")
+        rerank = args.get("rerank")
+        if rerank is not None and not isinstance(rerank, bool):
+            raise ToolArgError(f"`rerank` must be true or false, got {rerank!r}")
+        row = {k: args[k] for k in SEARCH_FIELDS if args.get(k) is not None}
+        try:
+            parse_row(row)  # the batch parser's checks and messages, before the lock
+        except RowError as e:
+            msg = str(e)
+            raise ToolArgError(msg if f"`{e.field}`" in msg else f"`{e.field}`: {msg}") from None
+        t = time.perf_counter()
+        with self.lock:
+            out = self.searcher.search([{"id": "q", **row}], SearchOptions(n=limit, rerank=rerank))
+        log.info("search %.0f ms %s", (time.perf_counter() - t) * 1000, out.timings)
+        if out.errors.num_rows:
+            e = out.errors.to_pylist()[0]
+            raise ToolArgError(f"`{e['field']}`: {e['error']}")
+        keys = ("path", "title", "heading", "snippet", "score")
+        results = [{k: (round(r[k], 3) if k == "score" else r[k]) for k in keys}
+                   for r in out.results.to_pylist()]
+        data: dict[str, Any] = {"results": results}
+        if not results:
+            data["hint"] = ("no page matched; try the feature's name in short_query or a statement in "
+                            "expected_answer")
+        return data
+
+    # -- get ------------------------------------------------------------------------------------------
+    def resolve(self, rel: Any) -> Path:
+        """A note path -> the file, confined to the vault (no `..`, absolute paths or escaping symlinks)."""
+        if not isinstance(rel, str) or not rel.strip():
+            raise ToolArgError("`path` is missing; give a note's path relative to the vault, as search "
+                               "returns it")
+        if "\x00" in rel or len(rel) > 1024:
+            raise ToolArgError("`path` has a NUL byte or over 1024 characters; give a note's path as search "
+                               "returns it")
+        posix = rel.strip().replace("\\", "/")
+        if PurePosixPath(posix).is_absolute() or posix.startswith("~") or re.match(r"^[A-Za-z]:", posix):
+            raise ToolArgError(f"`path` must be relative to the vault, got the absolute path {rel!r}; give "
+                               "it as search returns it, e.g. \"Folder/Note.md\"")
+        if self.vault is None or not self.vault.is_dir():
+            raise ToolArgError(f"the index does not name an existing vault ({self.vault}); re-run "
+                               "`fanout index` on the vault")
+        tries = [posix] + ([] if posix.lower().endswith(".md") else [posix + ".md"])
+        tries += [unicodedata.normalize("NFD", p) for p in tries]
+        for n, cand in enumerate(tries):
+            target = (self.vault / cand).resolve()
+            if not target.is_relative_to(self.vault):
+                if n == 0:
+                    raise ToolArgError(f"`path` {rel!r} leads outside the vault; only notes inside it can be "
+                                       "read: give the path as search returns it")
+                continue
+            if target.is_file():
+                if target.suffix.lower() != ".md":
+                    raise ToolArgError(f"`path` {rel!r} is not a note (.md file); only notes can be read")
+                return target
+        known = self.col.table(self.col.documents_name).search().select(["path"]).limit(None).to_arrow()
+        close = get_close_matches(unicodedata.normalize("NFC", posix), known["path"].to_pylist(), n=3)
+        raise ToolArgError(f"`path`: no note {rel!r} in the vault" +
+                           (f"; did you mean {close}?" if close else "; use a path from search results"))
+
+    def get(self, args: dict[str, Any]) -> dict[str, Any]:
+        _known(args, ("path", "heading"), "get")
+        target = self.resolve(args.get("path"))
+        rel = unicodedata.normalize("NFC", target.relative_to(self.vault).as_posix())
+        try:
+            note = parse_note(rel, target.read_bytes(), target.stat().st_mtime)
+        except (OSError, ValueError) as e:
+            raise ToolArgError(f"`path`: note {rel!r} cannot be read: {e.args[-1]}") from None
+        body = note["body"]
+        sections = [s for s in split_sections(body, scan_lines(body)) if s.level]
+        headings = [" > ".join(s.path) for s in sections]
+        heading, text = args.get("heading"), body.strip()
+        if heading is not None:
+            if not isinstance(heading, str) or not heading.strip():
+                raise ToolArgError("`heading` must be a non-empty string, as search returns it")
+            want = [_norm(h) for h in heading.split(">")]
+            hit = next((i for i, s in enumerate(sections)
+                        if [_norm(h) for h in s.path][-len(want):] == want), None)
+            if hit is None:
+                raise ToolArgError(f"`heading`: no heading {heading!r} in {rel!r}; headings: {headings[:30]}")
+            sec = sections[hit]
+            end = next((s.start for s in sections[hit + 1:] if s.level <= sec.level), len(body))
+            heading, text = headings[hit], body[sec.start:end].strip()
+        data = {"path": rel, "title": note["title"], "heading": heading, "lang": note["lang"], "text": text}
+        if len(text) > MAX_NOTE_CHARS:
+            data["text"] = text[:MAX_NOTE_CHARS]
+            data["truncated"] = (f"cut at {MAX_NOTE_CHARS} of {len(text)} characters; get one `heading` of "
+                                 f"{headings[:50]}")
+        return data
+
+    # -- status ---------------------------------------------------------------------------------------
+    def status(self, args: dict[str, Any]) -> dict[str, Any]:
+        _known(args, (), "status")
+        m = self.col.read_manifest()
+        updated = (m.get("stats") or {}).get("updated")
+        models = self.cfg.models
+        return {
+            "collection": self.col.name, "vault": str(self.vault),
+            "notes": self.col.table(self.col.documents_name).count_rows(),
+            "chunks": self.col.table(self.col.chunks_name).count_rows(),
+            "languages": count_languages(self.col),
+            "models": {"embedder": (m.get("embedder") or {}).get("file"),
+                       "expander": models.expander if self.cfg.expand.enabled else None,
+                       "reranker": models.reranker},
+            "expansion": "agent fields, else the local expander" if self.cfg.expand.enabled
+            else "agent fields only (local expansion is off)",
+            "rerank_default": self.cfg.rerank.enabled,
+            "indexed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(updated)) if updated else None,
+        }
+
+
+def _known(args: dict[str, Any], allowed: tuple[str, ...], tool: str) -> None:
+    extra = sorted(set(args) - set(allowed))
+    if extra:
+        raise ToolArgError(f"unknown argument `{extra[0]}` for {tool}; allowed: {list(allowed)}")
+
+
+def _schema(props: dict[str, dict], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+def tool_list(tools: FanoutTools) -> list[types.Tool]:
+    """The three tools, their descriptions carrying the knowledge base's languages."""
+    lang = language_line(tools.langs)
+    d = {k: v.format(lang=lang, rerank="on" if tools.cfg.rerank.enabled else "off").strip()
+         for k, v in FIELD_DESC.items()}
+    text = {"type": "string"}
+    props = {k: {**text, "description": d[k]} for k in SEARCH_FIELDS if k != "searches"}
+    item = _schema({"type": {"type": "string", "enum": list(SEARCH_TYPES)}, "query": text}, ["type", "query"])
+    props["searches"] = {"type": "array", "maxItems": MAX_SEARCHES, "items": item,
+                         "description": d["searches"]}
+    props["limit"] = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10,
+                      "description": d["limit"]}
+    props["rerank"] = {"type": "boolean", "description": d["rerank"]}
+    page = _schema({k: text for k in ("path", "title", "heading", "snippet")} | {"score": {"type": "number"}},
+                   ["path", "title", "heading", "snippet", "score"])
+    out = _schema({"results": {"type": "array", "items": page}, "hint": text}, ["results"])
+    ro = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    get_props = {k: {**text, "description": v} for k, v in GET_FIELDS.items()}
+    return [
+        types.Tool(name="search", description=SEARCH_DESC.format(lang=lang).strip(),
+                   input_schema=_schema(props, ["query"]), output_schema=out, annotations=ro),
+        types.Tool(name="get", description=GET_DESC, input_schema=_schema(get_props, ["path"]),
+                   annotations=ro),
+        types.Tool(name="status", description=STATUS_DESC, input_schema=_schema({}, []), annotations=ro),
+    ]
+
+
+def build_server(tools: FanoutTools) -> Server:
+    """A low-level MCP server whose tool calls run in worker threads."""
+    listed = tool_list(tools)
+    handlers = {"search": tools.search, "get": tools.get, "status": tools.status}
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        fn = handlers.get(params.name)
+        try:
+            if fn is None:
+                raise ToolArgError(f"unknown tool {params.name!r}; tools: {sorted(handlers)}")
+            data = await anyio.to_thread.run_sync(fn, dict(params.arguments or {}))
+        except ToolArgError as e:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], is_error=True)
+        except Exception as e:  # a failure inside the pipeline: report it, keep serving
+            log.exception("tool %s failed", params.name)
+            msg = f"{params.name} failed: {type(e).__name__}: {e}"
+            return types.CallToolResult(content=[types.TextContent(type="text", text=msg)], is_error=True)
+        # `get` answers with the markdown itself; search and status with compact JSON
+        text = data["text"] if params.name == "get" else json.dumps(data, ensure_ascii=False,
+                                                                     separators=(",", ":"))
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                    structured_content=data)
+
+    instructions = INSTRUCTIONS.format(notes=sum(tools.langs.values()), lang=language_line(tools.langs))
+    return Server("fanout", version="0.1.0", instructions=instructions,
+                  on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def serve_stdio(server: Server) -> None:
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def serve_http(server: Server, port: int) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host="127.0.0.1")
+    await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")).serve()
+
+
+def main_mcp(args: Any) -> int:
+    """`fanout mcp --db DIR --collection NAME [--http PORT]`: serve until the client disconnects."""
+    from fanout.cli import _cfg
+    from fanout.runner import make_runner
+
+    port = None
+    if args.http is not None:
+        if not str(args.http).isdigit() or not 1 <= int(args.http) <= 65535:
+            raise ValueError(f"--http must be a port number from 1 to 65535, got {args.http!r}")
+        port = int(args.http)
+    cfg = _cfg(args)
+    with make_runner(cfg, n_rows=1) as runner:
+        tools = FanoutTools(args.db, args.collection, cfg, runner)
+        server = build_server(tools)
+        threading.Thread(target=tools.warm, name="warm", daemon=True).start()
+        if port is None:
+            anyio.run(serve_stdio, server)
+        else:
+            log.warning("fanout mcp: streamable HTTP on http://127.0.0.1:%d/mcp", port)
+            anyio.run(serve_http, server, port)
+    return 0

@@ -1,0 +1,78 @@
+"""Stage: compact a collection's Lance tables (chunks, documents, caches) without breaking readers.
+
+Every incremental `fanout index` and every cache upsert adds small fragments and a new table version.
+`tbl.optimize()` merges the fragments, folds rows added since the last index build into the full-text and
+vector indexes, and deletes the files of versions older than `keep_days`.
+
+Readers are safe because Lance tables are versioned: compaction writes new files as a new version, and a
+reader that opened an older version keeps reading that version's files until they are cleaned up, which
+happens only after `keep_days`. Keep `keep_days` longer than any reader holds one table handle open
+(a long-running `fanout mcp` server, say); `keep_days=0` deletes every old version at once and breaks any
+reader still on one. Run it after `fanout index`, not at the same time: two writers on one table can conflict.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from fanout.db import Collection
+
+log = logging.getLogger(__name__)
+
+
+def collection_tables(col: Collection) -> list[str]:
+    """The collection's tables that exist: chunks, documents, then its caches (`<name>_cache_*`), sorted."""
+    names = col.table_names()
+    own = [n for n in (col.chunks_name, col.documents_name) if n in names]
+    return own + sorted(n for n in names if n.startswith(f"{col.name}_cache_"))
+
+
+def _shape(tbl: Any) -> dict[str, int]:
+    st = tbl.stats()
+    return {"rows": int(st["num_rows"]), "fragments": int(st["fragment_stats"]["num_fragments"]),
+            "bytes": int(st["total_bytes"]), "versions": len(tbl.list_versions())}
+
+
+def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days: float = 7.0) -> list[dict]:
+    """Compact and clean up the tables of `collection` (every table of the db when None).
+
+    Returns one row per table: its name, rows, and fragments / versions / bytes before and after.
+    """
+    if keep_days < 0:
+        raise ValueError(f"keep_days must be >= 0, got {keep_days}; 7 keeps a week of old versions for readers")
+    col = Collection(Path(db_dir), collection or "")
+    if collection:
+        names = collection_tables(col)
+        if not names:
+            raise FileNotFoundError(
+                f"no tables of collection {collection!r} in {str(db_dir)!r}; tables there: {col.table_names()}")
+    else:
+        names = sorted(col.table_names())
+    out = []
+    for name in names:
+        tbl = col.table(name)
+        before = _shape(tbl)
+        t = time.perf_counter()
+        tbl.optimize(cleanup_older_than=timedelta(days=keep_days))
+        after = _shape(tbl)
+        row = {"table": name, "rows": after["rows"], "seconds": round(time.perf_counter() - t, 3)}
+        for k in ("fragments", "versions", "bytes"):
+            row[f"{k}_before"], row[f"{k}_after"] = before[k], after[k]
+        log.info("optimized %s: %s", name, row)
+        out.append(row)
+    return out
+
+
+def optimize_text(rows: list[dict]) -> str:
+    """One line per table: `name: rows, fragments a -> b, versions a -> b, MB a -> b, seconds`."""
+    if not rows:
+        return "no tables"
+    return "\n".join(
+        f"{r['table']}: {r['rows']} rows, fragments {r['fragments_before']} -> {r['fragments_after']}, "
+        f"versions {r['versions_before']} -> {r['versions_after']}, "
+        f"{r['bytes_before'] / 2**20:.1f} -> {r['bytes_after'] / 2**20:.1f} MB, {r['seconds']:.1f}s"
+        for r in rows)
