@@ -107,7 +107,7 @@ def fallback_variants(query: str) -> list[tuple[str, str]]:
 
 
 def render_chat(llm: object, messages: list[dict[str, str]]) -> str:
-    """Render messages with the GGUF's own chat template (ChatML when the file has none), ready to generate."""
+    """Render messages with the GGUF's chat template (ChatML when the file has none), ready to generate."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     template = llm.metadata.get("tokenizer.chat_template")  # type: ignore[attr-defined]
@@ -170,7 +170,7 @@ class QueryExpander:
                 raise ValueError("empty query: nothing to expand")
             raw = self.generate(query, intent, lang)
             variants = parse_expansion(raw, query, self.cfg.expand.max_variants, self.stats)
-        except Exception as exc:  # one bad row never kills the batch
+        except Exception as exc:  # noqa: BLE001 - one bad row never kills the batch
             error = f"{type(exc).__name__}: {exc}"
             log.warning("expansion failed for query %r: %s; using the fallback", query, error)
             variants = []
@@ -192,7 +192,8 @@ class QueryExpander:
         n = len(queries)
         intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
         langs = batch.column("lang").to_pylist() if "lang" in batch.column_names else [None] * n
-        keys = [(q or "", it or None, lg or detect_lang(q or "")) for q, it, lg in zip(queries, intents, langs)]
+        keys = [(q or "", it or None, lg or detect_lang(q or ""))
+                for q, it, lg in zip(queries, intents, langs)]
         done: dict[tuple[str, str | None, str], dict[str, object]] = {}
         # identical queries are generated once; one language at a time, so llama-cpp-python keeps the
         # KV cache of that language's system prompt and example between queries

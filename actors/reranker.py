@@ -1,8 +1,9 @@
 """Reranker actor: scores (query, passage) pairs the Qwen3-Reranker way, P("yes") against P("no").
 
-The prompt is rendered with the GGUF's chat template; everything before the document is the same for all
-passages of one query (and the system part for all queries), so the KV cache keeps the longest common
-prefix of the previous sequence and only the rest is evaluated (`prefix_reuse=True`).
+The prompt is rendered with the GGUF's chat template and evaluated in three decode calls: the system turn
+(the same for all queries), the instruct + query part (the same for all passages of one query), then the
+passage with the end of the turn. With `prefix_reuse` the KV cells of the first two stay in the cache and
+only the passage part is decoded; a pair's score does not depend on the batch it came in.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class Reranker:
         # logits_all=False: only the last token of each decode gets logits (read with llama_get_logits_ith)
         self.llm = load_llama(self.path, cfg.reranker, logits_all=False)
         # Qwen3-Reranker opens the answer with an empty think block; a model whose chat template has no
-        # think tokens never saw one (Qwen2.5-Coder-0.5B: MRR 0.41 with it, 0.76 without, bench/model_calls.py)
+        # think tokens never saw one (Qwen2.5-Coder-0.5B: MRR 0.41 with it, 0.76 without; see
+        # bench/model_calls.py)
         template = str(self.llm.metadata.get("tokenizer.chat_template") or "")
         self.think = THINK if "<think>" in template else ""
         self.yes = self._single_token("yes")
@@ -80,7 +82,8 @@ class Reranker:
 
         Segments already in the KV cache (same tokens at the same positions) are kept when prefix_reuse is
         on; the rest is decoded. The split into decode calls is the same with or without reuse, because on
-        CPU a quantized model's logits depend on how the tokens are batched (see the module's tests).
+        CPU a quantized model's logits depend on how tokens are split into decode calls (by up to ~0.07 in
+        the score; `bench/model_calls.py --part split`).
         """
         import llama_cpp
 
@@ -115,17 +118,16 @@ class Reranker:
         passages = [p or "" for p in batch.column("passage").to_pylist()]
         n = len(queries)
         intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
-        groups: dict[tuple[str, str | None], list[str]] = {}
+        groups: dict[tuple[str, str | None], dict[str, None]] = {}  # identical pairs scored once
         for q, p, it in zip(queries, passages, intents):
-            docs = groups.setdefault((q, it or None), [])
-            if p not in docs:
-                docs.append(p)
+            groups.setdefault((q, it or None), {})[p] = None
         scores: dict[tuple[str, str | None, str], float] = {}
-        for (q, it), docs in groups.items():  # rows of one query together: one prefix evaluation
+        for (q, it), unique_docs in groups.items():  # rows of one query together: one prefix evaluation
+            docs = list(unique_docs)
             try:
                 for p, s in zip(docs, self.score(q, docs, it)):
                     scores[(q, it, p)] = s
-            except Exception as exc:  # one bad query never kills the batch: its rows get a null score
+            except Exception as exc:  # noqa: BLE001 - one bad query never kills the batch: null scores
                 self.llm.n_tokens = 0
                 self.stats["failed"] = self.stats.get("failed", 0) + len(docs)
                 log.warning("rerank failed for query %r (%d passages): %s: %s", q, len(docs),

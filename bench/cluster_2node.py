@@ -30,15 +30,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from fanout.config import Config, load_config  # noqa: E402
-from fanout.runner import RayRunner, Runner  # noqa: E402
+from fanout.config import Config, load_config
+from fanout.runner import RayRunner, Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("bench.cluster_2node")
@@ -51,7 +51,7 @@ def _free_port() -> int:
 
 
 def _session_pids(sid: int) -> list[int]:
-    """Processes whose session id is `sid` (every process a `ray start` launched stays in its session)."""
+    """Live (non-zombie) processes of session `sid`: everything a `ray start` launched stays in its session."""
     pids = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -61,7 +61,7 @@ def _session_pids(sid: int) -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
-        if int(fields[3]) == sid:
+        if int(fields[3]) == sid and fields[0] != "Z":
             pids.append(int(d))
     return pids
 
@@ -75,8 +75,9 @@ class LoopbackCluster:
     """
 
     def __init__(self, head_cpus: float = 1, worker_cpus: float = 2, worker_resources: dict | None = None,
-                 object_store_mb: int = 200, start_timeout_s: float = 120):
+                 object_store_mb: int = 200, start_timeout_s: float = 120, dashboard: bool = False):
         self.head_cpus, self.worker_cpus = head_cpus, worker_cpus
+        self.dashboard = dashboard  # the job server (`ray job submit`) lives in the dashboard
         self.worker_resources = {"models": 1} if worker_resources is None else worker_resources
         self.object_store_mb = object_store_mb
         self.start_timeout_s = start_timeout_s
@@ -84,6 +85,7 @@ class LoopbackCluster:
         self.dirs: list[str] = []
         self.logs: list[Path] = []
         self.address = ""
+        self.dashboard_url = ""
 
     def _node(self, name: str, args: list[str], cpus: float) -> None:
         tmp = tempfile.mkdtemp(prefix=f"fanout-{name}-", dir="/tmp")
@@ -111,11 +113,14 @@ class LoopbackCluster:
                                    f"its output:\n{tail}")
             time.sleep(0.2)
 
-    def start(self) -> LoopbackCluster:
+    def start(self) -> Self:
         port = _free_port()
         try:
-            self._node("head", ["--head", f"--port={port}", "--include-dashboard=false",
+            dash = _free_port()
+            self._node("head", ["--head", f"--port={port}", f"--include-dashboard={str(self.dashboard).lower()}",
+                                f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1",
                                 f"--ray-client-server-port={_free_port()}"], self.head_cpus)
+            self.dashboard_url = f"http://127.0.0.1:{dash}" if self.dashboard else ""
             self.address = f"127.0.0.1:{port}"
             self._node("worker", [f"--address={self.address}",
                                   f"--resources={json.dumps(self.worker_resources)}"], self.worker_cpus)
@@ -124,32 +129,34 @@ class LoopbackCluster:
             raise
         return self
 
-    def stop(self, grace_s: float = 8.0) -> None:
-        """SIGTERM every process of both nodes' sessions, SIGKILL what is left after `grace_s`, rm temp dirs."""
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM each `ray start --block` (it stops its node's processes), SIGKILL what is left after
+        `grace_s` (only processes of our nodes' sessions), then remove the temp dirs."""
         sids = [p.pid for p in self.procs]
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = [pid for sid in sids for pid in _session_pids(sid)]
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
-            while time.monotonic() < deadline and any(_session_pids(s) for s in sids):
-                time.sleep(0.2)
+        for p in reversed(self.procs):  # worker first, then head
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_session_pids(s) for s in sids):
+            time.sleep(0.2)
+        left = [pid for s in sids for pid in _session_pids(s)]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if left:
+            log.warning("killed %d Ray processes that outlived SIGTERM by %gs", len(left), grace_s)
         for p in self.procs:
             try:
-                p.wait(timeout=1)
+                p.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                pass
-        left = [pid for sid in sids for pid in _session_pids(sid)]
-        if left:
-            log.warning("processes still alive after SIGKILL: %s", left)
+                log.warning("ray start (pid %d) did not exit", p.pid)
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
-        self.procs, self.dirs = [], []
+        self.procs = []
 
-    def __enter__(self) -> LoopbackCluster:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -225,9 +232,11 @@ def run_one(name: str, runner: Runner, cfg: Config, db: str, collection: str, qu
     from pipelines.search import Searcher, SearchOptions
 
     t = time.perf_counter()
+    load0 = os.getloadavg()[0]
     searcher = Searcher(db, collection, cfg, runner)
     st = run_batch(queries, out, searcher, SearchOptions(expand=False, rerank=False), slice_size)
     row = {"mode": name, "setup_s": setup_s, "batch_s": st["seconds"], "wall_s": time.perf_counter() - t,
+           "load": f"{load0:.1f}-{os.getloadavg()[0]:.1f}",
            "load_s": runner.seconds.get("load_embedder", 0.0), "embed_s": runner.seconds.get("embedder", 0.0),
            "embed_calls": runner.calls.get("embedder", 0), "queries": st["queries"], "errors": st["errors"]}
     row.update({f"t_{k}": v for k, v in st["timings"].items()})
@@ -236,21 +245,25 @@ def run_one(name: str, runner: Runner, cfg: Config, db: str, collection: str, qu
 
 def print_table(rows: list[dict]) -> None:
     stages = [k for k in rows[0] if k.startswith("t_")]
-    head = ["mode", "setup", "model load", "embed", *[s[2:] for s in stages], "batch", "q/s"]
+    head = ["mode", "setup", "model load", "embed", *[s[2:] for s in stages], "batch", "q/s", "load avg"]
     lines = [head]
     for r in rows:
         lines.append([r["mode"], f"{r['setup_s']:.1f}", f"{r['load_s']:.1f}", f"{r['embed_s']:.1f}",
                       *[f"{r.get(s, 0.0):.2f}" for s in stages], f"{r['batch_s']:.1f}",
-                      f"{r['queries'] / r['batch_s']:.1f}"])
+                      f"{r['queries'] / r['batch_s']:.1f}", r["load"]])
     widths = [max(len(x[i]) for x in lines) for i in range(len(head))]
-    fmt = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+
+    def fmt(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+
     print(fmt(lines[0]))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for cells in lines[1:]:
         print(fmt(cells))
     print("seconds; setup = Ray start/attach (in-process: none), model load = embedder actor creation "
           "(in the batch: it happens inside `retrieve`), embed = time in embedder calls (inside `retrieve`), "
-          "stage columns = the batch's `timings`, batch = run_batch total.")
+          "stage columns = the batch's `timings`, batch = run_batch total; load avg = 1-min load average "
+          f"before-after the batch on this {os.cpu_count()}-CPU machine.")
 
 
 def index_ready(db: str, collection: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -54,7 +55,8 @@ MRR_SET: list[tuple[str, list[str]]] = [
         "To add a new laptop to the VPN, generate a key pair and ask an admin to add the peer.",
         "The phone backup app uploads photos to the NAS every night over Wi-Fi."]),
     ("как часто делаются резервные копии", [
-        "Резервное копирование запускается каждую ночь в 02:30; хранятся 7 ежедневных и 4 еженедельных копии.",
+        ("Резервное копирование запускается каждую ночь в 02:30; "
+         "хранятся 7 ежедневных и 4 еженедельных копии."),
         "Чтобы восстановить файл, подключитесь к VPN и выполните restic restore с нужным путём.",
         "Умный дом управляется через Home Assistant, который работает на отдельном мини-компьютере.",
         "Снимки ZFS не заменяют резервные копии: они защищают только от случайного удаления.",
@@ -69,7 +71,7 @@ MRR_SET: list[tuple[str, list[str]]] = [
 
 
 def _load() -> str:
-    return "load %.1f" % os.getloadavg()[0]
+    return f"load {os.getloadavg()[0]:.1f}"
 
 
 def bench_expand(models: list[str]) -> list[dict[str, object]]:
@@ -81,7 +83,8 @@ def bench_expand(models: list[str]) -> list[dict[str, object]]:
         for lang, queries in (("en", EN_QUERIES), ("ru", RU_QUERIES)):
             for i, q in enumerate(queries):
                 t0, c0 = time.perf_counter(), time.process_time()
-                row = exp(pa.table({"qid": [str(i)], "query": [q], "intent": [None], "lang": [lang]})).to_pylist()[0]
+                batch = pa.table({"qid": [str(i)], "query": [q], "intent": [None], "lang": [lang]})
+                row = exp(batch).to_pylist()[0]
                 dt, cpu = time.perf_counter() - t0, time.process_time() - c0
                 cyr = sum(bool(re.search(r"[\u0400-\u04FF]", v["text"])) for v in row["variants"])
                 out.append({"model": exp.model_id, "lang": lang, "query": q, "s": round(dt, 2),
@@ -115,7 +118,8 @@ def bench_rerank(spec: str, n: int = 40) -> list[dict[str, object]]:
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         out.append({"model": rr.model_id, "reuse": reuse, "passages": len(docs),
                     "mean_passage_tokens": round(sum(toks) / len(toks)), "s": round(dt, 1),
-                    "cpu_s": round(cpu, 1), "load": _load(), "tokens_evaluated": rr.stats["tokens_evaluated"] - e0})
+                    "cpu_s": round(cpu, 1), "load": _load(),
+                    "tokens_evaluated": rr.stats["tokens_evaluated"] - e0})
         log.info("%s", json.dumps(out[-1]))
     return out
 
@@ -137,9 +141,31 @@ def mrr(spec: str, think: bool) -> dict[str, object]:
     return res
 
 
+def split_sensitivity(spec: str) -> dict[str, object]:
+    """Score one pair from an empty cache with the same tokens split into decode calls differently."""
+    import llama_cpp
+
+    from actors.reranker import Reranker
+
+    rr = Reranker(Config().replace(models={"reranker": spec}))
+    q, docs = MRR_SET[0]
+    system, head, tail = rr.split_prompt(q, None)
+    toks = system + head + rr.passage_tokens(docs[1], 10_000) + tail
+    res: dict[str, object] = {"model": rr.model_id, "tokens": len(toks)}
+    for name, cuts in (("one call", []), ("segments", [len(system), len(system) + len(head)]),
+                       ("cut at 30", [30]), ("last token alone", [len(toks) - 1])):
+        rr.llm.n_tokens = 0
+        for a, b in zip([0, *cuts], [*cuts, len(toks)]):
+            rr.llm.eval(toks[a:b])
+        logits = llama_cpp.llama_get_logits_ith(rr.llm._ctx.ctx, -1)
+        res[name] = round(1 / (1 + math.exp(float(logits[rr.no]) - float(logits[rr.yes]))), 4)
+    log.info("%s", json.dumps(res))
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["expand", "rerank", "mrr", "all"], default="all")
+    ap.add_argument("--part", choices=["expand", "rerank", "mrr", "split", "all"], default="all")
     ap.add_argument("--models", nargs="+", default=[QWEN, SMOL])
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args()
@@ -151,6 +177,8 @@ def main() -> None:
         res["rerank"] = bench_rerank(args.models[0])
     if args.part in ("mrr", "all"):
         res["mrr"] = [mrr(m, think) for m in args.models for think in (True, False)]
+    if args.part in ("split", "all"):
+        res["split"] = split_sensitivity(args.models[0])
     if args.out:
         args.out.write_text(json.dumps(res, ensure_ascii=False, indent=1))
 

@@ -114,6 +114,7 @@ class FuseConfig:
     w_vec: float = 1.0  # weight of vec variants (paraphrases)
     w_hyde: float = 1.0  # weight of hyde variants (answer-shaped sentences)
     w_alias: float = 2.0  # weight of the exact title/alias lane
+    fts_scale: float = 1.0  # multiplies the weight of every full-text list (tunes BM25 against vectors)
     bonus_first: float = 0.05  # added once for a page ranked 1st in any list
     bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
 

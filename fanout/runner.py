@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 
@@ -69,7 +69,7 @@ class Runner:
     def close(self) -> None:
         self._actors.clear()
 
-    def __enter__(self) -> Runner:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -171,9 +171,12 @@ class RayRunner(Runner):
                    f"`ray start ... --resources='{{\"{res}\": 1}}'` or set runner.model_resource: \"\"")
         elif not fit:
             fix = f"no node has {acfg.num_cpus:g} CPUs{' and ' + repr(res) if res else ''}: lower {role}.num_cpus"
+        elif acfg.count > (room := sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in fit)):
+            fix = (f"the fitting nodes hold at most {room} such actors: lower {role}.count or {role}.num_cpus, "
+                   f"or add nodes")
         else:
-            fix = (f"the CPUs of the fitting nodes are reserved by other actors: lower {role}.count or "
-                   f"{role}.num_cpus, or add nodes")
+            fix = ("they would fit, so other actors hold those CPUs or loading the models took longer: "
+                   "free CPUs (other jobs) or raise runner.placement_timeout_s")
         listing = "; ".join(f"{n['NodeManagerAddress']} {_show(n['Resources'])}" for n in nodes)
         return RuntimeError(
             f"{role} actors could not be placed and started within {rcfg.placement_timeout_s:g}s "
@@ -207,9 +210,10 @@ class RayRunner(Runner):
         self._ray.kill(self._actors_for(role)[index], no_restart=False)
 
     def close(self) -> None:
-        for handles in self._pools.values():
-            for h in handles:
-                self._ray.kill(h)
+        if self._ray.is_initialized():  # at interpreter exit Ray's own atexit shutdown may have run first
+            for handles in self._pools.values():
+                for h in handles:
+                    self._ray.kill(h)
         self._pools.clear()
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()

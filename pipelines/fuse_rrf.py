@@ -25,7 +25,8 @@ FUSED_SCHEMA = pa.schema([
 def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
     if lane == "alias":
         return cfg.w_alias
-    return {"orig": cfg.w_original, "lex": cfg.w_lex, "vec": cfg.w_vec, "hyde": cfg.w_hyde}[kind]
+    w = {"orig": cfg.w_original, "lex": cfg.w_lex, "vec": cfg.w_vec, "hyde": cfg.w_hyde}[kind]
+    return w * cfg.fts_scale if lane == "fts" else w
 
 
 def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None) -> pa.Table:

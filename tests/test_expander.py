@@ -29,7 +29,8 @@ def test_parse_keeps_overlapping_lines_and_drops_the_query_itself() -> None:
 
 def test_parse_cyrillic_overlap_is_kept_and_unrelated_lines_dropped() -> None:
     # "синхронизация" and "синхронизировать" share the crude stem "синхр"; qmd's ASCII filter drops both
-    raw = "lex: синхронизация заметок\nvec: настройки шрифта и темы\nhyde: Заметки синхронизирует Obsidian Sync.\n"
+    raw = ("lex: синхронизация заметок\nvec: настройки шрифта и темы\n"
+           "hyde: Заметки синхронизирует Obsidian Sync.\n")
     stats: dict[str, int] = {}
     got = parse_expansion(raw, "как синхронизировать заметки", 6, stats)
     assert got == [("lex", "синхронизация заметок"), ("hyde", "Заметки синхронизирует Obsidian Sync.")]
@@ -112,13 +113,15 @@ def test_english_query_keeps_variants(expanded: pa.Table) -> None:
 
 
 @pytest.mark.slow
-def test_model_error_gives_fallback_and_error(expander: QueryExpander, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_model_error_gives_fallback_and_error(expander: QueryExpander,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(query: str, intent: str | None, lang: str | None) -> str:
         raise RuntimeError("llama_decode returned 1")
 
     monkeypatch.setattr(expander, "generate", broken)
     before = expander.stats["fallback_error"]
-    out = expander(pa.table({"qid": ["x"], "query": [EN], "intent": ["obsidian"], "lang": ["en"]})).to_pylist()
+    batch = pa.table({"qid": ["x"], "query": [EN], "intent": ["obsidian"], "lang": ["en"]})
+    out = expander(batch).to_pylist()
     assert out[0]["source"] == "fallback" and out[0]["variants"] == []
     assert out[0]["error"] == "RuntimeError: llama_decode returned 1"
     assert expander.stats["fallback_error"] == before + 1

@@ -11,8 +11,8 @@ from fanout.config import Config
 # (query, relevant passage, unrelated passage)
 PAIRS = [
     ("how do I sync my notes between devices",
-     "Obsidian Sync keeps your notes in sync across all your devices: phone, tablet and computer. "
-     "Turn it on under Settings > Sync and choose a remote vault.",
+     ("Obsidian Sync keeps your notes in sync across all your devices: phone, tablet and computer. "
+      "Turn it on under Settings > Sync and choose a remote vault."),
      "Pasta carbonara is made with eggs, pecorino cheese, guanciale and black pepper. Do not add cream."),
     ("how long are backup snapshots kept",
      "Restic runs every night at 02:30 and keeps 7 daily, 4 weekly and 12 monthly snapshots.",
