@@ -3,36 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from fanout.config import ActorConfig, Config
+from fanout.models import file_sha256  # noqa: F401 - re-exported for the actors
 
 log = logging.getLogger(__name__)
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a model file, cached in a sidecar keyed by size and mtime (hashing 300 MB takes ~1 s)."""
-    p = Path(path)
-    st = p.stat()
-    side = p.with_name(p.name + ".sha256.json")
-    key = {"size": st.st_size, "mtime": st.st_mtime}
-    with contextlib.suppress(OSError, ValueError):
-        data = json.loads(side.read_text())
-        if data.get("size") == key["size"] and data.get("mtime") == key["mtime"]:
-            return str(data["sha256"])
-    h = hashlib.sha256()
-    with p.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    digest = h.hexdigest()
-    with contextlib.suppress(OSError):
-        side.write_text(json.dumps({**key, "sha256": digest}))
-    return digest
 
 
 def model_path(cfg: Config, role: str) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from importlib import resources
+from typing import Any
 
 import pyarrow as pa
 
@@ -106,18 +107,18 @@ def fallback_variants(query: str) -> list[tuple[str, str]]:
     return []
 
 
-def render_chat(llm: object, messages: list[dict[str, str]]) -> str:
+def render_chat(llm: Any, messages: list[dict[str, str]]) -> str:
     """Render messages with the GGUF's chat template (ChatML when the file has none), ready to generate."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    template = llm.metadata.get("tokenizer.chat_template")  # type: ignore[attr-defined]
+    template = llm.metadata.get("tokenizer.chat_template")
     if not template:
         log.warning("model has no tokenizer.chat_template; using ChatML")
         return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + \
             "<|im_start|>assistant\n"
     # bos_token "" : llama-cpp-python adds BOS itself when the vocabulary asks for it
     fmt = Jinja2ChatFormatter(template=template, eos_token="", bos_token="", add_generation_prompt=True)
-    return fmt(messages=messages).prompt  # type: ignore[arg-type]
+    return fmt(messages=messages).prompt  # type: ignore[arg-type]  # plain dicts are valid messages
 
 
 class QueryExpander:
@@ -136,7 +137,9 @@ class QueryExpander:
 
     def prompt(self, query: str, intent: str | None, lang: str | None) -> str:
         """The chat prompt for one query, in its language (detected from the text when `lang` is null)."""
-        p = PROMPTS.get(lang or detect_lang(query)) or PROMPTS["en"]
+        lang = lang or detect_lang(query)
+        p = PROMPTS.get(lang) or {**PROMPTS["en"], "system": PROMPTS["en"]["system"].replace(
+            "Write every line in English.", "Write every line in the language of the query.")}
         user = p["query"].format(query=query)
         if intent:
             user += "\n" + p["intent"].format(intent=intent)

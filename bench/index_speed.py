@@ -19,14 +19,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from actors._llama import load_llama, model_path  # noqa: E402
-from actors.embedder import format_prompt  # noqa: E402
-from fanout.bench_data import corpus_dir  # noqa: E402
-from fanout.config import load_config  # noqa: E402
-from fanout.runner import Runner  # noqa: E402
-from pipelines.chunk_notes import chunk_notes  # noqa: E402
-from pipelines.index import index_vault  # noqa: E402
-from pipelines.scan_notes import list_markdown, scan_notes  # noqa: E402
+from actors._llama import load_llama, model_path
+from actors.embedder import format_prompt
+from fanout.bench_data import corpus_dir
+from fanout.config import load_config
+from fanout.runner import Runner
+from pipelines.chunk_notes import chunk_notes
+from pipelines.index import index_vault
+from pipelines.scan_notes import list_markdown, scan_notes
 
 
 def main() -> None:

@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from fanout.bench_data import load_agent_fields, load_queries  # noqa: E402
-from fanout.config import load_config  # noqa: E402
-from fanout.runner import Runner  # noqa: E402
-from pipelines.search import Searcher, SearchOptions  # noqa: E402
+from fanout.bench_data import load_agent_fields, load_queries
+from fanout.config import load_config
+from fanout.runner import Runner
+from pipelines.search import Searcher, SearchOptions
 
 
 def fresh_db(src: Path, collection: str, dst: Path) -> Path:

@@ -8,6 +8,7 @@ key (no duplicates). duckdb reads them through Arrow: `duckdb.sql("select * from
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -62,10 +63,8 @@ class Caches:
             self.misses[name] = self.misses.get(name, 0) + len(keys)
             return {}
         tbl = self.col.table(n)
-        try:
+        with contextlib.suppress(Exception):  # see writes of other processes (older lancedb: no-op)
             tbl.checkout_latest()
-        except Exception:  # noqa: BLE001 - older lancedb: handle is fresh enough
-            pass
         found: dict[str, dict] = {}
         uniq = sorted(set(keys))
         for i in range(0, len(uniq), 500):

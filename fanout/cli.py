@@ -1,4 +1,4 @@
-"""`fanout` command line: index, query, batch, expand, eval, analyze, models, mcp, demo."""
+"""`fanout` command line: index, query, batch, expand, eval, analyze, optimize, models, mcp, demo."""
 
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         return int(args.fn(args) or 0)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, RuntimeError) as e:  # incl. ModelError, placement errors
         print(f"fanout: {e}", file=sys.stderr)
         return 2
 

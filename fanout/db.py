@@ -11,7 +11,7 @@ from typing import Any
 
 os.environ.setdefault("LANCEDB_LOG", "error")  # Lance warns on stderr for every query without _score
 
-import pyarrow as pa  # noqa: E402
+import pyarrow as pa
 
 LANG_NAMES = {"en": "English", "ru": "Russian", "de": "German", "fr": "French", "es": "Spanish",
               "it": "Italian", "pt": "Portuguese"}

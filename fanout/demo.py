@@ -7,7 +7,6 @@ import json
 import shutil
 import tempfile
 import time
-from pathlib import Path
 
 from fanout.config import REPO_ROOT, load_config
 
@@ -41,7 +40,7 @@ def run_demo(args: argparse.Namespace) -> int:
         for r in res.results.to_pylist():
             top.setdefault(r["qid"], []).append(r)
         hit = 0
-        print(f"\n| id | query | top page | score | right? |\n|---|---|---|---|---|")
+        print("\n| id | query | top page | score | right? |\n|---|---|---|---|---|")
         for q in rows:
             best = top.get(q["id"], [{}])[0]
             ok = best.get("path") in q.get("relevant", [])

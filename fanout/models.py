@@ -88,6 +88,19 @@ def _stamp_line(target: Path, sha256: str | None) -> str:
     return f"{sha256 or '-'} {st.st_size} {st.st_mtime_ns}\n"
 
 
+def file_sha256(target: Path) -> str:
+    """sha256 of a model file, read from its size+mtime stamp when the file has not changed since."""
+    stamp = _stamp(target)
+    if stamp.exists():
+        parts = stamp.read_text().split()
+        if len(parts) == 3 and parts[0] != "-" and _stamp_line(target, parts[0]) == stamp.read_text():
+            return parts[0]
+    actual = sha256_file(target)
+    with contextlib.suppress(OSError):
+        stamp.write_text(_stamp_line(target, actual))
+    return actual
+
+
 def is_present(target: Path, sha256: str | None) -> bool:
     """True if `target` exists and matches `sha256`; a size+mtime stamp avoids rehashing."""
     if not target.exists():

@@ -10,10 +10,7 @@ _CYR = re.compile(r"[\u0400-\u04FF]")
 _LAT = re.compile(r"[A-Za-z]")
 
 STOPWORDS = frozenset(
-    "a an the and or of to in on for with how do does i is are can what where why when which my me you it "
-    "this that be by from as at not no use using into your get set there their about "
-    "и в во не на я что как с со по к ко у из за от до для это ли или а но же то бы мне можно "
-    "ли чем где когда почему какой какие какая каком".split()
+    ["a", "an", "the", "and", "or", "of", "to", "in", "on", "for", "with", "how", "do", "does", "i", "is", "are", "can", "what", "where", "why", "when", "which", "my", "me", "you", "it", "this", "that", "be", "by", "from", "as", "at", "not", "no", "use", "using", "into", "your", "get", "set", "there", "their", "about", "и", "в", "во", "не", "на", "я", "что", "как", "с", "со", "по", "к", "ко", "у", "из", "за", "от", "до", "для", "это", "ли", "или", "а", "но", "же", "то", "бы", "мне", "можно", "ли", "чем", "где", "когда", "почему", "какой", "какие", "какая", "каком"]
 )
 
 

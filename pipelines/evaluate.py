@@ -46,7 +46,7 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="out/eval", help="output folder")
     p.add_argument("--modes", default=DEFAULT_MODES, help=f"comma list of {sorted(MODES)}, each +rerank too")
     p.add_argument("--langs", default="en,ru")
-    p.add_argument("--limit", type=int, default=0, help="only the first N queries per language (quick runs)")
+    p.add_argument("--limit", type=int, default=0, help="only the first N queries of each set (quick runs)")
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--score", nargs="*", default=None, help="only score these run files and print the table")
     p.add_argument("--set", dest="overrides", action="append", default=[],
@@ -118,7 +118,8 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
             mcfg = cfg.replace(**changes) if changes else cfg
             for lang in langs:
                 qs = [q for q in queries if q["lang"] == lang]
-                qs = qs[:args.limit] if args.limit else qs
+                if args.limit:
+                    qs = [q for s in ("base", "tricky") for q in [x for x in qs if x["subset"] == s][:args.limit]]
                 searcher = Searcher(args.db, f"bench-{lang}", mcfg, runner)
                 t = time.perf_counter()
                 res = searcher.search(mode_rows(qs, fields, use),
@@ -148,7 +149,13 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 def main_eval(args: argparse.Namespace) -> int:
     from fanout.config import load_config
     from pipelines.bootstrap_ci import set_intervals
-    from pipelines.report_eval import plot_sets, published_rows, render_markdown, score_runs_cli, with_intervals
+    from pipelines.report_eval import (
+        plot_sets,
+        published_rows,
+        render_markdown,
+        score_runs_cli,
+        with_intervals,
+    )
     from pipelines.score_runs import summarize
 
     if args.score is not None:

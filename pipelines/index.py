@@ -123,9 +123,8 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         bar.close()
     summary.embed_seconds = time.perf_counter() - te
     summary.embedded_notes = len(paths)
-    if wrote_any or deleted or rebuild:
-        if col.has(col.chunks_name):
-            build_fts(col, cfg.index.languages)
+    if (wrote_any or deleted or rebuild) and col.has(col.chunks_name):
+        build_fts(col, cfg.index.languages)
     summary.chunks = col.table(col.chunks_name).count_rows() if col.has(col.chunks_name) else 0
     summary.seconds = time.perf_counter() - t0
     manifest["stats"] = {"notes": summary.notes, "chunks": summary.chunks, "updated": time.time()}

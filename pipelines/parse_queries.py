@@ -8,6 +8,7 @@ OHS's `queries: [...]` (plain rephrasings, each searched like the original: lex 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ class RowError(ValueError):
 
 def _text(row: dict[str, Any], field: str, required: bool = False) -> str | None:
     v = row.get(field)
-    if v is None or (isinstance(v, float) and v != v):  # None or NaN (CSV/parquet nulls)
+    if v is None or (isinstance(v, float) and math.isnan(v)):  # None or NaN (CSV/parquet nulls)
         if required:
             raise RowError(field, f"`{field}` is missing; give the question as a non-empty string")
         return None

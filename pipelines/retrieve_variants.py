@@ -15,9 +15,9 @@ import pyarrow as pa
 from fanout.caches import Caches
 from fanout.config import Config
 from fanout.db import Collection, fts_columns
+from fanout.runner import Runner
 from fanout.schemas import HITS
 from fanout.text import nfc
-from fanout.runner import Runner
 
 FTS_KINDS = ("orig", "lex")
 VEC_KINDS = ("orig", "vec", "hyde")
@@ -57,8 +57,7 @@ def fts_page_lists(col: Collection, texts: list[str], cfg: Config) -> list[list[
 
 def alias_key(s: str) -> str:
     s = nfc(s).casefold().strip()
-    if s.endswith(".md"):
-        s = s[:-3]
+    s = s.removesuffix(".md")
     return " ".join(_NON_WORD.sub(" ", s).split())
 
 

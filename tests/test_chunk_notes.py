@@ -1,3 +1,5 @@
+import itertools
+
 from fanout.config import ChunkConfig
 from fanout.text import est_tokens
 from pipelines.chunk_notes import chunk_note, scan_lines, split_sections
@@ -55,7 +57,7 @@ def test_long_section_is_cut_under_budget_with_overlap_and_never_inside_a_fence(
         if "```" not in c["text"]:
             assert est_tokens(c["text"]) <= 120 * 1.1
     # overlap: consecutive pieces share text
-    assert any(a["end"] > b["start"] for a, b in zip(chunks, chunks[1:]))
+    assert any(a["end"] > b["start"] for a, b in itertools.pairwise(chunks))
 
 
 def test_note_under_budget_is_one_chunk():

@@ -1,8 +1,8 @@
 """Real-model embedding test (embeddinggemma-300m installed by the project's setup)."""
 
 import numpy as np
-import pytest
 import pyarrow as pa
+import pytest
 
 pytestmark = pytest.mark.slow
 

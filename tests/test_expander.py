@@ -113,6 +113,15 @@ def test_english_query_keeps_variants(expanded: pa.Table) -> None:
 
 
 @pytest.mark.slow
+def test_prompt_is_written_in_the_query_language(expander: QueryExpander) -> None:
+    ru = expander.prompt(RU, "заметки Obsidian", None)  # language detected from the text
+    assert "Пиши все строки только на русском языке" in ru and "Контекст: заметки Obsidian" in ru
+    assert ru.endswith("Запрос: " + RU + "\nКонтекст: заметки Obsidian<|im_end|>\n<|im_start|>assistant\n")
+    assert "Write every line in English." in expander.prompt(EN, None, "en")
+    assert "in the language of the query" in expander.prompt("Notizen synchronisieren", None, "de")
+
+
+@pytest.mark.slow
 def test_model_error_gives_fallback_and_error(expander: QueryExpander,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(query: str, intent: str | None, lang: str | None) -> str:

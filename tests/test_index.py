@@ -5,8 +5,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import NOTES, write_vault
+
 from fanout.db import Collection
 from pipelines.index import index_vault
 
