@@ -70,6 +70,14 @@ MRR_SET: list[tuple[str, list[str]]] = [
 ]
 
 
+THREADS: list[int] = []  # --threads, when given
+
+
+def _cfg(role: str, spec: str) -> Config:
+    extra = {role: {"n_threads": THREADS[0]}} if THREADS else {}
+    return Config().replace(models={role: spec}, **extra)
+
+
 def _load() -> str:
     return f"load {os.getloadavg()[0]:.1f}"
 
@@ -79,7 +87,7 @@ def bench_expand(models: list[str]) -> list[dict[str, object]]:
 
     out = []
     for spec in models:
-        exp = QueryExpander(Config().replace(models={"expander": spec}))
+        exp = QueryExpander(_cfg("expander", spec))
         for lang, queries in (("en", EN_QUERIES), ("ru", RU_QUERIES)):
             for i, q in enumerate(queries):
                 t0, c0 = time.perf_counter(), time.process_time()
@@ -106,7 +114,7 @@ def vault_passages(n: int, chars: int = 640) -> list[str]:
 def bench_rerank(spec: str, n: int = 40) -> list[dict[str, object]]:
     from actors.reranker import Reranker
 
-    rr = Reranker(Config().replace(models={"reranker": spec}))
+    rr = Reranker(_cfg("reranker", spec))
     docs = vault_passages(n)
     toks = [len(rr.passage_tokens(d, 10_000)) for d in docs]
     out = []
@@ -128,7 +136,7 @@ def mrr(spec: str, think: bool) -> dict[str, object]:
     """MRR of the relevant passage on MRR_SET, with or without the empty think block."""
     from actors.reranker import THINK, Reranker
 
-    rr = Reranker(Config().replace(models={"reranker": spec}))
+    rr = Reranker(_cfg("reranker", spec))
     rr.think = THINK if think else ""
     ranks = []
     for q, docs in MRR_SET:
@@ -147,7 +155,7 @@ def split_sensitivity(spec: str) -> dict[str, object]:
 
     from actors.reranker import Reranker
 
-    rr = Reranker(Config().replace(models={"reranker": spec}))
+    rr = Reranker(_cfg("reranker", spec))
     q, docs = MRR_SET[0]
     system, head, tail = rr.split_prompt(q, None)
     toks = system + head + rr.passage_tokens(docs[1], 10_000) + tail
@@ -167,9 +175,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=["expand", "rerank", "mrr", "split", "all"], default="all")
     ap.add_argument("--models", nargs="+", default=[QWEN, SMOL])
+    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the config's)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.threads:
+        THREADS.append(args.threads)
     res: dict[str, object] = {}
     if args.part in ("expand", "all"):
         res["expand"] = bench_expand(args.models)

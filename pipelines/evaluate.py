@@ -176,11 +176,42 @@ def main_eval(args: argparse.Namespace) -> int:
     report = (f"# fanout eval\n\nconfig: {args.config or 'local'} {args.overrides}\n\n## nDCG@5 (Recall@10)\n\n"
               f"{md}\n## per category (nDCG@5)\n\n{cats}\n## time\n\n| mode | lang | queries | ms/query |\n"
               f"|---|---|---|---|\n{tim}\n")
+    report += paired_section(per_query, args.bench, args.n_boot)
     (out / "report.md").write_text(report, encoding="utf-8")
     plot_sets(rows, out / "ndcg5.png")
     print(report)
     print(f"wrote {out}/report.md, {out}/ndcg5.png, per_query.parquet, timings.parquet")
     return 0
+
+
+PAIRS = (("fields", "fields-w1"), ("short", "fields-short"), ("hybrid", "trip2g-alias"), ("fields", "hybrid"))
+
+
+def paired_section(per_query: pa.Table, bench: str | None, n_boot: int) -> str:
+    """Paired bootstrap of nDCG@5 differences: our modes vs the closest published run (same queries)."""
+    from fanout.bench_data import load_published_runs, load_queries
+    from pipelines.bootstrap_ci import paired_diff
+    from pipelines.score_runs import per_query_metrics
+
+    published = load_published_runs(bench)
+    queries = load_queries(bench)
+    ours = {s.removeprefix("fanout-"): per_query.filter(pa.compute.equal(per_query["system"], s))
+            for s in set(per_query["system"].to_pylist())}
+    lines = ["\n## paired bootstrap, nDCG@5 difference (95% interval)\n", "| ours - other | set | n | mean | interval |",
+             "|---|---|---|---|---|"]
+    for mine, other in PAIRS:
+        if mine not in ours:
+            continue
+        if other in ours:
+            b = ours[other]
+        elif other in published:
+            ids = set(ours[mine]["id"].to_pylist())
+            b = per_query_metrics(published[other], [q for q in queries if q["id"] in ids], system=other)
+        else:
+            continue
+        for name, d in paired_diff(ours[mine], b, "ndcg_5", n_boot).items():
+            lines.append(f"| {mine} - {other} | {name} | {d['n']} | {d['mean_diff']:+.3f} | {d['interval']} |")
+    return "\n".join(lines) + "\n"
 
 
 def category_table(per_query: pa.Table) -> str:

@@ -67,7 +67,9 @@ def test_fallback_adds_nothing_beyond_the_original_query() -> None:
 
 @pytest.fixture(scope="module")
 def expander() -> QueryExpander:
-    return QueryExpander(Config())
+    # one thread: on a shared 2-core machine two llama.cpp threads spin-wait on each other (20-30x slower
+    # under load, bench/model_calls.py --threads); scores and text do not depend on the thread count
+    return QueryExpander(Config().replace(expander={"n_threads": 1}))
 
 
 EN = "how do I sync my notes between devices"

@@ -28,7 +28,9 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def reranker() -> Reranker:
-    return Reranker(Config())
+    # one thread: on a shared 2-core machine two llama.cpp threads spin-wait on each other (20-30x slower
+    # under load, bench/model_calls.py --threads); scores and text do not depend on the thread count
+    return Reranker(Config().replace(reranker={"n_threads": 1}))
 
 
 @pytest.mark.slow
