@@ -45,3 +45,17 @@ def load_llama(path: Path, acfg: ActorConfig, **kwargs: Any):
     with _quiet_stderr():
         return Llama(model_path=str(path), n_ctx=acfg.n_ctx, n_threads=acfg.n_threads,
                      n_threads_batch=acfg.n_threads, n_gpu_layers=acfg.n_gpu_layers, verbose=False, **kwargs)
+
+
+def render_chat(llm: Any, messages: list[dict[str, str]]) -> str:
+    """Render messages with the GGUF's chat template (ChatML when the file has none), ready to generate."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    template = llm.metadata.get("tokenizer.chat_template")
+    if not template:
+        log.warning("model has no tokenizer.chat_template; using ChatML")
+        return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + \
+            "<|im_start|>assistant\n"
+    # bos_token "" : llama-cpp-python adds BOS itself when the vocabulary asks for it
+    fmt = Jinja2ChatFormatter(template=template, eos_token="", bos_token="", add_generation_prompt=True)
+    return fmt(messages=messages).prompt  # type: ignore[arg-type]  # plain dicts are valid messages

@@ -10,11 +10,10 @@ from __future__ import annotations
 import logging
 import re
 from importlib import resources
-from typing import Any
 
 import pyarrow as pa
 
-from actors._llama import file_sha256, load_llama, model_path
+from actors._llama import file_sha256, load_llama, model_path, render_chat
 from fanout.config import Config
 from fanout.text import detect_lang, shares_term
 
@@ -105,20 +104,6 @@ def fallback_variants(query: str) -> list[tuple[str, str]]:
     """
     del query
     return []
-
-
-def render_chat(llm: Any, messages: list[dict[str, str]]) -> str:
-    """Render messages with the GGUF's chat template (ChatML when the file has none), ready to generate."""
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-    template = llm.metadata.get("tokenizer.chat_template")
-    if not template:
-        log.warning("model has no tokenizer.chat_template; using ChatML")
-        return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + \
-            "<|im_start|>assistant\n"
-    # bos_token "" : llama-cpp-python adds BOS itself when the vocabulary asks for it
-    fmt = Jinja2ChatFormatter(template=template, eos_token="", bos_token="", add_generation_prompt=True)
-    return fmt(messages=messages).prompt  # type: ignore[arg-type]  # plain dicts are valid messages
 
 
 class QueryExpander:

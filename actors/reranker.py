@@ -13,8 +13,7 @@ import math
 
 import pyarrow as pa
 
-from actors._llama import file_sha256, load_llama, model_path
-from actors.expander import render_chat
+from actors._llama import file_sha256, load_llama, model_path, render_chat
 from fanout.config import Config
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,12 @@
 """Timing and a tiny quality check of the model calls: expansion per query, rerank per (query, 40 passages).
 
-    PYTHONPATH=. .venv/bin/python bench/model_calls.py [--part expand|rerank|mrr|all] [--models SPEC ...]
+    PYTHONPATH=. .venv/bin/python bench/model_calls.py [--part expand|rerank|mrr|split|all]
+        [--models SPEC ...] [--threads N] [--out results.json]
 
-Numbers are wall seconds on whatever machine runs it (ours is a noisy 2-core VM: note the load average
-printed with each part). The MRR set is hand-made: 6 queries (4 EN, 2 RU), one relevant passage and four
-same-domain distractors each, relevant first in the list.
+Numbers are wall and CPU seconds on whatever machine runs it, with its load average (ours is a shared
+2-core VM: there `--threads 1` was 20-40x faster than 2 while other work ran, outputs identical).
+The MRR set is hand-made: 6 queries (4 EN, 2 RU), one relevant passage and four same-domain distractors
+each, relevant first in the list.
 """
 
 from __future__ import annotations

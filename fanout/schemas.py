@@ -80,6 +80,7 @@ FUSED = pa.schema([
     ("path", pa.string()),
     ("chunk_id", pa.string()),  # the page's best chunk
     ("_rrf", pa.float64()),
+    ("_norm", pa.float64()),  # _rrf / the best score any page could reach for this query
     ("_rank", pa.int32()),
 ])
 

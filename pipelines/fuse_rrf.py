@@ -15,12 +15,7 @@ from collections import defaultdict
 import pyarrow as pa
 
 from fanout.config import FuseConfig
-
-FUSED_SCHEMA = pa.schema([
-    ("qid", pa.string()), ("path", pa.string()), ("chunk_id", pa.string()),
-    ("_rrf", pa.float64()), ("_norm", pa.float64()), ("_rank", pa.int32()),
-])
-
+from fanout.schemas import FUSED
 
 def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
     if lane == "alias":
@@ -30,7 +25,7 @@ def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
 
 
 def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None) -> pa.Table:
-    """HITS -> FUSED_SCHEMA rows, best first per query (ties broken by path for determinism)."""
+    """HITS -> FUSED rows, best first per query (ties broken by path for determinism)."""
     score: dict[tuple[str, str], float] = defaultdict(float)
     best: dict[tuple[str, str], tuple[float, str]] = {}
     top: dict[tuple[str, str], int] = {}
@@ -60,4 +55,4 @@ def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None) -> 
         for rank, (path, s) in enumerate(ranked, 1):
             rows.append({"qid": qid, "path": path, "chunk_id": best[(qid, path)][1], "_rrf": s,
                          "_norm": min(1.0, s / denom) if denom > 0 else 0.0, "_rank": rank})
-    return pa.Table.from_pylist(rows, schema=FUSED_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=FUSED)
