@@ -1,0 +1,25 @@
+"""Plain BM25-only and vector-only searches on the benchmark indexes, 3 queries per language.
+
+    .venv/bin/python bench/plain_search.py     # needs .fanout/bench-db (fanout eval builds it)
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fanout.config import load_config
+from fanout.runner import Runner
+from pipelines.search import Searcher, SearchOptions
+
+cfg = load_config()
+qs = {"en": ["how to create internal links", "sync notes between phone and computer", "change the app font size"],
+      "ru": ["как создать внутреннюю ссылку", "синхронизация заметок между устройствами", "изменить размер шрифта"]}
+with Runner(cfg) as r:
+    for lang, queries in qs.items():
+        for lane in ("fts", "vec"):
+            s = Searcher(".fanout/bench-db", f"bench-{lang}", cfg.replace(retrieve={"lanes": [lane]}), r)
+            res = s.search([{"id": str(i), "query": q} for i, q in enumerate(queries)], SearchOptions(n=3, expand=False, rerank=False))
+            for i, q in enumerate(queries):
+                top = [x["path"] for x in res.results.to_pylist() if x["qid"] == str(i)]
+                print(f"{lang} {lane:3} {q!r}: {top}")
