@@ -101,14 +101,16 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     te = time.perf_counter()
     wrote_any = False
     paths = todo["path"].to_pylist()
+    per_note: dict[str, int] = {}
+    for p in chunks_all["path"].to_pylist():
+        per_note[p] = per_note.get(p, 0) + 1
     i = 0
     while i < len(paths):  # groups of whole notes, about `group` chunks each
         sel: list[str] = []
         n = 0
         while i < len(paths) and (not sel or n < group):
-            c = int(pc.sum(pc.equal(chunks_all["path"], paths[i])).as_py() or 0)
             sel.append(paths[i])
-            n += c
+            n += per_note.get(paths[i], 0)
             i += 1
         mask = pc.is_in(chunks_all["path"], pa.array(sel, pa.string()))
         part = chunks_all.filter(mask)
