@@ -49,8 +49,8 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         limit = self.acfg.n_ctx
-        for t in texts:
-            if len(self.llm.tokenize(t.encode("utf-8"), add_bos=True)) > limit:
+        for t in texts:  # a text shorter than the limit in characters cannot exceed it in tokens
+            if len(t) >= limit and len(self.llm.tokenize(t.encode("utf-8"), add_bos=True)) > limit:
                 self.truncated += 1
         out = []
         step = max(1, self.acfg.batch_size)
