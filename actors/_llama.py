@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout.config import ActorConfig, Config
-from fanout.models import file_sha256  # noqa: F401 - re-exported for the actors
+from fanout.models import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +20,12 @@ def model_path(cfg: Config, role: str) -> Path:
 
     spec = getattr(cfg.models, role)
     return resolve_model(spec, Path(cfg.models.cache_dir) if cfg.models.cache_dir else None)
+
+
+def model_id(cfg: Config, role: str) -> str:
+    """Cache identity of a role's model: file name and hash prefix (no model load)."""
+    p = model_path(cfg, role)
+    return f"{p.name}@{file_sha256(p)[:16]}"
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from importlib import resources
 
 import pyarrow as pa
 
-from actors._llama import file_sha256, load_llama, model_path, render_chat
+from actors._llama import load_llama, model_id, model_path, render_chat
 from fanout.config import Config
 from fanout.text import detect_lang, shares_term
 
@@ -114,7 +114,7 @@ class QueryExpander:
 
         self.cfg = cfg
         self.path = model_path(cfg, "expander")
-        self.model_id = f"{self.path.name}@{file_sha256(self.path)[:12]}"
+        self.model_id = model_id(cfg, "expander")
         self.llm = load_llama(self.path, cfg.expander)
         gbnf = resources.files("fanout").joinpath("grammars/expand.gbnf").read_text(encoding="utf-8")
         self.grammar = LlamaGrammar.from_string(gbnf, verbose=False)

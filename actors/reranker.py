@@ -13,7 +13,7 @@ import math
 
 import pyarrow as pa
 
-from actors._llama import file_sha256, load_llama, model_path, render_chat
+from actors._llama import load_llama, model_id, model_path, render_chat
 from fanout.config import Config
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class Reranker:
         self.cfg = cfg
         self.prefix_reuse = prefix_reuse
         self.path = model_path(cfg, "reranker")
-        self.model_id = f"{self.path.name}@{file_sha256(self.path)[:12]}"
+        self.model_id = model_id(cfg, "reranker")
         # logits_all=False: only the last token of each decode gets logits (read with llama_get_logits_ith)
         self.llm = load_llama(self.path, cfg.reranker, logits_all=False)
         # Qwen3-Reranker opens the answer with an empty think block; a model whose chat template has no

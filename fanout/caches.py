@@ -25,7 +25,8 @@ SCHEMAS = {
     "expansions": pa.schema([("key", pa.string()), ("query", pa.string()), ("intent", pa.string()),
                              ("model", pa.string()), ("prompt_version", pa.string()),
                              ("variants", pa.string()), ("source", pa.string()), ("created", pa.float64())]),
-    "rerank": pa.schema([("key", pa.string()), ("query", pa.string()), ("passage_hash", pa.string()),
+    "rerank": pa.schema([("key", pa.string()), ("query", pa.string()), ("intent", pa.string()),
+                         ("passage_hash", pa.string()),
                          ("model", pa.string()), ("score", pa.float64()), ("created", pa.float64())]),
 }
 
@@ -130,16 +131,18 @@ class Caches:
         self._put("expansions", pa.Table.from_pylist(data, schema=SCHEMAS["expansions"]))
 
     # -- rerank scores ---------------------------------------------------------------------------------
-    def get_rerank(self, model: str, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
-        keys = {cache_key("rr", model, q, p): (q, p) for q, p in pairs}
+    def get_rerank(self, model: str, triples: list[tuple[str, str | None, str]]
+                   ) -> dict[tuple[str, str | None, str], float]:
+        """Scores keyed by (query, intent, passage): the intent is part of the reranker's prompt."""
+        keys = {cache_key("rr", model, q, i, p): (q, i, p) for q, i, p in triples}
         found = self._get("rerank", list(keys), ["score"])
         return {keys[k]: v["score"] for k, v in found.items()}
 
-    def put_rerank(self, model: str, scores: dict[tuple[str, str], float]) -> None:
+    def put_rerank(self, model: str, scores: dict[tuple[str, str | None, str], float]) -> None:
         now = time.time()
-        data = [{"key": cache_key("rr", model, q, p), "query": q,
+        data = [{"key": cache_key("rr", model, q, i, p), "query": q, "intent": i,
                  "passage_hash": hashlib.sha256(p.encode()).hexdigest()[:16], "model": model, "score": s,
-                 "created": now} for (q, p), s in scores.items()]
+                 "created": now} for (q, i, p), s in scores.items()]
         self._put("rerank", pa.Table.from_pylist(data, schema=SCHEMAS["rerank"]))
 
     def stats(self) -> dict[str, Any]:

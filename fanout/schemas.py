@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-VARIANT_KINDS = ("orig", "lex", "vec", "hyde")
-
 NOTES = pa.schema([
     ("path", pa.string()),  # relative to the vault, POSIX separators, NFC
     ("title", pa.string()),  # H1 if present, else the file name without .md
@@ -97,10 +95,3 @@ RESULTS = pa.schema([
     ("_explain", pa.string()),  # JSON: every list's rank and score for this page
 ])
 
-
-def empty(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()
-
-
-def vector_field(dim: int) -> pa.Field:
-    return pa.field("vector", pa.list_(pa.float32(), dim))

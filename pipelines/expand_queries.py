@@ -11,7 +11,7 @@ import logging
 
 import pyarrow as pa
 
-from actors._llama import file_sha256, model_path
+from actors._llama import model_id
 from fanout.caches import Caches
 from fanout.config import Config
 from fanout.runner import Runner
@@ -19,12 +19,6 @@ from fanout.schemas import VARIANTS
 from fanout.text import detect_lang
 
 log = logging.getLogger(__name__)
-
-
-def expander_id(cfg: Config) -> str:
-    """Cache identity of the expander: model file and its hash (no model load)."""
-    p = model_path(cfg, "expander")
-    return f"{p.name}@{file_sha256(p)[:16]}"
 
 
 def expand_queries(queries: pa.Table, skip: dict[str, bool], runner: Runner, cfg: Config,
@@ -48,7 +42,7 @@ def expand_queries(queries: pa.Table, skip: dict[str, bool], runner: Runner, cfg
         else:
             pending.append(q)
     if pending:
-        model = expander_id(cfg)
+        model = model_id(cfg, "expander")
         version = cfg.expand.prompt_version
         cached = caches.get_expansions(model, version, [(q["query"], q["intent"]) for q in pending]) \
             if caches else {}

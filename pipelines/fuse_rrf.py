@@ -17,6 +17,7 @@ import pyarrow as pa
 from fanout.config import FuseConfig
 from fanout.schemas import FUSED
 
+
 def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
     if lane == "alias":
         return cfg.w_alias

@@ -15,7 +15,7 @@ import logging
 
 import pyarrow as pa
 
-from actors._llama import file_sha256, model_path
+from actors._llama import model_id
 from fanout.caches import Caches
 from fanout.config import Config
 from fanout.runner import Runner
@@ -49,11 +49,6 @@ def blend_weight(rank: int, bands: tuple[float, float, float]) -> float:
     return bands[0] if rank <= 3 else bands[1] if rank <= 10 else bands[2]
 
 
-def reranker_id(cfg: Config) -> str:
-    p = model_path(cfg, "reranker")
-    return f"{p.name}@{file_sha256(p)[:16]}"
-
-
 def rerank_candidates(fused: pa.Table, passages: dict[tuple[str, str], str], queries: dict[str, dict],
                       runner: Runner, cfg: Config, caches: Caches | None = None) -> pa.Table:
     """fused + `_rerank` + `score`, re-sorted per query. `passages[(qid, path)]` is each page's passage."""
@@ -62,14 +57,13 @@ def rerank_candidates(fused: pa.Table, passages: dict[tuple[str, str], str], que
     top = [r for r in rows if r["_rank"] <= rc.top_n]
     pairs = {(queries[r["qid"]]["query"], queries[r["qid"]].get("intent"), passages[(r["qid"], r["path"])])
              for r in top}
-    model = reranker_id(cfg)
-    keyed = {(f"{q}\x1f{i or ''}", p): (q, i, p) for q, i, p in pairs}
-    scores = caches.get_rerank(model, list(keyed)) if caches else {}
-    missing = [k for k in keyed if k not in scores]
+    model = model_id(cfg, "reranker")
+    scores = caches.get_rerank(model, list(pairs)) if caches else {}
+    missing = [k for k in pairs if k not in scores]
     if missing:
-        batch = pa.table({"query": [keyed[k][0] for k in missing],
-                          "intent": pa.array([keyed[k][1] for k in missing], pa.string()),
-                          "passage": [keyed[k][2] for k in missing]})
+        batch = pa.table({"query": [q for q, _, _ in missing],
+                          "intent": pa.array([i for _, i, _ in missing], pa.string()),
+                          "passage": [p for _, _, p in missing]})
         res = runner.map("reranker", batch)
         new = dict(zip(missing, res["_rerank"].to_pylist()))
         if caches:  # a failed pair (null score) is not cached: it is retried next time
@@ -79,7 +73,7 @@ def rerank_candidates(fused: pa.Table, passages: dict[tuple[str, str], str], que
     for r in rows:
         q = queries[r["qid"]]
         if r["_rank"] <= rc.top_n:
-            s = scores[(f"{q['query']}\x1f{q.get('intent') or ''}", passages[(r["qid"], r["path"])])]
+            s = scores[(q["query"], q.get("intent"), passages[(r["qid"], r["path"])])]
             w = blend_weight(r["_rank"], rc.blend) if s is not None else 1.0  # no score: fused only
             out.append({**r, "_rerank": s, "score": w * r["_norm"] + (1 - w) * (s or 0.0)})
         else:  # below the reranked window: fused order, after every reranked page

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fanout.db import FTS_FIELDS, LANG_NAMES, Collection, fts_columns
+from fanout.schemas import DOCUMENTS
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def documents_table(notes: pa.Table, chunks: pa.Table) -> pa.Table:
         "path": notes["path"], "title": notes["title"], "aliases": notes["aliases"], "lang": notes["lang"],
         "content_hash": notes["content_hash"], "mtime": notes["mtime"],
         "n_chunks": pa.array([n.get(p, 0) for p in notes["path"].to_pylist()], pa.int32()),
-    })
+    }, schema=DOCUMENTS)
 
 
 def _quote(paths: set[str]) -> str:

@@ -110,3 +110,19 @@ def test_batch_killed_with_sigkill_resumes_without_duplicates(tmp_path, tiny_db)
     by = {x["id"]: x for x in lines}
     assert by["broken"]["field"] == "query" and "line-" in ids[-1] and "not valid JSON" in by[ids[-1]]["error"]
     assert all(len(by[f"q{i}"]["results"]) == 3 for i in range(len(words) * 3))
+
+
+def test_rerank_blends_scores_and_caches_them_per_query_intent_and_passage(tiny_db, cfg, runner):
+    rcfg = cfg.replace(rerank={"top_n": 3, "passage_tokens": 48})
+    s = Searcher(tiny_db, "t", rcfg, runner)
+    rows = [{"id": "r", "query": "how long are file versions kept", "intent": "restore a file"}]
+    first = s.search(rows, SearchOptions(n=3, expand=False, rerank=True))
+    top = first.results.to_pylist()
+    assert all(0.0 <= r["_rerank"] <= 1.0 for r in top)
+    assert top[0]["path"] == "Sync/Sync your notes.md"
+    calls = runner.calls.get("reranker", 0)
+    again = s.search(rows, SearchOptions(n=3, expand=False, rerank=True))
+    assert runner.calls.get("reranker", 0) == calls  # every pair came from the rerank cache
+    assert again.results["score"].to_pylist() == first.results["score"].to_pylist()
+    other = s.search([{**rows[0], "intent": "something else"}], SearchOptions(n=3, expand=False, rerank=True))
+    assert runner.calls.get("reranker", 0) == calls + 1 and other.results.num_rows == 3  # intent is in the key
