@@ -44,8 +44,50 @@ def _quiet_stderr():
         os.close(fd)
 
 
+_BACKENDS: dict[str, Any] = {}
+
+
+def load_backends() -> None:
+    """Load ggml's CPU backend variants (GGML_BACKEND_DL build) once per process; ggml picks the best one.
+
+    llama-cpp-python 0.3.36 never calls `ggml_backend_load_all` (abetlen/llama-cpp-python#2069), so a
+    dynamic-backend build has no backend until we do. It must go through `libggml.so.0`, the soname libllama
+    links (the wheel's separate `libggml.so` copy would fill a second, unused registry). A build without
+    dynamic backends has no `bin/libggml-cpu-*.so`: nothing to do. $FANOUT_GGML_CPU=haswell (or any variant
+    name) loads that one variant only, e.g. to check that a machine without AVX-512 works.
+    """
+    if _BACKENDS:
+        return
+    import ctypes
+
+    import llama_cpp
+
+    pkg = Path(llama_cpp.__file__).resolve().parent
+    libdir, bindir = pkg / "lib", pkg.parent / "bin"
+    variants = sorted(bindir.glob("libggml-cpu-*.so"))
+    _BACKENDS["variants"] = [v.name for v in variants]
+    if not variants or not (libdir / "libggml.so.0").exists():
+        return
+    ggml = ctypes.CDLL(str(libdir / "libggml.so.0"))
+    ggml.ggml_backend_load.restype = ctypes.c_void_p
+    ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    forced = os.environ.get("FANOUT_GGML_CPU", "")
+    if forced:
+        lib = bindir / f"libggml-cpu-{forced}.so"
+        if not lib.exists():
+            names = sorted(v.name.removeprefix("libggml-cpu-").removesuffix(".so") for v in variants)
+            raise RuntimeError(f"FANOUT_GGML_CPU={forced!r}: no {lib.name}; choose one of {names}")
+        if not ggml.ggml_backend_load(str(lib).encode()):
+            raise RuntimeError(f"FANOUT_GGML_CPU={forced!r}: {lib} does not load on this CPU")
+    else:
+        ggml.ggml_backend_load_all_from_path(str(bindir).encode())
+    _BACKENDS["lib"] = ggml
+
+
 def load_llama(path: Path, acfg: ActorConfig, **kwargs: Any):
     """Load a model once; explicit n_threads (Ray sets OMP_NUM_THREADS=1 in fractional workers)."""
+    load_backends()
     from llama_cpp import Llama
 
     with _quiet_stderr():

@@ -192,7 +192,7 @@ class CrashingRayRunner(RayRunner):
 # -- queries and comparison ------------------------------------------------------------------------------
 def bench_queries(n: int, lang: str = "en") -> list[dict]:
     """The first `n` benchmark queries of `lang` with the agent's fields (so no expander is needed)."""
-    from fanout.bench_data import load_agent_fields, load_queries
+    from faces.bench_data import load_agent_fields, load_queries
 
     fields = load_agent_fields()
     rows = []

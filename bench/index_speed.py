@@ -21,7 +21,7 @@ os.environ.setdefault("LANCEDB_LOG", "error")
 
 from actors._llama import load_llama, model_path
 from actors.embedder import format_prompt
-from fanout.bench_data import corpus_dir
+from faces.bench_data import corpus_dir
 from fanout.config import load_config
 from fanout.runner import Runner
 from pipelines.chunk_notes import chunk_notes

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from fanout.bench_data import load_agent_fields, load_queries
+from faces.bench_data import load_agent_fields, load_queries
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_MS = 50.0
@@ -51,7 +51,7 @@ def no_cache_config(base: str, tmp: Path) -> str:
 async def time_mcp(db: str, collection: str, config: str, rows: list[dict], passes: int) -> list[list[float]]:
     """Per pass, the client-side milliseconds of each search; plus one final pass of `status` calls."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("FANOUT_", "LANCEDB_"))}
-    cmd = ["-m", "fanout.cli", "mcp", "--db", db, "--collection", collection, "--config", config]
+    cmd = ["-m", "faces.cli", "mcp", "--db", db, "--collection", collection, "--config", config]
     params = StdioServerParameters(command=sys.executable, args=cmd, env={**env, "PYTHONPATH": str(REPO)},
                                    cwd=str(REPO))
     out: list[list[float]] = []

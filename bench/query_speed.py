@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from fanout.bench_data import load_agent_fields, load_queries
+from faces.bench_data import load_agent_fields, load_queries
 from fanout.config import load_config
 from fanout.runner import Runner
 from pipelines.search import Searcher, SearchOptions

@@ -17,10 +17,28 @@ from typing import Any, Self
 
 import pyarrow as pa
 
-from actors import actor_class
 from fanout.config import Config
 
 log = logging.getLogger(__name__)
+
+
+# Model roles by import path: the base names the actor classes but never imports them at module level
+# (layers point one way: actors sit above the runner); the class is imported where the actor lives.
+ROLES = {
+    "embedder": "actors.embedder:Embedder",
+    "expander": "actors.expander:QueryExpander",
+    "reranker": "actors.reranker:Reranker",
+}
+
+
+def actor_class(role: str) -> type:
+    """The class for a role, imported lazily (model libraries load only where an actor lives)."""
+    import importlib
+
+    if role not in ROLES:
+        raise ValueError(f"unknown actor role {role!r}; choose one of {sorted(ROLES)}")
+    mod, name = ROLES[role].split(":")
+    return getattr(importlib.import_module(mod), name)
 
 
 def _batches(table: pa.Table, size: int) -> list[pa.Table]:

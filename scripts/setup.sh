@@ -15,9 +15,12 @@ PYTHON=${PYTHON:-python3}
 CACHE=${FANOUT_CACHE:-$HOME/.cache/fanout}
 VENV=.venv
 LLAMA_VERSION=0.3.36
-LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
--DGGML_BMI2=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_TESTS=OFF \
--DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DGGML_OPENMP=ON"
+# Runtime CPU dispatch (issue 14): one ggml CPU backend per micro-architecture (x64, sse42, haswell,
+# skylakex, icelake, zen4, sapphirerapids, ...) in the wheel's bin/, the best usable one loaded at start by
+# actors/_llama.py (llama-cpp-python 0.3.36 does not call ggml_backend_load_all itself). No -march=native:
+# the same wheel serves every machine of our kind, and AMX is never chosen where the kernel forbids it.
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON \
+-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DGGML_OPENMP=ON"
 KEY=$(printf '%s|%s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-16)
 WHEEL_DIR=$CACHE/wheels/llama-$KEY
 say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }

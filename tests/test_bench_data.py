@@ -1,4 +1,4 @@
-"""Tests for fanout.bench_data: loading the Obsidian Help benchmark (real folder and a synthetic one)."""
+"""Tests for faces.bench_data: loading the Obsidian Help benchmark (real folder and a synthetic one)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from fanout.cli import main
+from faces.cli import main
 from fanout.db import Collection
 from pipelines.optimize_tables import collection_tables, optimize_tables
 

@@ -1,4 +1,4 @@
-"""Tests for pipelines.score_runs, bootstrap_ci and report_eval on the Obsidian Help benchmark."""
+"""Tests for faces.score_runs, bootstrap_ci and report_eval on the Obsidian Help benchmark."""
 
 from __future__ import annotations
 

@@ -325,7 +325,7 @@ async def serve_http(server: Server, port: int) -> None:
 
 def main_mcp(args: Any) -> int:
     """`fanout mcp --db DIR --collection NAME [--http PORT]`: serve until the client disconnects."""
-    from fanout.cli import _cfg
+    from faces.cli import _cfg
     from fanout.runner import make_runner
 
     port = None

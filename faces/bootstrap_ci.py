@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from fanout.bench_data import SETS
+from faces.bench_data import SETS
 
 logger = logging.getLogger(__name__)
 

@@ -167,25 +167,25 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from fanout.demo import run_demo
+    from faces.demo import run_demo
 
     return run_demo(args)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from pipelines.evaluate import main_eval
+    from faces.evaluate import main_eval
 
     return main_eval(args)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from pipelines.evaluate import main_analyze
+    from faces.evaluate import main_analyze
 
     return main_analyze(args)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from fanout.mcp_server import main_mcp
+    from faces.mcp_server import main_mcp
 
     return main_mcp(args)
 
@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, db=False)
     p.add_argument("--db", default=None, help="db folder (default: a fresh temp folder)")
     p.set_defaults(fn=cmd_demo)
-    from pipelines.evaluate import add_eval_args
+    from faces.evaluate import add_eval_args
 
     p = sub.add_parser("eval", help="run and score the pipeline on a judged benchmark")
     add_eval_args(p)

@@ -88,9 +88,9 @@ def ensure_index(corpus: Path, db: Path, lang: str, cfg: Config, runner) -> None
 
 
 def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
-    from fanout.bench_data import corpus_dir, load_agent_fields, load_queries, read_agent_fields
+    from faces.bench_data import corpus_dir, load_agent_fields, load_queries, read_agent_fields
     from fanout.runner import make_runner
-    from pipelines.score_runs import per_query_metrics, write_run
+    from faces.score_runs import per_query_metrics, write_run
     from pipelines.search import Searcher, SearchOptions
 
     out = Path(args.out)
@@ -148,15 +148,15 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 
 def main_eval(args: argparse.Namespace) -> int:
     from fanout.config import load_config
-    from pipelines.bootstrap_ci import set_intervals
-    from pipelines.report_eval import (
+    from faces.bootstrap_ci import set_intervals
+    from faces.report_eval import (
         plot_sets,
         published_rows,
         render_markdown,
         score_runs_cli,
         with_intervals,
     )
-    from pipelines.score_runs import summarize
+    from faces.score_runs import summarize
 
     if args.score is not None:
         print(score_runs_cli(args.score, args.bench, n_boot=args.n_boot, include_published=False))
@@ -189,9 +189,9 @@ PAIRS = (("fields", "fields-w1"), ("short", "fields-short"), ("hybrid", "trip2g-
 
 def paired_section(per_query: pa.Table, bench: str | None, n_boot: int) -> str:
     """Paired bootstrap of nDCG@5 differences: our modes vs the closest published run (same queries)."""
-    from fanout.bench_data import load_published_runs, load_queries
-    from pipelines.bootstrap_ci import paired_diff
-    from pipelines.score_runs import per_query_metrics
+    from faces.bench_data import load_published_runs, load_queries
+    from faces.bootstrap_ci import paired_diff
+    from faces.score_runs import per_query_metrics
 
     published = load_published_runs(bench)
     queries = load_queries(bench)

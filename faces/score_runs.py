@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout.bench_data import SETS, nfc, parse_run, run_name_parts
+from faces.bench_data import SETS, nfc, parse_run, run_name_parts
 
 logger = logging.getLogger(__name__)
 

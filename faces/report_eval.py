@@ -13,9 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout.bench_data import SET_TITLES, SETS, load_published_table, load_queries
-from pipelines.bootstrap_ci import DEFAULT_N_BOOT, DEFAULT_SEED, set_intervals
-from pipelines.score_runs import score_files, summarize
+from faces.bench_data import SET_TITLES, SETS, load_published_table, load_queries
+from faces.bootstrap_ci import DEFAULT_N_BOOT, DEFAULT_SEED, set_intervals
+from faces.score_runs import score_files, summarize
 
 logger = logging.getLogger(__name__)
 
