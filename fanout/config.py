@@ -72,11 +72,15 @@ class IndexConfig:
     languages: tuple[str, ...] = ("en", "ru")  # one FTS column (with its stemmer) per language
     default_lang: str = "auto"  # "auto" detects per note (Cyrillic share), or force a language
     vector_index_min_rows: int = 50000  # below this vector search is brute force (exact, fast enough)
+    max_note_mb: float = 20.0  # a note file larger than this is skipped (reason too_large)
+    verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
 
     def validate(self) -> None:
         known = {"en", "ru", "de", "fr", "es", "it", "pt"}
+        _check(bool(self.languages), f"index.languages must name at least one language of {sorted(known)}")
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
+        _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
 
 
 @dataclass(frozen=True)
@@ -189,20 +193,32 @@ class Config:
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping of keys to values, got "
+                          f"{type(data).__name__} {data!r}; allowed keys: {sorted(known)}")
     for key, value in (data or {}).items():
         if key not in known:
-            raise ConfigError(f"{where}: unknown key {key!r}; allowed: {sorted(known)}")
+            raise ConfigError(f"{where or 'config'}: unknown key {key!r}; allowed: {sorted(known)}")
         default = getattr(cls(), key)
+        name = f"{where}.{key}" if where else key
         if dataclasses.is_dataclass(default):
-            kwargs[key] = _build(type(default), value, f"{where}.{key}" if where else key)
+            kwargs[key] = _build(type(default), value, name)
         elif isinstance(default, tuple):
+            if isinstance(value, str):
+                value = [value]  # `languages: en` means one language, not ('e', 'n')
+            if not isinstance(value, (list, tuple)):
+                raise ConfigError(f"{name} must be a list, got {value!r}")
             kwargs[key] = tuple(value)
         elif isinstance(default, bool):
             if not isinstance(value, bool):
-                raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
+                raise ConfigError(f"{name} must be true or false, got {value!r}")
             kwargs[key] = value
-        elif isinstance(default, (int, float)) and not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}.{key} must be a number, got {value!r}")
+        elif isinstance(default, (int, float)) and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        elif isinstance(default, int) and isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{name} must be a whole number, got {value!r}")
+        elif isinstance(default, str) and not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got {value!r}")
         else:
             kwargs[key] = type(default)(value) if isinstance(default, (int, float, str)) else value
     return dataclasses.replace(cls(), **kwargs) if kwargs else cls()
@@ -237,20 +253,45 @@ def load_config(path: str | Path | None = None) -> Config:
     A file may say `extends: local` to start from another profile. `$FANOUT_CONFIG` names the default.
     """
     name = str(path or os.environ.get("FANOUT_CONFIG") or "local")
-    data = _read_profile(name)
-    return _build(Config, data, "").validate()
+    data, p = _read_profile(name)
+    try:
+        return _build(Config, data, "").validate()
+    except ConfigError as e:
+        raise ConfigError(f"config {p}: {e}") from None
 
 
-def _read_profile(name: str, depth: int = 0) -> dict[str, Any]:
-    p = Path(name)
+def _read_profile(name: str, depth: int = 0) -> tuple[dict[str, Any], Path]:
+    """A profile's YAML as a dict (with its `extends` chain merged) and the file it came from."""
+    if not name.strip():
+        raise ConfigError("config name is empty; give a YAML path or a profile name")
+    p = Path(name).expanduser()
     if not p.suffix:
         p = CONFIG_DIR / f"{name}.yaml"
-    if not p.exists():
+    if not p.is_file():
         choices = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
-        raise ConfigError(f"config {name!r} not found; give a YAML path or one of {choices}")
-    data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        raise ConfigError(f"config {name!r} not found (no file {p}); give a YAML path or one of {choices}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config {p} is not UTF-8 text (byte {e.start}); re-save it as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"config {p} cannot be read: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"config {p} is not valid YAML{where}: {getattr(e, 'problem', None) or e}; fix the "
+                          "file (indentation, a missing ':' or an unclosed quote/bracket)") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {p} must be a mapping of sections (models:, chunk:, ...), got a "
+                          f"{type(data).__name__}; see configs/local.yaml")
     parent = data.pop("extends", None)
     data.pop("profile", None)
-    if parent and depth < 5:
-        data = _deep_update(_read_profile(parent, depth + 1), data)
-    return data
+    if parent is not None:
+        if not isinstance(parent, str):
+            raise ConfigError(f"config {p}: `extends` must name a profile or YAML path, got {parent!r}")
+        if depth >= 5:
+            raise ConfigError(f"config {p}: `extends` chain is deeper than 5 (a loop?); shorten it")
+        data = _deep_update(_read_profile(parent, depth + 1)[0], data)
+    return data, p

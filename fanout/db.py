@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,9 @@ os.environ.setdefault("LANCEDB_LOG", "error")  # Lance warns on stderr for every
 
 import pyarrow as pa
 
+from fanout.integrity import IndexStateError, bad_vector_rows, describe_error, parse_manifest, rebuild_hint
+
+log = logging.getLogger(__name__)
 LANG_NAMES = {"en": "English", "ru": "Russian", "de": "German", "fr": "French", "es": "Spanish",
               "it": "Italian", "pt": "Portuguese"}
 FTS_FIELDS = ("body", "title", "heading")  # each gets one column per language: body_en, body_ru, ...
@@ -36,6 +42,10 @@ class Collection:
         self.db_dir = Path(self.db_dir)
         self.db = lancedb.connect(str(self.db_dir))
         self._tables: dict[str, Any] = {}
+        self._pinned: dict[str, int] = {}  # table -> version this reader is on (refresh())
+        self._vault: str | None = None  # for the rebuild hint in messages
+        self._lock = threading.Lock()
+        self.derived: dict[str, Any] = {}  # state built from the pinned tables (alias map, ...); see memo()
 
     @property
     def chunks_name(self) -> str:
@@ -71,10 +81,12 @@ class Collection:
         return self.db_dir / f"{self.name}.manifest.json"
 
     def read_manifest(self) -> dict[str, Any]:
+        """The manifest as stored, unchecked ({} when missing or not a JSON object); `require` checks it."""
         try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
+        return data if isinstance(data, dict) else {}
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         tmp = self.manifest_path.with_suffix(".tmp")
@@ -82,24 +94,35 @@ class Collection:
         tmp.replace(self.manifest_path)
 
     def require(self) -> dict[str, Any]:
+        """The manifest of an existing index, checked (IndexStateError names the file and the fix)."""
         if not self.exists():
             raise FileNotFoundError(
                 f"no index {self.name!r} in {str(self.db_dir)!r}; build it with "
                 f"`fanout index VAULT --db {self.db_dir} --collection {self.name}`")
-        return self.read_manifest()
+        try:
+            text = self.manifest_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise IndexStateError(f"index manifest {self.manifest_path} cannot be read ({e}); rebuild the "
+                                  f"index with {self.hint()}") from None
+        manifest = parse_manifest(text, self.manifest_path, self.hint())
+        self._vault = manifest["vault"]
+        return manifest
 
     # -- search ---------------------------------------------------------------------------------------
     def fts_search_many(self, queries: list[str], columns: list[str], boosts: list[float], k: int,
                         select: list[str]) -> list[pa.Table]:
         """One full-text search per query, run concurrently (async gather is ~2x faster than a loop)."""
-        return asyncio.run(self._fts_many(queries, columns, boosts, k, select))
+        with self.guard(self.chunks_name):
+            return asyncio.run(self._fts_many(queries, columns, boosts, k, select))
 
     async def _fts_many(self, queries, columns, boosts, k, select) -> list[pa.Table]:
         import lancedb
         from lancedb.query import MultiMatchQuery
 
-        db = await lancedb.connect_async(str(self.db_dir))
+        db = await lancedb.connect_async(str(self.db_dir.resolve()))
         tbl = await db.open_table(self.chunks_name)
+        if version := self._pinned.get(self.chunks_name):  # the same version as every other read
+            await tbl.checkout(version)
 
         async def one(q: str) -> pa.Table:
             if not q.strip():
@@ -111,11 +134,103 @@ class Collection:
 
     def vector_search_many(self, vectors: list[list[float]], k: int, select: list[str]) -> pa.Table:
         """All query vectors as ONE batched search; the result has `query_index`."""
-        if not vectors:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        finite = [i for i, v in enumerate(vectors) if v is not None and np.isfinite(np.asarray(v)).all()]
+        if len(finite) < len(vectors):
+            log.warning("%d query vectors are not finite; their vector lists are empty", len(vectors) - len(finite))
+        if not finite:
             return pa.table({"query_index": pa.array([], pa.int32())})
-        tbl = self.table(self.chunks_name)
-        q = tbl.search(vectors if len(vectors) > 1 else vectors[0]).distance_type("cosine")
-        res = q.select(select).limit(k).to_arrow()
+        with self.guard(self.chunks_name):
+            tbl = self.table(self.chunks_name)
+            vs = [vectors[i] for i in finite]
+            q = tbl.search(vs if len(vs) > 1 else vs[0]).distance_type("cosine")
+            res = q.select(select).limit(k).to_arrow()
         if "query_index" not in res.column_names:
             res = res.append_column("query_index", pa.array([0] * res.num_rows, pa.int32()))
+        if res.num_rows and "_distance" in res.column_names:
+            dist = res["_distance"].to_numpy(zero_copy_only=False)
+            if not np.isfinite(dist).all():  # a stored vector is damaged (NaN/inf): never serve it
+                bad = res.filter(pc.invert(pc.is_finite(res["_distance"])))
+                ids = bad["chunk_id"].to_pylist()[:3] if "chunk_id" in bad.column_names else []
+                raise IndexStateError(f"table {self.chunks_name} in {self.db_dir} has damaged vectors "
+                                      f"(e.g. {ids}); rebuild the index with {self.hint()}")
+        if len(finite) < len(vectors):  # map back to the caller's positions
+            back = pa.array(finite, pa.int32()).take(res["query_index"])
+            res = res.set_column(res.column_names.index("query_index"), "query_index", back)
         return res
+
+    # -- readers: one consistent set of table versions per request --------------------------------------
+    def hint(self) -> str:
+        """How to rebuild this collection (for error messages)."""
+        return rebuild_hint(self.db_dir, self.name, self._vault)
+
+    @contextlib.contextmanager
+    def guard(self, name: str):
+        """Turn a Lance/Arrow read error on table `name` into one IndexStateError line naming it and the fix."""
+        try:
+            yield
+        except IndexStateError:
+            raise
+        except (OSError, RuntimeError, ValueError, pa.ArrowException) as e:
+            raise IndexStateError(f"table {name} in {self.db_dir} cannot be read ({describe_error(e)}); it is "
+                                  f"damaged or missing: rebuild the index with {self.hint()}") from None
+
+    def refresh(self) -> dict[str, Any]:
+        """Start of a request: read the manifest and check out the table versions it names.
+
+        `fanout index` writes the manifest last, with the chunks/documents versions it completed, so every
+        read of a request (vector, full text, snippets, titles, aliases, documents) sees one consistent
+        index, and a re-index in progress is invisible until it finishes. When the versions change, the
+        handles are reopened and derived state (`memo`) is dropped. Returns the checked manifest.
+        """
+        manifest = self.require()
+        want = {k: v for k, v in (manifest.get("tables") or {}).items()
+                if k in (self.chunks_name, self.documents_name)}
+        with self._lock:
+            if want and want == self._pinned:
+                return manifest
+            tables: dict[str, Any] = {}
+            for name in (self.chunks_name, self.documents_name):
+                with self.guard(name):
+                    tbl = self.db.open_table(name)
+                    if name in want and tbl.version != want[name]:
+                        tbl.checkout(want[name])
+                tables[name] = tbl
+            self._tables, self._pinned, self.derived = tables, want, {}
+        return manifest
+
+    def memo(self, key: str, build):
+        """Derived state (built from the pinned tables) kept until `refresh` moves to other versions."""
+        if key not in self.derived:
+            self.derived[key] = build()
+        return self.derived[key]
+
+    def table_versions(self) -> dict[str, int]:
+        """The latest version of the chunks and documents tables (recorded in the manifest by `fanout index`)."""
+        out = {}
+        for name in (self.chunks_name, self.documents_name):
+            if self.has(name):
+                with self.guard(name):
+                    out[name] = int(self.db.open_table(name).version)
+        return out
+
+    def verify(self, batch_rows: int = 8192) -> tuple[int, list[str]]:
+        """Read every row of chunks and documents; returns (rows checked, paths with damaged vectors).
+
+        An unreadable table raises IndexStateError naming it; a vector that is not finite or not unit length
+        (the embedder writes unit vectors) names its note, so the next index run re-embeds it.
+        """
+        rows, damaged = 0, set()
+        for name in (self.documents_name, self.chunks_name):
+            if not self.has(name):
+                continue
+            with self.guard(name):
+                tbl = self.db.open_table(name)
+                for batch in tbl.search().limit(None).to_batches(batch_rows):
+                    rows += batch.num_rows
+                    if name == self.chunks_name and "vector" in batch.schema.names:
+                        for i in bad_vector_rows(batch.column("vector")):
+                            damaged.add(batch.column("path")[int(i)].as_py())
+        return rows, sorted(p for p in damaged if p is not None)

@@ -19,10 +19,12 @@ import pyarrow.compute as pc
 from actors._llama import file_sha256, model_path
 from fanout.config import Config
 from fanout.db import SCHEMA_VERSION, Collection
+from fanout.integrity import IndexStateError, parse_manifest
 from fanout.runner import Runner
-from pipelines.chunk_notes import chunk_notes
-from pipelines.embed_chunks import embed_chunks
-from pipelines.scan_notes import scan_notes
+from fanout.vault import resolve_vault
+from pipelines.check_vectors import check_vectors, embed_reusing, old_vectors
+from pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
+from pipelines.scan_notes import IGNORED, scan_notes
 from pipelines.write_index import (
     add_fts_columns,
     build_fts,
@@ -43,7 +45,10 @@ class IndexSummary:
     embedded_chunks: int = 0
     deleted: int = 0
     rebuilt: bool = False
+    reused_chunks: int = 0  # chunks whose vector was reused from the old index (identical embed_text)
+    repaired: int = 0  # notes re-embedded because a stored vector was damaged
     skipped: list[dict] = field(default_factory=list)
+    ignored: int = 0  # paths excluded by .fanoutignore / Obsidian's excluded files
     seconds: float = 0.0
     embed_seconds: float = 0.0
 
@@ -52,8 +57,11 @@ class IndexSummary:
         for s in self.skipped:
             reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
         skip = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) or "none"
+        extra = (f" | reused {self.reused_chunks} vectors" if self.reused_chunks else "") + \
+                (f" | repaired {self.repaired} notes" if self.repaired else "") + \
+                (f" | ignored {self.ignored}" if self.ignored else "")
         return (f"notes {self.notes} | chunks {self.chunks} | embedded {self.embedded_notes} notes / "
-                f"{self.embedded_chunks} chunks | deleted {self.deleted} | rebuilt {self.rebuilt} | "
+                f"{self.embedded_chunks} chunks | deleted {self.deleted} | rebuilt {self.rebuilt}{extra} | "
                 f"skipped {len(self.skipped)} ({skip}) | {self.seconds:.1f}s")
 
 
@@ -64,29 +72,56 @@ def index_manifest(cfg: Config, vault: Path) -> dict:
         "schema_version": SCHEMA_VERSION,
         "embedder": {"spec": cfg.models.embedder, "file": path.name, "sha256": file_sha256(path),
                      "prompt": cfg.models.embed_prompt, "n_ctx": cfg.embedder.n_ctx},
-        "chunk": dataclasses.asdict(cfg.chunk),
+        "chunk": {**dataclasses.asdict(cfg.chunk), "version": CHUNKER_VERSION},
         "languages": list(cfg.index.languages),
         "vault": str(vault.resolve()),
     }
 
 
+def _old_manifest(col: Collection) -> dict:
+    """The stored manifest, or {} when missing; a damaged one is logged and means a rebuild."""
+    if not col.manifest_path.exists():
+        return {}
+    try:
+        return parse_manifest(col.manifest_path.read_text(encoding="utf-8"), col.manifest_path, col.hint())
+    except (OSError, UnicodeDecodeError, IndexStateError) as e:
+        log.warning("%s; rebuilding the index", e)
+        return {}
+
+
 def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
-                progress: bool = False) -> IndexSummary:
-    """Index (or update) one vault into `db_dir` as `collection`."""
+                progress: bool = False, rebuild: bool = False) -> IndexSummary:
+    """Index (or update) one vault into `db_dir` as `collection`; `rebuild` starts from empty tables."""
     t0 = time.perf_counter()
-    vault = Path(vault)
-    notes, skipped = scan_notes(vault, cfg.index.default_lang)
+    vault = resolve_vault(vault)
+    notes, skipped = scan_notes(vault, cfg.index.default_lang, cfg.index.max_note_mb)
+    is_ignored = pc.equal(skipped["reason"], IGNORED)
+    ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
     col = Collection(Path(db_dir), collection)
+    col._vault = str(vault)
     manifest = index_manifest(cfg, vault)
-    old = col.read_manifest()
-    same = {k: v for k, v in old.items() if k not in ("vault", "stats")} == \
-           {k: v for k, v in manifest.items() if k != "vault"}
-    rebuild = not (same and col.has(col.documents_name) and col.has(col.chunks_name))
-    existing = None if rebuild else col.table(col.documents_name).to_arrow().select(["path", "content_hash"])
+    old = _old_manifest(col)
+    volatile = ("vault", "stats", "tables")
+    same = {k: v for k, v in old.items() if k not in volatile} == \
+           {k: v for k, v in manifest.items() if k not in volatile}
+    rebuild = rebuild or not (same and col.has(col.documents_name) and col.has(col.chunks_name))
+    damaged: list[str] = []
+    if not rebuild and cfg.index.verify:  # unreadable tables raise (fix: --rebuild); damaged vectors re-embed
+        _, damaged = col.verify()
+        for p in damaged:
+            log.warning("%s: a stored vector is damaged; re-embedding the note", p)
+    existing = None
+    if not rebuild:
+        with col.guard(col.documents_name):
+            existing = col.table(col.documents_name).to_arrow().select(["path", "content_hash"])
     changed, deleted, _ = plan_changes(notes, existing)
+    changed |= set(damaged) & set(notes["path"].to_pylist())
     summary = IndexSummary(notes=notes.num_rows, rebuilt=rebuild, deleted=len(deleted),
-                           skipped=skipped.to_pylist())
+                           skipped=skipped.to_pylist(), ignored=ignored.num_rows, repaired=len(damaged))
+    reuse: dict[str, list[float]] = {}
     if rebuild:
+        if old.get("embedder") == manifest["embedder"] and old.get("schema_version") == SCHEMA_VERSION:
+            reuse = old_vectors(col)  # a chunking change: identical texts keep their vectors
         col.drop(col.chunks_name)
         col.drop(col.documents_name)
         col.write_manifest(manifest)  # a killed rebuild resumes under the new manifest
@@ -105,6 +140,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     for p in chunks_all["path"].to_pylist():
         per_note[p] = per_note.get(p, 0) + 1
     i = 0
+    failed: list[dict] = []
     while i < len(paths):  # groups of whole notes, about `group` chunks each
         sel: list[str] = []
         n = 0
@@ -114,22 +150,34 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
             i += 1
         mask = pc.is_in(chunks_all["path"], pa.array(sel, pa.string()))
         part = chunks_all.filter(mask)
-        part_notes = todo.filter(pc.is_in(todo["path"], pa.array(sel, pa.string())))
-        embedded = add_fts_columns(embed_chunks(part, runner), part_notes, cfg.index.languages)
-        write_index(col, embedded, documents_table(part_notes, part), set(sel))
-        wrote_any = True
-        summary.embedded_chunks += part.num_rows
+        vectors, reused = embed_reusing(part, runner, reuse)
+        vectors, bad = check_vectors(vectors)  # a note with a NaN/inf/zero vector is not written at all
+        failed += bad
+        ok = [p for p in sel if p not in {b["path"] for b in bad}]
+        part_notes = todo.filter(pc.is_in(todo["path"], pa.array(ok, pa.string())))
+        if ok:
+            embedded = add_fts_columns(vectors, part_notes, cfg.index.languages)
+            write_index(col, embedded, documents_table(part_notes, embedded), set(sel))
+            wrote_any = True
+        else:  # every note of the group failed: only remove their old rows
+            for name in (col.chunks_name, col.documents_name):
+                if col.has(name):
+                    delete_paths(col.table(name), set(sel))
+        summary.embedded_chunks += part.num_rows - reused
+        summary.reused_chunks += reused
         if bar is not None:
             bar.update(part.num_rows)
     if bar is not None:
         bar.close()
+    summary.skipped += failed
     summary.embed_seconds = time.perf_counter() - te
-    summary.embedded_notes = len(paths)
+    summary.embedded_notes = len(paths) - len(failed)
     if (wrote_any or deleted or rebuild) and col.has(col.chunks_name):
         build_fts(col, cfg.index.languages)
     summary.chunks = col.table(col.chunks_name).count_rows() if col.has(col.chunks_name) else 0
     summary.seconds = time.perf_counter() - t0
     manifest["stats"] = {"notes": summary.notes, "chunks": summary.chunks, "updated": time.time()}
+    manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     col.write_manifest(manifest)
     return summary
 

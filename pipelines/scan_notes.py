@@ -1,14 +1,16 @@
 """Stage: scan a vault for markdown notes and parse their front matter.
 
-Bad files (non-UTF-8, binary, empty, unreadable, broken YAML) are reported with path and reason and skipped;
-everything else is returned. Hidden folders are skipped and symlink loops are not followed.
+The vault is a boundary (fanout/vault.py): symlinks are followed only inside it, only regular files are
+opened (never blocking), link loops end, names that are not UTF-8 are skipped. Bad files (non-UTF-8 text,
+binary, empty, unreadable, too large, broken YAML, outside the vault, FIFO/device) are reported with path and
+reason and skipped; ignored paths (`.fanoutignore`, Obsidian's excluded files) come back with reason
+`ignored`; everything else is returned.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import yaml
 
 from fanout.schemas import NOTES, SKIPPED
 from fanout.text import detect_lang, nfc
+from fanout.vault import NotARegularFile, OutsideVault, TooLarge, list_notes, read_regular
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +30,8 @@ _FENCE = re.compile(r"^(```|~~~)")
 
 
 def list_markdown(vault: Path) -> list[Path]:
-    """All `*.md` files under `vault`, hidden folders skipped, each real directory visited once."""
-    out: list[Path] = []
-    seen: set[tuple[int, int]] = set()
-    for root, dirs, files in os.walk(vault, followlinks=True):
-        st = os.stat(root)
-        if (st.st_dev, st.st_ino) in seen:  # a symlink loop or a second link to the same folder
-            dirs[:] = []
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out.extend(Path(root) / f for f in sorted(files) if f.endswith(".md") and not f.startswith("."))
-    return out
+    """All `*.md` notes under `vault` that would be read (inside the vault, regular files), in path order."""
+    return [Path(vault) / rel for rel, _ in list_notes(vault).files]
 
 
 def _as_list(value: Any) -> list[str]:
@@ -104,18 +97,24 @@ def parse_note(rel: str, raw: bytes, mtime: float, default_lang: str = "auto") -
     }
 
 
-def scan_notes(vault: str | Path, default_lang: str = "auto") -> tuple[pa.Table, pa.Table]:
-    """Scan a vault. Returns (notes: NOTES, skipped: SKIPPED)."""
-    vault = Path(vault)
-    if not vault.is_dir():
-        raise FileNotFoundError(f"vault {str(vault)!r} is not a folder; give the folder that holds the notes")
+IGNORED = "ignored"  # SKIPPED reason of paths excluded by ignore rules (not a problem: no exit 3)
+
+
+def scan_notes(vault: str | Path, default_lang: str = "auto", max_note_mb: float = 20.0) -> tuple[pa.Table, pa.Table]:
+    """Scan a vault. Returns (notes: NOTES, skipped: SKIPPED); raises VaultError for an unusable vault path."""
+    max_bytes = int(max_note_mb * 1e6)
+    listing = list_notes(vault, max_bytes=max_bytes)
+    root = str(Path(vault).expanduser().resolve())
     rows: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
-    for p in list_markdown(vault):
-        rel = nfc(p.relative_to(vault).as_posix())
+    skipped = list(listing.skipped)
+    for rel, real in listing.files:
+        rel = nfc(rel)
         try:
-            raw = p.read_bytes()
-            rows.append(parse_note(rel, raw, p.stat().st_mtime, default_lang))
+            raw, mtime = read_regular(real, max_bytes, root)
+            rows.append(parse_note(rel, raw, mtime, default_lang))
+        except (NotARegularFile, OutsideVault, TooLarge) as e:
+            reason = {NotARegularFile: "not_regular_file", OutsideVault: "outside_vault", TooLarge: "too_large"}
+            skipped.append({"path": rel, "reason": reason[type(e)], "detail": str(e)})
         except OSError as e:
             skipped.append({"path": rel, "reason": "unreadable", "detail": e.strerror or str(e)})
         except ValueError as e:
@@ -123,4 +122,5 @@ def scan_notes(vault: str | Path, default_lang: str = "auto") -> tuple[pa.Table,
             skipped.append({"path": rel, "reason": reason, "detail": detail})
     for s in skipped:
         log.warning("skipped %s: %s (%s)", s["path"], s["reason"], s["detail"])
+    skipped += [{"path": p, "reason": IGNORED, "detail": "matches an ignore rule"} for p in listing.ignored]
     return pa.Table.from_pylist(rows, schema=NOTES), pa.Table.from_pylist(skipped, schema=SKIPPED)

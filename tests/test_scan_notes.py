@@ -54,14 +54,16 @@ def test_scan_skips_bad_and_hidden_and_survives_symlink_loop(tmp_path: Path, mon
     (tmp_path / "sub").mkdir()
     os.symlink(tmp_path, tmp_path / "sub" / "loop")
     (tmp_path / "locked.md").write_text("x")
-    real = Path.read_bytes
+    import pipelines.scan_notes as sn
 
-    def read_bytes(self: Path) -> bytes:  # root ignores chmod 0, so make one file unreadable here
-        if self.name == "locked.md":
+    real = sn.read_regular
+
+    def read_regular(path, *a, **k):  # root ignores chmod 0, so make one file unreadable here
+        if str(path).endswith("locked.md"):
             raise PermissionError(13, "Permission denied")
-        return real(self)
+        return real(path, *a, **k)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(sn, "read_regular", read_regular)
     notes, skipped = scan_notes(tmp_path)
     assert notes["path"].to_pylist() == ["good.md"]
     reasons = {s["path"]: s["reason"] for s in skipped.to_pylist()}

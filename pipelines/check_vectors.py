@@ -1,0 +1,84 @@
+"""Stage: vectors checked before they are written, and reused across a re-chunk.
+
+`check_vectors` drops every note that has a vector which is not finite or not unit length (the embedder
+writes unit vectors), so NaN/inf never enters the index; the note is reported as skipped and retried on the
+next run. `embed_reusing` embeds only chunks whose `embed_text` is new: after a chunking change, texts that
+come out identical keep their old vectors (same model and prompt, so the same vector).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fanout.db import Collection
+from fanout.integrity import IndexStateError, bad_vector_rows
+from fanout.runner import Runner
+from pipelines.embed_chunks import embed_chunks
+
+log = logging.getLogger(__name__)
+
+
+def check_vectors(chunks: pa.Table) -> tuple[pa.Table, list[dict]]:
+    """CHUNKS+vector -> (rows of notes whose vectors are all sound, SKIPPED rows for the other notes)."""
+    if chunks.num_rows == 0 or "vector" not in chunks.column_names:
+        return chunks, []
+    bad = bad_vector_rows(chunks["vector"])
+    if not len(bad):
+        return chunks, []
+    paths = chunks["path"].take(pa.array(bad)).to_pylist()
+    counts: dict[str, int] = {}
+    for p in paths:
+        counts[p] = counts.get(p, 0) + 1
+    skipped = [{"path": p, "reason": "embedding_failed",
+                "detail": f"{n} chunk vector(s) came back NaN/inf or zero from the embedder; the note was not "
+                          "written and is retried on the next run"} for p, n in sorted(counts.items())]
+    for s in skipped:
+        log.warning("skipped %s: %s (%s)", s["path"], s["reason"], s["detail"])
+    keep = pc.invert(pc.is_in(chunks["path"], pa.array(sorted(counts), pa.string())))
+    return chunks.filter(keep), skipped
+
+
+def old_vectors(col: Collection, max_rows: int = 2_000_000) -> dict[str, list[float]]:
+    """embed_text -> vector of the current chunks table (read before a rebuild drops it); {} if unreadable."""
+    if not col.has(col.chunks_name):
+        return {}
+    try:
+        with col.guard(col.chunks_name):
+            tbl = col.db.open_table(col.chunks_name)
+            if tbl.count_rows() > max_rows:
+                log.info("old index has over %d chunks: vectors are not reused", max_rows)
+                return {}
+            t = tbl.search().select(["embed_text", "vector"]).limit(None).to_arrow()
+    except IndexStateError as e:
+        log.warning("old vectors not reused: %s", e)
+        return {}
+    bad = set(bad_vector_rows(t["vector"]).tolist())
+    return {txt: v for i, (txt, v) in enumerate(zip(t["embed_text"].to_pylist(), t["vector"].to_pylist()))
+            if i not in bad and txt is not None}
+
+
+def embed_reusing(chunks: pa.Table, runner: Runner, reuse: dict[str, list[float]]) -> tuple[pa.Table, int]:
+    """CHUNKS -> (CHUNKS + vector, how many vectors came from `reuse`); the rest go to the embedder."""
+    if not reuse or chunks.num_rows == 0:
+        return embed_chunks(chunks, runner), 0
+    texts = chunks["embed_text"].to_pylist()
+    known = np.array([t in reuse for t in texts])
+    if not known.any():
+        return embed_chunks(chunks, runner), 0
+    fresh_idx = np.flatnonzero(~known)
+    fresh = embed_chunks(chunks.take(pa.array(fresh_idx)), runner) if len(fresh_idx) else None
+    dim = len(next(iter(reuse.values())))
+    if fresh is not None:
+        dim = fresh.schema.field("vector").type.list_size
+    vecs: list = [None] * len(texts)
+    for i in np.flatnonzero(known):
+        vecs[i] = reuse[texts[i]]
+    if fresh is not None:
+        for i, v in zip(fresh_idx, fresh["vector"].to_pylist()):
+            vecs[i] = v
+    col = pa.array(vecs, pa.list_(pa.float32(), dim))
+    return chunks.append_column("vector", col), int(known.sum())
