@@ -28,6 +28,7 @@ from mcp.server.stdio import stdio_server
 from fanout.config import Config
 from fanout.db import LANG_NAMES, Collection
 from fanout.runner import Runner
+from fanout.vault import read_regular
 from pipelines.chunk_notes import scan_lines, split_sections
 from pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError, parse_row
 from pipelines.scan_notes import parse_note
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_LIMIT = 50  # pages one search may return
 MAX_NOTE_CHARS = 40_000  # `get` cuts a longer note and lists its headings instead
+MAX_NOTE_BYTES = 50_000_000  # `get` refuses a larger file
 SEARCH_FIELDS = ("query", "short_query", "rephrased_query", "expected_answer", "intent", "searches")
 
 SEARCH_DESC = ("Search the notes: full text and vectors, fused by reciprocal rank. You are the query "
@@ -112,11 +114,17 @@ class FanoutTools:
         self.cfg, self.runner = cfg, runner
         self.searcher = Searcher(db_dir, collection, cfg, runner)
         self.col = self.searcher.col
-        self.manifest = self.col.read_manifest()
-        vault = self.manifest.get("vault")
-        self.vault = Path(vault).resolve() if vault else None  # None: `get` refuses (never the cwd)
-        self.langs = count_languages(self.col)
-        self.lock = threading.Lock()  # one search at a time: llama.cpp models are not thread-safe
+        self.lock = threading.Lock()  # one request at a time: llama.cpp models are not thread-safe, and
+        # each request reads one pinned index version (Searcher.refresh)
+        self.vault: Path | None = None  # None: `get` refuses (never the cwd)
+        self.refresh()
+        self.langs = self.col.memo("languages", lambda: count_languages(self.col))
+
+    def refresh(self) -> None:
+        """Pin the index version this request reads (a re-index since the last request becomes visible)."""
+        self.searcher.refresh()
+        vault = self.col.require().get("vault")
+        self.vault = Path(vault).resolve() if vault else None
 
     def warm(self) -> None:
         """Load the embedder before the first search needs it (in-process runner only)."""
@@ -143,7 +151,7 @@ class FanoutTools:
             msg = str(e)
             raise ToolArgError(msg if f"`{e.field}`" in msg else f"`{e.field}`: {msg}") from None
         t = time.perf_counter()
-        with self.lock:
+        with self.lock:  # Searcher.search pins the index version first
             out = self.searcher.search([{"id": "q", **row}], SearchOptions(n=limit, rerank=rerank))
         log.info("search %.0f ms %s", (time.perf_counter() - t) * 1000, out.timings)
         if out.errors.num_rows:
@@ -194,10 +202,13 @@ class FanoutTools:
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, ("path", "heading"), "get")
-        target = self.resolve(args.get("path"))
+        with self.lock:
+            self.refresh()
+            target = self.resolve(args.get("path"))
         rel = unicodedata.normalize("NFC", target.relative_to(self.vault).as_posix())
-        try:
-            note = parse_note(rel, target.read_bytes(), target.stat().st_mtime)
+        try:  # never blocks on a FIFO, never follows a link swapped in after resolve()
+            raw, mtime = read_regular(target, MAX_NOTE_BYTES, str(self.vault))
+            note = parse_note(rel, raw, mtime)
         except (OSError, ValueError) as e:
             raise ToolArgError(f"`path`: note {rel!r} cannot be read: {e.args[-1]}") from None
         body = note["body"]
@@ -225,14 +236,19 @@ class FanoutTools:
     # -- status ---------------------------------------------------------------------------------------
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, (), "status")
-        m = self.col.read_manifest()
+        with self.lock:
+            self.refresh()
+            m = self.col.require()
+            notes = self.col.table(self.col.documents_name).count_rows()
+            chunks = self.col.table(self.col.chunks_name).count_rows()
+            langs = self.col.memo("languages", lambda: count_languages(self.col))
         updated = (m.get("stats") or {}).get("updated")
         models = self.cfg.models
         return {
             "collection": self.col.name, "vault": str(self.vault),
-            "notes": self.col.table(self.col.documents_name).count_rows(),
-            "chunks": self.col.table(self.col.chunks_name).count_rows(),
-            "languages": count_languages(self.col),
+            "notes": notes,
+            "chunks": chunks,
+            "languages": langs,
             "models": {"embedder": (m.get("embedder") or {}).get("file"),
                        "expander": models.expander if self.cfg.expand.enabled else None,
                        "reranker": models.reranker},

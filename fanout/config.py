@@ -60,6 +60,7 @@ class ChunkConfig:
     breadcrumb: bool = True  # prefix the embedded text with "title > h1 > h2"
     chars_per_token: float = 4.0  # token estimate for Latin text (Cyrillic counts 2 chars/token)
     split_level: int = 2  # headings of this level or higher always start a chunk
+    check_context: bool = True  # count each chunk's prompt with the embedder's tokenizer; split what exceeds n_ctx
 
     def validate(self) -> None:
         _check(self.max_tokens >= 32, f"chunk.max_tokens must be >= 32, got {self.max_tokens}")
@@ -121,9 +122,18 @@ class FuseConfig:
     fts_scale: float = 1.0  # multiplies the weight of every full-text list (tunes BM25 against vectors)
     bonus_first: float = 0.05  # added once for a page ranked 1st in any list
     bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
+    calibrate: bool = True  # multiply a query's scores by its absolute evidence (best cosine / BM25)
+    cos_floor: float = 0.30  # best cosine at or below this: no vector evidence (see configs/local.yaml)
+    cos_full: float = 0.60  # best cosine at or above this: full vector evidence
+    bm25_floor: float = 2.0  # best raw BM25 score at or below this: no full-text evidence
+    bm25_full: float = 12.0  # best raw BM25 score at or above this: full full-text evidence
 
     def validate(self) -> None:
         _check(self.k > 0, f"fuse.k must be > 0, got {self.k}")
+        _check(self.cos_full > self.cos_floor, f"fuse.cos_full ({self.cos_full}) must be > fuse.cos_floor "
+               f"({self.cos_floor})")
+        _check(self.bm25_full > self.bm25_floor, f"fuse.bm25_full ({self.bm25_full}) must be > "
+               f"fuse.bm25_floor ({self.bm25_floor})")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ def fetch_chunks(col: Collection, chunk_ids: set[str]) -> dict[str, dict]:
         part = ids[i:i + 500]
         where = "chunk_id IN (" + ", ".join("'" + c.replace("'", "''") + "'" for c in part) + ")"
         res = tbl.search().where(where).select(["chunk_id", "title", "heading", "text"]).limit(len(part))
-        for r in res.to_arrow().to_pylist():
+        with col.guard(col.chunks_name):
+            rows = res.to_arrow().to_pylist()
+        for r in rows:
             out[r["chunk_id"]] = r
     return out
 

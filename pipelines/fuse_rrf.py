@@ -3,9 +3,16 @@
 score(page) = sum over lists of w_list / (k + rank) + a top-rank bonus (qmd: +0.05 for a 1st place in any
 list, +0.02 for a 2nd-3rd place, counted once per page). The original query's lists weigh `w_original`,
 each variant kind its own weight, the exact alias lane `w_alias`. Each page keeps the chunk of its best
-(highest-contribution) list as its best chunk. `_norm` is the score divided by the best score any page
-could reach for that query (first in every list), so 1.0 means "first everywhere" and scores compare
-across queries.
+(highest-contribution) list as its best chunk.
+
+`_norm` is what `--min-score` filters on, calibrated so that it separates real matches from noise:
+- rank part: the score divided by the best score any page could reach, first in every list the query was
+  SENT to (`sent`: one row per variant and lane), not only the lists that returned something; the alias
+  lane counts only when it matched (it is an exact-title bonus lane, silent for most real questions);
+- evidence part: every page of a query is multiplied by the query's absolute evidence, the larger of its
+  best cosine (original and `vec` variants) and its best BM25 score, each mapped linearly from a floor
+  (no evidence) to a full level (`FuseConfig.cos_*`, `bm25_*`); an exact title/alias match is full evidence.
+One factor per query: calibration changes scores, never the order within a query.
 """
 
 from __future__ import annotations
@@ -16,6 +23,10 @@ import pyarrow as pa
 
 from fanout.config import FuseConfig
 from fanout.schemas import FUSED
+from pipelines.retrieve_variants import ALIAS_KINDS, FTS_KINDS, VEC_KINDS
+
+SENT = pa.schema([("qid", pa.string()), ("vid", pa.int32()), ("kind", pa.string()), ("lane", pa.string())])
+_ROUTES = {"fts": FTS_KINDS, "vec": VEC_KINDS, "alias": ALIAS_KINDS}
 
 
 def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
@@ -25,13 +36,39 @@ def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
     return w * cfg.fts_scale if lane == "fts" else w
 
 
-def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None) -> pa.Table:
-    """HITS -> FUSED rows, best first per query (ties broken by path for determinism)."""
+def sent_lists(variants: pa.Table, lanes: tuple[str, ...] | list[str]) -> pa.Table:
+    """VARIANTS -> SENT: the (variant, lane) lists each query was routed to (retrieve_variants' routing)."""
+    rows = [{"qid": v["qid"], "vid": v["vid"], "kind": v["kind"], "lane": lane}
+            for v in variants.select(["qid", "vid", "kind"]).to_pylist()
+            for lane in ("fts", "vec", "alias") if lane in lanes and v["kind"] in _ROUTES[lane]]
+    return pa.Table.from_pylist(rows, schema=SENT)
+
+
+def _ramp(x: float, floor: float, full: float) -> float:
+    return 0.0 if x <= floor else 1.0 if x >= full else (x - floor) / (full - floor)
+
+
+def evidence(cos_top: float, bm25_top: float, alias: bool, cfg: FuseConfig) -> float:
+    """A query's absolute evidence in [0, 1]: max of the cosine and BM25 ramps; 1 for an alias match."""
+    if alias:
+        return 1.0
+    return max(_ramp(cos_top, cfg.cos_floor, cfg.cos_full), _ramp(bm25_top, cfg.bm25_floor, cfg.bm25_full))
+
+
+def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None,
+             sent: pa.Table | None = None) -> pa.Table:
+    """HITS -> FUSED rows, best first per query (ties broken by path for determinism).
+
+    `sent` (from `sent_lists`) names every list each query was sent to; without it the rank part is
+    normalised by the lists that returned something (the old behaviour: a lone vector hit scores 1.0).
+    """
     score: dict[tuple[str, str], float] = defaultdict(float)
     best: dict[tuple[str, str], tuple[float, str]] = {}
     top: dict[tuple[str, str], int] = {}
-    max_score: dict[str, float] = defaultdict(float)
-    seen_lists: set[tuple[str, int, str]] = set()
+    lists: dict[tuple[str, int, str], float] = {}  # (qid, vid, lane) -> weight: the denominator's lists
+    cos_top: dict[str, float] = defaultdict(float)
+    bm25_top: dict[str, float] = defaultdict(float)
+    alias_hit: set[str] = set()
     for h in hits.to_pylist():
         key = (h["qid"], h["path"])
         w = list_weight(h["kind"], h["lane"], cfg)
@@ -40,10 +77,21 @@ def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None) -> 
         if key not in best or contrib > best[key][0]:
             best[key] = (contrib, h["chunk_id"])
         top[key] = min(top.get(key, 99), h["_rank"])
-        lst = (h["qid"], h["vid"], h["lane"])
-        if lst not in seen_lists:
-            seen_lists.add(lst)
-            max_score[h["qid"]] += w / (cfg.k + 1)
+        if sent is None or h["lane"] == "alias":
+            lists[(h["qid"], h["vid"], h["lane"])] = w
+        if h["lane"] == "vec" and h["kind"] in ("orig", "vec"):
+            cos_top[h["qid"]] = max(cos_top[h["qid"]], float(h["_score"]))
+        elif h["lane"] == "fts":
+            bm25_top[h["qid"]] = max(bm25_top[h["qid"]], float(h["_score"]))
+        elif h["lane"] == "alias":
+            alias_hit.add(h["qid"])
+    if sent is not None:
+        for s in sent.to_pylist():
+            if s["lane"] != "alias":
+                lists[(s["qid"], s["vid"], s["lane"])] = list_weight(s["kind"], s["lane"], cfg)
+    max_score: dict[str, float] = defaultdict(float)
+    for (qid, _, _), w in lists.items():
+        max_score[qid] += w / (cfg.k + 1)
     for key, r in top.items():
         score[key] += cfg.bonus_first if r == 1 else cfg.bonus_top3 if r <= 3 else 0.0
     per_q: dict[str, list[tuple[str, float]]] = defaultdict(list)
@@ -53,7 +101,9 @@ def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None) -> 
     for qid in (qids if qids is not None else sorted(per_q)):
         ranked = sorted(per_q.get(qid, []), key=lambda x: (-x[1], x[0]))
         denom = max_score[qid] + cfg.bonus_first
+        ev = evidence(cos_top[qid], bm25_top[qid], qid in alias_hit, cfg) if cfg.calibrate else 1.0
         for rank, (path, s) in enumerate(ranked, 1):
+            rel = min(1.0, s / denom) if denom > 0 else 0.0
             rows.append({"qid": qid, "path": path, "chunk_id": best[(qid, path)][1], "_rrf": s,
-                         "_norm": min(1.0, s / denom) if denom > 0 else 0.0, "_rank": rank})
+                         "_norm": rel * ev, "_rank": rank})
     return pa.Table.from_pylist(rows, schema=FUSED)

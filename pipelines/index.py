@@ -131,7 +131,12 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     todo = notes.filter(pc.is_in(notes["path"], pa.array(sorted(changed), pa.string())))
     acfg = cfg.embedder
     group = max(64, acfg.count * acfg.batch_size * 2)
-    chunks_all = chunk_notes(todo, cfg.chunk)
+    count = None
+    if cfg.chunk.check_context and todo.num_rows:
+        from actors.tokenizer import PromptCounter
+
+        count = PromptCounter(cfg)
+    chunks_all = chunk_notes(todo, cfg.chunk, count, cfg.embedder.n_ctx)
     bar = _bar(progress, chunks_all.num_rows)
     te = time.perf_counter()
     wrote_any = False

@@ -62,11 +62,13 @@ def alias_key(s: str) -> str:
 
 
 def alias_map(col: Collection) -> dict[str, list[str]]:
-    """normalised title / alias / alias last path segment -> page paths (built once per collection)."""
-    cached = getattr(col, "_alias_map", None)
-    if cached is not None:
-        return cached
-    docs = col.table(col.documents_name).to_arrow().select(["path", "title", "aliases"]).to_pylist()
+    """normalised title / alias / alias last path segment -> page paths (built once per index version)."""
+    return col.memo("alias_map", lambda: _build_alias_map(col))
+
+
+def _build_alias_map(col: Collection) -> dict[str, list[str]]:
+    with col.guard(col.documents_name):
+        docs = col.table(col.documents_name).to_arrow().select(["path", "title", "aliases"]).to_pylist()
     m: dict[str, list[str]] = defaultdict(list)
     for d in docs:
         keys = [d["title"], d["path"].rsplit("/", 1)[-1]]
@@ -75,8 +77,7 @@ def alias_map(col: Collection) -> dict[str, list[str]]:
         for key in {alias_key(k) for k in keys if k}:
             if key and d["path"] not in m[key]:
                 m[key].append(d["path"])
-    col._alias_map = dict(m)
-    return col._alias_map
+    return dict(m)
 
 
 def hit_rows(qid: str, vid: int, kind: str, lane: str, pages: list[dict]) -> list[dict]:

@@ -6,6 +6,7 @@ format_results. The runner (in-process or Ray) only decides where the model acto
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +18,17 @@ from actors._llama import file_sha256, model_path
 from fanout.caches import Caches
 from fanout.config import Config
 from fanout.db import Collection
+from fanout.integrity import IndexStateError
 from fanout.runner import Runner
 from pipelines.expand_queries import expand_queries
 from pipelines.format_results import fetch_chunks, format_results
-from pipelines.fuse_rrf import fuse_rrf
+from pipelines.fuse_rrf import fuse_rrf, sent_lists
 from pipelines.parse_queries import parse_queries
 from pipelines.probe_bm25 import probe_bm25
 from pipelines.rerank_candidates import best_passage, rerank_candidates
 from pipelines.retrieve_variants import retrieve_variants
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,20 +53,35 @@ class Searcher:
     """Holds one collection, its caches and a runner; `search(rows)` answers a batch."""
 
     def __init__(self, db_dir: str | Path, collection: str, cfg: Config, runner: Runner):
-        self.cfg = cfg
+        self.cfg = self.base_cfg = cfg
         self.col = Collection(Path(db_dir), collection)
-        manifest = self.col.require()
-        emb = manifest.get("embedder", {})
         path = model_path(cfg, "embedder")
-        sha = file_sha256(path)
-        if emb.get("sha256") != sha or emb.get("prompt") != cfg.models.embed_prompt:
-            raise ValueError(
-                f"index {collection!r} was embedded with {emb.get('file')} ({emb.get('prompt')} prompt) but the "
-                f"config names {path.name} ({cfg.models.embed_prompt}); re-run `fanout index` or use that model")
+        self.model_file, self.model_sha = path.name, file_sha256(path)
+        self.check_index(self.col.require())
         self.runner = runner
-        self.caches = Caches(self.col, sha, cfg.models.embed_prompt) if cfg.cache.enabled else None
+        self.caches = Caches(self.col, self.model_sha, cfg.models.embed_prompt) if cfg.cache.enabled else None
+
+    def check_index(self, manifest: dict) -> None:
+        """The index must come from the configured embedder; its full-text languages win over the config's."""
+        emb, cfg = manifest["embedder"], self.base_cfg
+        if emb["sha256"] != self.model_sha or emb["prompt"] != cfg.models.embed_prompt:
+            raise IndexStateError(
+                f"index {self.col.name!r} was embedded with {emb['file']} ({emb['prompt']} prompt) but the config "
+                f"names {self.model_file} ({cfg.models.embed_prompt}); re-run `fanout index` or use that model")
+        langs = tuple(manifest["languages"])
+        if langs != tuple(self.cfg.index.languages):
+            if langs != tuple(cfg.index.languages):
+                log.warning("index %r has full-text languages %s, the config says %s: searching the index's "
+                            "(re-index to change them)", self.col.name, list(langs), list(cfg.index.languages))
+            self.cfg = cfg.replace(index={"languages": langs})
+
+    def refresh(self) -> None:
+        """Start of every request: pin one consistent set of table versions (Collection.refresh) and re-check
+        the manifest, so a long-lived Searcher never mixes two index runs."""
+        self.check_index(self.col.refresh())
 
     def search(self, rows: list[dict] | pa.Table, opts: SearchOptions = SearchOptions()) -> SearchOutput:
+        self.refresh()
         cfg, col, t = self.cfg, self.col, {}
         clock = time.perf_counter()
 
@@ -82,7 +101,7 @@ class Searcher:
         lap("expand")
         hits = retrieve_variants(variants, col, self.runner, cfg, self.caches, probe_hits)
         lap("retrieve")
-        fused = fuse_rrf(hits, cfg.fuse, list(qmap))
+        fused = fuse_rrf(hits, cfg.fuse, list(qmap), sent_lists(variants, cfg.retrieve.lanes))
         lap("fuse")
         rerank = cfg.rerank.enabled if opts.rerank is None else opts.rerank
         keep = max(opts.n, cfg.rerank.top_n if rerank else opts.n)

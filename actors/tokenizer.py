@@ -1,0 +1,37 @@
+"""The embedder's tokenizer alone (vocab-only load, no weights): exact prompt token counts for the chunker.
+
+The chunker cuts by an estimate (4 chars/token, Cyrillic 2); this counter makes "a chunk never exceeds the
+embedder's context" exact: `chunk_notes(..., count=PromptCounter(cfg), context=cfg.embedder.n_ctx)`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from actors._llama import _quiet_stderr, load_backends, model_path
+from actors.embedder import format_prompt
+from fanout.config import Config
+
+log = logging.getLogger(__name__)
+
+
+class PromptCounter:
+    """`counter(text, title)` -> tokens of the document prompt the embedder will see (an upper bound when
+    the prompt is short enough that it cannot reach the context anyway: its UTF-8 byte count + BOS)."""
+
+    def __init__(self, cfg: Config):
+        load_backends()
+        from llama_cpp import Llama
+
+        self.style = cfg.models.embed_prompt
+        self.limit = cfg.embedder.n_ctx
+        with _quiet_stderr():
+            self.llm = Llama(model_path=str(model_path(cfg, "embedder")), vocab_only=True, verbose=False)
+        self.counted = 0
+
+    def __call__(self, text: str, title: str | None = None) -> int:
+        prompt = format_prompt(self.style, "document", text, title).encode("utf-8")
+        if len(prompt) + 1 < self.limit:  # a token is at least one byte
+            return len(prompt) + 1
+        self.counted += 1
+        return len(self.llm.tokenize(prompt, add_bos=True))
