@@ -150,12 +150,14 @@ class Collection:
         if "query_index" not in res.column_names:
             res = res.append_column("query_index", pa.array([0] * res.num_rows, pa.int32()))
         if res.num_rows and "_distance" in res.column_names:
-            dist = res["_distance"].to_numpy(zero_copy_only=False)
-            if not np.isfinite(dist).all():  # a stored vector is damaged (NaN/inf): never serve it
-                bad = res.filter(pc.invert(pc.is_finite(res["_distance"])))
-                ids = bad["chunk_id"].to_pylist()[:3] if "chunk_id" in bad.column_names else []
-                raise IndexStateError(f"table {self.chunks_name} in {self.db_dir} has damaged vectors "
-                                      f"(e.g. {ids}); rebuild the index with {self.hint()}")
+            ok = pc.fill_null(pc.is_finite(res["_distance"]), False)
+            if not pc.all(ok).as_py():  # a stored vector is damaged (NaN/inf): never serve it
+                bad = res.filter(pc.invert(ok))
+                ids = sorted(set(bad["chunk_id"].to_pylist()))[:3] if "chunk_id" in bad.column_names else []
+                log.error("table %s in %s has damaged vectors (e.g. %s), left out of the results; repair with "
+                          "`fanout index` (it re-embeds damaged notes) or %s", self.chunks_name, self.db_dir,
+                          ids, self.hint())
+                res = res.filter(ok)
         if len(finite) < len(vectors):  # map back to the caller's positions
             back = pa.array(finite, pa.int32()).take(res["query_index"])
             res = res.set_column(res.column_names.index("query_index"), "query_index", back)

@@ -82,7 +82,8 @@ def bad_vector_rows(vectors: pa.ChunkedArray | pa.Array, tolerance: float = NORM
         bad = [i for i, v in enumerate(arr.to_pylist()) if v is None or not v or not _unit(np.asarray(v),
                                                                                           tolerance)]
         return np.asarray(bad, dtype=np.int64)
-    flat = np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        flat = np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
     if arr.null_count:  # flatten() skips null rows: rebuild positions
         full = np.full((n, dim), np.nan)
         full[~nulls] = flat.reshape(-1, dim)

@@ -2,7 +2,9 @@
 
 Rules (README "Vault boundary"):
 - Symlinks are followed only when they resolve inside the vault (its real path); a link that leads outside,
-  or is broken, is skipped with a reason. Every real folder is visited once, so link loops end.
+  or is broken, is skipped with a reason. A file link inside the vault is indexed under the link's path; a
+  folder link inside it is not walked (its notes are indexed under their real path), so loops cannot occur,
+  and every real folder is visited once.
 - Only regular files are opened: FIFOs, sockets and device files named `x.md` are skipped from their stat
   (never opened), and the open itself is `O_NONBLOCK | O_NOFOLLOW` with an `fstat` check, so a file swapped
   for a FIFO or a link after the walk is refused, not waited on.
@@ -236,8 +238,9 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
                 continue
             if is_dir:
                 key = (st.st_dev, st.st_ino)
-                if key in seen:  # a link loop or a second link to a folder already walked
-                    log.debug("folder %s already walked (link loop or duplicate link)", shown(rel))
+                if is_link or key in seen:  # a folder inside the vault is walked once, by its real path
+                    log.debug("folder link %s not walked: its notes are indexed under their real path",
+                              shown(rel))
                     continue
                 seen.add(key)
                 subdirs.append((rel + "/", target))
