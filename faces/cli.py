@@ -62,7 +62,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     cfg = _cfg(args)
     with make_runner(cfg, n_rows=0 if args.runner is None else 10**9) as runner:
-        s = index_vault(args.vault, args.db, args.collection, cfg, runner, progress=sys.stderr.isatty())
+        s = index_vault(args.vault, args.db, args.collection, cfg, runner, progress=sys.stderr.isatty(),
+                        rebuild=args.rebuild)
     for sk in s.skipped:
         print(f"skipped {sk['path']}: {sk['reason']} ({sk['detail']})", file=sys.stderr)
     print(s.text())
@@ -195,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("index", help="index (or incrementally update) a markdown vault")
     p.add_argument("vault")
+    p.add_argument("--rebuild", action="store_true",
+                   help="drop the collection's tables and index from scratch (repairs a damaged index)")
     _common(p)
     p.set_defaults(fn=cmd_index)
     p = sub.add_parser("query", help="search one query")
