@@ -43,7 +43,7 @@ class Collection:
         self.db = lancedb.connect(str(self.db_dir))
         self._tables: dict[str, Any] = {}
         self._pinned: dict[str, int] = {}  # table -> version this reader is on (refresh())
-        self._vault: str | None = None  # for the rebuild hint in messages
+        self.vault_hint: str | None = None  # the vault, for the rebuild hint in messages
         self._lock = threading.Lock()
         self.derived: dict[str, Any] = {}  # state built from the pinned tables (alias map, ...); see memo()
 
@@ -105,7 +105,7 @@ class Collection:
             raise IndexStateError(f"index manifest {self.manifest_path} cannot be read ({e}); rebuild the "
                                   f"index with {self.hint()}") from None
         manifest = parse_manifest(text, self.manifest_path, self.hint())
-        self._vault = manifest["vault"]
+        self.vault_hint = manifest["vault"]
         return manifest
 
     # -- search ---------------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ class Collection:
     # -- readers: one consistent set of table versions per request --------------------------------------
     def hint(self) -> str:
         """How to rebuild this collection (for error messages)."""
-        return rebuild_hint(self.db_dir, self.name, self._vault)
+        return rebuild_hint(self.db_dir, self.name, self.vault_hint)
 
     @contextlib.contextmanager
     def guard(self, name: str):

@@ -98,7 +98,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     is_ignored = pc.equal(skipped["reason"], IGNORED)
     ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
     col = Collection(Path(db_dir), collection)
-    col._vault = str(vault)
+    col.vault_hint = str(vault)
     manifest = index_manifest(cfg, vault)
     old = _old_manifest(col)
     volatile = ("vault", "stats", "tables")
