@@ -29,11 +29,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from faces.bench_data import load_queries  # noqa: E402
-from fanout.config import FuseConfig, load_config  # noqa: E402
-from fanout.runner import Runner  # noqa: E402
-from pipelines.fuse_rrf import evidence, list_weight, sent_lists  # noqa: E402
-from pipelines.search import Searcher, SearchOptions  # noqa: E402
+from faces.bench_data import load_queries
+from fanout.config import FuseConfig, load_config
+from fanout.runner import Runner
+from pipelines.fuse_rrf import evidence, list_weight, sent_lists
+from pipelines.search import Searcher, SearchOptions
 
 DATA = Path(__file__).resolve().parent / "data"
 KEEP = 0.95  # share of relevant top-1 pages a threshold must keep
@@ -115,8 +115,8 @@ def collect(args) -> dict:
 
 
 def table(rows: dict, fc: FuseConfig) -> str:
-    lines = ["| scoring | set | relevant top-1 (n) p5 / p25 / p50 | nonsense top-1 (n) p50 / p80 / p95 | "
-             "threshold | relevant kept | nonsense dropped |", "|---|---|---|---|---|---|---|"]
+    lines = [("| scoring | set | relevant top-1 (n) p5 / p25 / p50 | nonsense top-1 (n) p50 / p80 / p95 | "
+              "threshold | relevant kept | nonsense dropped |"), "|---|---|---|---|---|---|---|"]
     for how in ("returned", "sent", "calibrated"):
         for name, langs in (("en (tuned)", ("en",)), ("ru (held out)", ("ru",)), ("all", ("en", "ru"))):
             rel = [scores(r, how, fc) for r in rows.values()
@@ -143,7 +143,7 @@ def fit(rows: dict, fc: FuseConfig) -> FuseConfig:
                     rel = [scores(r, "calibrated", c) for r in en if r["kind"] == "judged" and r.get("relevant")]
                     junk = [scores(r, "calibrated", c) if r.get("top1") else 0.0 for r in en
                             if r["kind"] == "nonsense"]
-                    thr, kept, dropped = separation(rel, junk)
+                    thr, _, dropped = separation(rel, junk)
                     key = (dropped, thr)  # most dropped; then the higher threshold (more room)
                     if key > best:
                         best, best_cfg = key, c

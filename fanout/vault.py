@@ -135,8 +135,8 @@ class IgnoreRules:
             try:
                 filters = json.loads(raw).get("userIgnoreFilters") or []
                 if not isinstance(filters, list):
-                    raise ValueError("userIgnoreFilters is not a list")
-            except (ValueError, AttributeError) as e:
+                    raise TypeError("userIgnoreFilters is not a list")
+            except (ValueError, AttributeError, TypeError) as e:
                 log.warning(".obsidian/app.json: cannot read userIgnoreFilters (%s); no Obsidian exclusions "
                             "applied", e)
                 filters = []

@@ -254,7 +254,10 @@ def chunk_note(path: str, title: str, lang: str, body: str, body_offset: int, cf
         crumb = " > ".join([title, *hp]) if cfg.breadcrumb else ""
         pieces = [(s0, e0)]
         if count is not None and context:
-            pieces = fit_context(body, s0, e0, lambda t: count(f"{crumb}\n{t}" if crumb else t, title), context)
+            def count_piece(t: str, crumb: str = crumb) -> int:
+                return count(f"{crumb}\n{t}" if crumb else t, title)
+
+            pieces = fit_context(body, s0, e0, count_piece, context)
         for s, e in pieces:
             text = body[s:e].strip("\n")
             if not text.strip() and len(pieces) > 1:

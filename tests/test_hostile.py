@@ -127,7 +127,7 @@ def bounded(fn, seconds: float):
     def run():
         try:
             box["value"] = fn()
-        except BaseException as e:  # re-raised in the test thread
+        except BaseException as e:  # noqa: BLE001  (re-raised in the test thread)
             box["error"] = e
 
     t = threading.Thread(target=run, daemon=True)
@@ -146,7 +146,7 @@ def hostile(tmp_path_factory):
 
 
 def test_scan_accounts_for_every_file_in_bounded_time(hostile):
-    (notes, skipped), secs = bounded(lambda: scan_notes(hostile["vault"]), 120)
+    (notes, skipped), _ = bounded(lambda: scan_notes(hostile["vault"]), 120)
     indexed = set(notes["path"].to_pylist())
     reasons = {s["path"]: s["reason"] for s in skipped.to_pylist()}
     assert indexed == hostile["indexed"]
@@ -228,7 +228,7 @@ def test_hostile_vault_indexes_in_bounded_time_with_nothing_from_outside(hostile
     from pipelines.index import index_vault
 
     db = tmp_path / "db"
-    summary, secs = bounded(lambda: index_vault(hostile["vault"], db, "h", fake_cfg, fake_runner), 600)
+    summary, _ = bounded(lambda: index_vault(hostile["vault"], db, "h", fake_cfg, fake_runner), 600)
     assert summary.notes == len(hostile["indexed"])
     assert {s["path"]: s["reason"] for s in summary.skipped} == hostile["skipped"]
     assert summary.ignored == len(hostile["ignored"])
@@ -247,6 +247,7 @@ def test_hostile_vault_indexes_in_bounded_time_with_nothing_from_outside(hostile
 @pytest.fixture()
 def small_index(tmp_path, fake_cfg, fake_runner):
     from conftest import write_vault
+
     from pipelines.index import index_vault
 
     vault = write_vault(tmp_path / "vault")
@@ -273,7 +274,7 @@ def test_random_bytes_in_a_data_file_are_detected_and_repaired(small_index, fake
     data[:4096] = rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()
     f.write_bytes(bytes(data))
     try:  # damage is either unreadable (named, with the fix) or damaged vectors (found by verify)
-        rows, damaged = Collection(db, "t").verify()
+        _, damaged = Collection(db, "t").verify()
         assert damaged, "random bytes over the vectors went unnoticed"
     except IndexStateError as e:
         assert "t_chunks" in str(e) and "--rebuild" in str(e)
@@ -316,8 +317,9 @@ class NaNEmbedder(HashEmbedder):
 
 
 def test_nan_vectors_never_enter_the_index(tmp_path, fake_cfg, monkeypatch):
-    import fanout.runner as fr
     from conftest import write_vault
+
+    import fanout.runner as fr
     from fanout.db import Collection
     from fanout.integrity import bad_vector_rows
     from pipelines.index import index_vault
@@ -379,7 +381,7 @@ def test_cli_bad_manifest_and_bad_yaml_are_one_line_exit_2(small_index, tmp_path
 def test_index_languages_win_over_a_config_that_differs(small_index, fake_cfg, fake_runner, caplog):
     from pipelines.search import Searcher, SearchOptions
 
-    vault, db = small_index
+    _, db = small_index
     en_only = fake_cfg.replace(index={"languages": ("en",)})
     s = Searcher(db, "t", en_only, fake_runner)
     assert s.cfg.index.languages == ("en", "ru") and "searching the index's" in caplog.text

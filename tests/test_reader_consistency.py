@@ -14,7 +14,7 @@ import time
 import pyarrow as pa
 import pytest
 from conftest import write_vault
-from test_hostile import HashEmbedder  # noqa: F401  (the runner imports it by name)
+from test_hostile import HashEmbedder
 
 OLD = {
     "keep.md": "# Keep\nA note that stays the same about gardening.\n",
@@ -73,7 +73,7 @@ def test_search_session_across_a_reindex_never_mixes_versions(tmp_path, cfg_fake
         try:
             with fr.Runner(cfg_fake) as r2:
                 index_vault(vault, db, "c", cfg_fake, r2)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001  (asserted in the test thread)
             errors.append(e)
         finally:
             done.set()
