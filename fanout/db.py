@@ -218,6 +218,17 @@ class Collection:
                     out[name] = int(self.db.open_table(name).version)
         return out
 
+    def advance_pins(self, before: dict[str, int]) -> bool:
+        """After maintenance that keeps the content (compaction, index builds): if the manifest pinned exactly
+        the versions that were latest before it (`before`), pin the new latest ones. Returns True if moved."""
+        m = self.read_manifest()
+        pinned = m.get("tables")
+        if not isinstance(pinned, dict) or not pinned or any(before.get(n) != v for n, v in pinned.items()):
+            return False
+        m["tables"] = self.table_versions()
+        self.write_manifest(m)
+        return True
+
     def verify(self, batch_rows: int = 8192) -> tuple[int, list[str]]:
         """Read every row of chunks and documents; returns (rows checked, paths with damaged vectors).
 

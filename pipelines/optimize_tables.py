@@ -53,8 +53,10 @@ def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days
     else:
         names = sorted(col.table_names())
     out = []
+    versions: dict[str, int] = {}
     for name in names:
         tbl = col.table(name)
+        versions[name] = int(tbl.version)
         before = _shape(tbl)
         t = time.perf_counter()
         tbl.optimize(cleanup_older_than=timedelta(days=keep_days))
@@ -64,6 +66,8 @@ def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days
             row[f"{k}_before"], row[f"{k}_after"] = before[k], after[k]
         log.info("optimized %s: %s", name, row)
         out.append(row)
+    for prefix in sorted({n.rsplit("_", 1)[0] for n in names if n.endswith(("_chunks", "_documents"))}):
+        Collection(Path(db_dir), prefix).advance_pins(versions)  # readers move to the compacted versions
     return out
 
 

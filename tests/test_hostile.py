@@ -412,3 +412,40 @@ def test_a_damaged_vector_row_is_found_and_the_next_index_run_re_embeds_its_note
     res = Searcher(db, "t", fake_cfg, fake_runner).search([{"id": "q", "query": "sync your notes"}],
                                                           SearchOptions(expand=False, rerank=False))
     assert res.results.to_pylist()[0]["path"] == victim
+
+
+def test_cli_index_of_an_empty_vault_path_is_an_error(tmp_path, capsys):
+    from faces.cli import main
+
+    assert main(["index", "", "--db", str(tmp_path / "db")]) == 2
+    err = capsys.readouterr().err
+    assert "vault path is empty" in err and not (tmp_path / "db").exists()
+
+
+def test_a_chunking_change_rebuilds_but_reuses_identical_vectors(small_index, fake_cfg, fake_runner):
+    from pipelines.index import index_vault
+
+    vault, db = small_index
+    (vault / "Long.md").write_text("## Long\n" + "\n\n".join(f"Paragraph {i} of a long note about sync."
+                                                              for i in range(200)), encoding="utf-8")
+    first = index_vault(vault, db, "t", fake_cfg, fake_runner)
+    assert first.embedded_notes == 1
+    s = index_vault(vault, db, "t", fake_cfg.replace(chunk={"max_tokens": 200}), fake_runner)
+    assert s.rebuilt and s.reused_chunks >= 6  # the short notes chunk the same: their vectors are kept
+    assert 0 < s.embedded_chunks < s.chunks  # only the long note's new pieces are embedded
+    assert f"reused {s.reused_chunks} vectors" in s.text()
+
+
+def test_mcp_get_never_blocks_on_a_fifo_or_follows_a_link_out(small_index, fake_cfg, fake_runner, tmp_path):
+    pytest.importorskip("mcp")
+    from faces.mcp_server import FanoutTools, ToolArgError
+
+    vault, db = small_index
+    tools = FanoutTools(db, "t", fake_cfg, fake_runner)
+    os.mkfifo(vault / "pipe.md")
+    (tmp_path / "secret.md").write_text(SECRET)
+    os.symlink(tmp_path / "secret.md", vault / "out.md")
+    for path in ("pipe.md", "out.md", "../secret.md"):
+        with pytest.raises(ToolArgError):
+            bounded(lambda p=path: tools.get({"path": p}), 10)
+    assert tools.get({"path": "Рецепты/Блины.md"})["title"]

@@ -115,3 +115,29 @@ def test_search_session_across_a_reindex_never_mixes_versions(tmp_path, cfg_fake
         assert "gone.md" not in paths and "quokka.md" in paths
     assert not problems, problems[:5]
     assert seen["old"] >= 1, seen  # the session did read during the re-index
+
+
+def test_optimize_moves_readers_to_the_compacted_versions_only_when_no_index_run_is_pending(tmp_path,
+                                                                                           cfg_fake,
+                                                                                           monkeypatch):
+    import fanout.runner as fr
+    from fanout.db import Collection
+    from pipelines.index import index_vault
+    from pipelines.optimize_tables import optimize_tables
+
+    monkeypatch.setitem(fr.ROLES, "embedder", "test_reader_consistency:HashEmbedder")
+    vault = write_vault(tmp_path / "v", OLD)
+    db = tmp_path / "db"
+    with fr.Runner(cfg_fake) as r:
+        index_vault(vault, db, "c", cfg_fake, r)
+        for i in range(3):  # incremental runs: more fragments for the compaction to fold
+            (vault / f"filler/{i}.md").write_text(f"# Filler {i}\nChanged filler {i}.\n")
+            index_vault(vault, db, "c", cfg_fake, r)
+    col = Collection(db, "c")
+    pinned = col.read_manifest()["tables"]
+    optimize_tables(db, "c")
+    moved = col.read_manifest()["tables"]
+    assert moved == col.table_versions() and moved[col.chunks_name] > pinned[col.chunks_name]
+    col.table(col.documents_name).delete("path = 'keep.md'")  # a write the manifest does not name yet
+    optimize_tables(db, "c")
+    assert col.read_manifest()["tables"] == moved  # readers stay on the completed index run
