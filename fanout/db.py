@@ -95,10 +95,10 @@ class Collection:
 
     def require(self) -> dict[str, Any]:
         """The manifest of an existing index, checked (IndexStateError names the file and the fix)."""
-        if not self.exists():
-            raise FileNotFoundError(
-                f"no index {self.name!r} in {str(self.db_dir)!r}; build it with "
-                f"`fanout index VAULT --db {self.db_dir} --collection {self.name}`")
+        missing = FileNotFoundError(f"no index {self.name!r} in {str(self.db_dir)!r}; build it with "
+                                    f"`fanout index VAULT --db {self.db_dir} --collection {self.name}`")
+        if not self.manifest_path.exists():
+            raise missing
         try:
             text = self.manifest_path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
@@ -106,6 +106,11 @@ class Collection:
                                   f"index with {self.hint()}") from None
         manifest = parse_manifest(text, self.manifest_path, self.hint())
         self.vault_hint = manifest["vault"]
+        if manifest.get("building"):
+            raise IndexStateError(f"index {self.name!r} in {self.db_dir} is being rebuilt by `fanout index` (or a "
+                                  f"rebuild was killed: run it again); search it when that run has finished")
+        if not self.has(self.chunks_name):
+            raise missing
         return manifest
 
     # -- search ---------------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     col.vault_hint = str(vault)
     manifest = index_manifest(cfg, vault)
     old = _old_manifest(col)
-    volatile = ("vault", "stats", "tables")
+    volatile = ("vault", "stats", "tables", "building")
     same = {k: v for k, v in old.items() if k not in volatile} == \
            {k: v for k, v in manifest.items() if k not in volatile}
     rebuild = rebuild or not (same and col.has(col.documents_name) and col.has(col.chunks_name))
@@ -124,7 +124,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
             reuse = old_vectors(col)  # a chunking change: identical texts keep their vectors
         col.drop(col.chunks_name)
         col.drop(col.documents_name)
-        col.write_manifest(manifest)  # a killed rebuild resumes under the new manifest
+        col.write_manifest({**manifest, "building": True})  # a killed rebuild resumes under the new manifest
     elif deleted:
         for name in (col.chunks_name, col.documents_name):
             delete_paths(col.table(name), deleted)

@@ -141,3 +141,33 @@ def test_optimize_moves_readers_to_the_compacted_versions_only_when_no_index_run
     col.table(col.documents_name).delete("path = 'keep.md'")  # a write the manifest does not name yet
     optimize_tables(db, "c")
     assert col.read_manifest()["tables"] == moved  # readers stay on the completed index run
+
+
+def test_requests_during_a_rebuild_say_so_instead_of_reading_a_partial_index(tmp_path, cfg_fake, monkeypatch):
+    import fanout.runner as fr
+    from fanout.db import Collection
+    from fanout.integrity import IndexStateError
+    from pipelines.index import index_vault
+    from pipelines.search import Searcher, SearchOptions
+
+    monkeypatch.setitem(fr.ROLES, "embedder", "test_reader_consistency:HashEmbedder")
+    vault = write_vault(tmp_path / "v", OLD)
+    db = tmp_path / "db"
+    with fr.Runner(cfg_fake) as r:
+        index_vault(vault, db, "c", cfg_fake, r)
+        searcher = Searcher(db, "c", cfg_fake, r)
+        col = Collection(db, "c")
+        real_write = Collection.write_manifest
+        seen = []
+
+        def spy(self, manifest):  # at the first group's write of the rebuild, a request comes in
+            real_write(self, manifest)
+            if manifest.get("building"):
+                with pytest.raises(IndexStateError, match="being rebuilt"):
+                    searcher.search([{"id": "q", "query": "walrus"}], SearchOptions(expand=False))
+                seen.append(True)
+
+        monkeypatch.setattr(Collection, "write_manifest", spy)
+        index_vault(vault, db, "c", cfg_fake, r, rebuild=True)
+        assert seen and "building" not in col.read_manifest()
+        assert searcher.search([{"id": "q", "query": "walrus"}], SearchOptions(expand=False)).results.num_rows
