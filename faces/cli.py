@@ -140,7 +140,7 @@ def cmd_expand(args: argparse.Namespace) -> int:
     cfg = _cfg(args)
     rows = read_rows(args.file)
     queries, errors = parse_queries(rows)
-    col = Collection(Path(args.db), args.collection)
+    col = Collection(args.db, args.collection, cfg)
     caches = Caches(col, "", cfg.models.embed_prompt)
     t = time.perf_counter()
     with make_runner(cfg, n_rows=queries.num_rows) as runner:

@@ -80,7 +80,7 @@ def mode_rows(queries: list[dict], fields: dict[str, dict], use: tuple[str, ...]
     return rows
 
 
-def ensure_index(corpus: Path, db: Path, lang: str, cfg: Config, runner) -> None:
+def ensure_index(corpus: Path, db: str, lang: str, cfg: Config, runner) -> None:
     from pipelines.index import index_vault
 
     s = index_vault(corpus, db, f"bench-{lang}", cfg, runner, progress=True)
@@ -109,7 +109,7 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
     with make_runner(cfg, mode=cfg.runner.mode if cfg.runner.mode != "auto" else "inproc") as runner:
         for lang in langs:
             corpus = Path(args.corpus) / lang if args.corpus else corpus_dir(args.bench, lang)
-            ensure_index(corpus, Path(args.db), lang, cfg, runner)
+            ensure_index(corpus, args.db, lang, cfg, runner)
         for mode in args.modes.split(","):
             base, rerank = mode.split("+")[0], mode.endswith("+rerank")
             if base not in MODES:

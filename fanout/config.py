@@ -72,7 +72,8 @@ class IndexConfig:
     languages: tuple[str, ...] = ("en", "ru")  # one FTS column (with its stemmer) per language
     default_lang: str = "auto"  # "auto" detects per note (Cyrillic share), or force a language
     vector_index_min_rows: int = 50000  # below this vector search is brute force (exact, fast enough)
-    vector_index_type: Literal["IVF_PQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"  # ANN kind
+    # ANN index kind built above vector_index_min_rows (bench/index_scale.py compares them)
+    vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
     vector_partitions: int = 0  # IVF partitions; 0 = about sqrt(rows)
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
     hnsw_m: int = 20  # HNSW graph degree
@@ -86,7 +87,7 @@ class IndexConfig:
         known = {"en", "ru", "de", "fr", "es", "it", "pt"}
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
-        kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ"]
+        kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,
                f"index.vector_index_type must be one of {kinds}, got {self.vector_index_type!r}")
         _check(self.vector_dim == 0 or self.vector_dim >= 32,

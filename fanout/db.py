@@ -1,17 +1,35 @@
-"""LanceDB layout of one collection: tables, FTS columns per language, the manifest, and batched searches."""
+"""LanceDB layout of one collection: tables, FTS columns per language, the manifest, indexes, batched searches.
+
+A collection lives at any LanceDB location (`fanout.storage`: a local folder, `file://`, `s3://`, `gs://`,
+`az://`); the manifest is read and written through pyarrow filesystems, never pathlib.
+
+Vectors: the `vector` column holds what is searched, at `index.vector_dim` dimensions (Matryoshka truncation,
+re-normalised); when that is smaller than the embedder's own size the full vectors are kept in `vector_full`,
+so another dimension is re-derived from them without re-embedding. Query vectors are cut the same way here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 os.environ.setdefault("LANCEDB_LOG", "error")  # Lance warns on stderr for every query without _score
 
 import pyarrow as pa
+
+from fanout import storage
+
+if TYPE_CHECKING:
+    from fanout.config import Config, IndexConfig
+
+log = logging.getLogger(__name__)
 
 LANG_NAMES = {"en": "English", "ru": "Russian", "de": "German", "fr": "French", "es": "Spanish",
               "it": "Italian", "pt": "Portuguese"}
@@ -23,19 +41,167 @@ def fts_columns(languages: tuple[str, ...]) -> list[str]:
     return [f"{f}_{lang}" for f in FTS_FIELDS for lang in languages]
 
 
+# -- vectors: Matryoshka dimension ------------------------------------------------------------------------
+VECTOR = "vector"  # the searched (and indexed) column
+VECTOR_FULL = "vector_full"  # the embedder's full vectors, kept only when `vector` is truncated
+
+
+def truncate_vectors(vectors: np.ndarray, dim: int) -> np.ndarray:
+    """First `dim` components of each row, re-normalised to unit length (Matryoshka truncation).
+
+    A row already `dim` long is returned as it is; a shorter one is an error.
+    """
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim == 1:
+        vectors = vectors[None, :]
+    if vectors.shape[1] == dim:
+        return vectors
+    if vectors.shape[1] < dim:
+        raise ValueError(f"vectors have {vectors.shape[1]} dimensions, fewer than the {dim} asked for; "
+                         f"set index.vector_dim to at most {vectors.shape[1]} (0 = full)")
+    cut = vectors[:, :dim]
+    return cut / np.maximum(np.linalg.norm(cut, axis=1, keepdims=True), 1e-12)
+
+
+def _fixed_list(arr: np.ndarray) -> pa.FixedSizeListArray:
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1), pa.float32()), arr.shape[1])
+
+
+def vector_dims(tbl) -> tuple[int, int]:
+    """(searched dimension, the embedder's full dimension) of a chunks table."""
+    schema = tbl.schema
+    dim = schema.field(VECTOR).type.list_size
+    full = schema.field(VECTOR_FULL).type.list_size if VECTOR_FULL in schema.names else dim
+    return dim, full
+
+
+def fit_vectors(chunks: pa.Table, vector_dim: int, native: int | None = None) -> pa.Table:
+    """Give a chunks table the searched `vector` at `vector_dim` (0 = full) from its full vectors.
+
+    The full vectors come from `vector_full` when present, else from `vector`; they are kept in
+    `vector_full` only when the searched vector is shorter.
+    """
+    if chunks.num_rows == 0 and VECTOR not in chunks.column_names:
+        return chunks
+    src = VECTOR_FULL if VECTOR_FULL in chunks.column_names else VECTOR
+    full_dim = native or chunks.schema.field(src).type.list_size
+    want = vector_dim or full_dim
+    if want > full_dim:
+        raise ValueError(f"index.vector_dim is {vector_dim} but the embedder gives {full_dim} dimensions; "
+                         f"use 0 (full) or a smaller Matryoshka size such as 512, 256 or 128")
+    full = chunks[src].combine_chunks()
+    out = chunks.drop_columns([c for c in (VECTOR, VECTOR_FULL) if c in chunks.column_names])
+    if want == full_dim:
+        return out.append_column(pa.field(VECTOR, full.type), full)
+    flat = full.flatten().to_numpy(zero_copy_only=False).reshape(-1, full_dim) if len(full) else \
+        np.zeros((0, full_dim), np.float32)
+    cut = _fixed_list(truncate_vectors(flat, want)) if len(full) else \
+        pa.array([], pa.list_(pa.float32(), want))
+    return out.append_column(VECTOR, cut).append_column(pa.field(VECTOR_FULL, full.type), full)
+
+
+# -- indexes ---------------------------------------------------------------------------------------------
+def index_columns(tbl) -> dict[str, str]:
+    """column -> index type (BTREE, FTS, IVF_PQ, ...) of a table's indexes."""
+    out = {}
+    for ix in tbl.list_indices():
+        for c in ix.columns:
+            out[c] = str(ix.index_type)
+    return out
+
+
+def ensure_scalar_index(tbl, column: str, index_type: str = "BTREE") -> bool:
+    """Create a scalar index on `column` unless it has one; True when one was built.
+
+    Rows added later are still found (Lance scans what the index does not cover); `optimize()` folds them in.
+    A BTREE speeds `column IN (...)` lookups and `merge_insert(column)` upserts.
+    """
+    if column in index_columns(tbl):
+        return False
+    tbl.create_scalar_index(column, index_type=index_type, replace=True)
+    return True
+
+
+def has_vector_index(tbl) -> bool:
+    return VECTOR in index_columns(tbl)
+
+
+def vector_index_params(icfg: IndexConfig, rows: int, dim: int) -> dict[str, Any]:
+    """The build parameters for `rows` vectors of `dim` dimensions (0 in config = derived here)."""
+    parts = icfg.vector_partitions or max(1, min(4096, round(rows ** 0.5)))
+    params: dict[str, Any] = {"index_type": icfg.vector_index_type, "metric": "cosine",
+                              "num_partitions": int(parts)}
+    if icfg.vector_index_type.endswith("_PQ"):
+        sub = icfg.vector_sub_vectors or max(1, dim // 16)
+        while dim % sub:  # PQ needs the dimension to split evenly
+            sub -= 1
+        params["num_sub_vectors"] = int(sub)
+    if "HNSW" in icfg.vector_index_type:
+        params["m"] = icfg.hnsw_m
+        params["ef_construction"] = icfg.hnsw_ef_construction
+    return params
+
+
+def build_vector_index(tbl, icfg: IndexConfig) -> dict[str, Any]:
+    """Build (or replace) the vector index of a chunks table; returns what the manifest records."""
+    rows = tbl.count_rows()
+    dim = vector_dims(tbl)[0]
+    params = vector_index_params(icfg, rows, dim)
+    t = time.perf_counter()
+    tbl.create_index(vector_column_name=VECTOR, replace=True, **params)
+    secs = time.perf_counter() - t
+    log.info("built %s on %d rows x %d dims in %.1fs", params["index_type"], rows, dim, secs)
+    return {**params, "column": VECTOR, "dim": dim, "rows": rows, "seconds": round(secs, 2),
+            "built": time.time()}
+
+
+def rederive_vectors(col: Collection, vector_dim: int) -> tuple[int, int]:
+    """Rewrite the chunks table with `vector` at another Matryoshka size, from the stored full vectors.
+
+    No re-embedding; every index of the table is dropped by the rewrite (the caller rebuilds them).
+    Returns (old dim, new dim).
+    """
+    tbl = col.table(col.chunks_name)
+    old, full = vector_dims(tbl)
+    want = vector_dim or full
+    if want == old:
+        return old, want
+    if VECTOR_FULL not in tbl.schema.names and old != full:
+        raise ValueError(f"{col.chunks_name} holds {old}-d vectors and no full ones, so {want} cannot be derived; "
+                         f"drop the collection's tables and run `fanout index` again to re-embed")
+    data = fit_vectors(tbl.to_arrow(), vector_dim, native=full)
+    col._tables.pop(col.chunks_name, None)
+    col.db.create_table(col.chunks_name, data=data, mode="overwrite")
+    log.info("re-derived %s vectors %d -> %d dims (%d rows, no re-embedding)", col.chunks_name, old, want,
+             data.num_rows)
+    return old, want
+
+
 @dataclass
 class Collection:
-    """Handles to one collection's tables in a LanceDB folder."""
+    """Handles to one collection's tables at a LanceDB location (local folder or object-store URI).
 
-    db_dir: Path
+    `cfg` supplies storage options (`storage:`) and query-time vector-index parameters (`index:`); None uses
+    the defaults and the environment.
+    """
+
+    db_dir: str
     name: str
+    cfg: Config | None = None
 
     def __post_init__(self) -> None:
         import lancedb
 
-        self.db_dir = Path(self.db_dir)
-        self.db = lancedb.connect(str(self.db_dir))
+        self.db_dir = storage.normalize_uri(self.db_dir)
+        scfg = self.cfg.storage if self.cfg is not None else None
+        self.storage_options = storage.storage_options(self.db_dir, scfg)
+        self.db = lancedb.connect(self.db_dir, storage_options=self.storage_options or None)
         self._tables: dict[str, Any] = {}
+
+    @property
+    def uri(self) -> str:
+        return self.db_dir
 
     @property
     def chunks_name(self) -> str:
@@ -63,23 +229,27 @@ class Collection:
             self.db.drop_table(name)
 
     def exists(self) -> bool:
-        return self.has(self.chunks_name) and self.manifest_path.exists()
+        return self.has(self.chunks_name) and storage.exists(self.manifest_path, self._scfg)
+
+    @property
+    def _scfg(self):
+        return self.cfg.storage if self.cfg is not None else None
 
     # -- manifest -------------------------------------------------------------------------------------
     @property
-    def manifest_path(self) -> Path:
-        return self.db_dir / f"{self.name}.manifest.json"
+    def manifest_path(self) -> str:
+        """The manifest's location (a path or URI string, next to the tables)."""
+        return storage.join(self.db_dir, f"{self.name}.manifest.json")
 
     def read_manifest(self) -> dict[str, Any]:
         try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            return json.loads(storage.read_text(self.manifest_path, self._scfg))
         except (OSError, ValueError):
             return {}
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        tmp = self.manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(self.manifest_path)
+        """One whole-object write (local: temporary file + atomic rename)."""
+        storage.write_text(self.manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False), self._scfg)
 
     def require(self) -> dict[str, Any]:
         if not self.exists():
@@ -98,7 +268,7 @@ class Collection:
         import lancedb
         from lancedb.query import MultiMatchQuery
 
-        db = await lancedb.connect_async(str(self.db_dir))
+        db = await lancedb.connect_async(self.db_dir, storage_options=self.storage_options or None)
         tbl = await db.open_table(self.chunks_name)
 
         async def one(q: str) -> pa.Table:
@@ -110,11 +280,25 @@ class Collection:
         return list(await asyncio.gather(*(one(q) for q in queries)))
 
     def vector_search_many(self, vectors: list[list[float]], k: int, select: list[str]) -> pa.Table:
-        """All query vectors as ONE batched search; the result has `query_index`."""
+        """All query vectors as ONE batched search; the result has `query_index`.
+
+        Query vectors are cut to the stored dimension (Matryoshka) and re-normalised; with a vector index the
+        config's `index.nprobes` / `index.refine_factor` / `index.ef` apply (rows added since the index was
+        built are searched exactly as well).
+        """
         if not vectors:
             return pa.table({"query_index": pa.array([], pa.int32())})
         tbl = self.table(self.chunks_name)
-        q = tbl.search(vectors if len(vectors) > 1 else vectors[0]).distance_type("cosine")
+        dim = vector_dims(tbl)[0]
+        qv = truncate_vectors(np.asarray(vectors, dtype=np.float32), dim)
+        q = tbl.search(list(qv) if len(qv) > 1 else qv[0]).distance_type("cosine")
+        icfg = self.cfg.index if self.cfg is not None else None
+        if icfg is not None and has_vector_index(tbl):
+            q = q.nprobes(icfg.nprobes)
+            if icfg.refine_factor:
+                q = q.refine_factor(icfg.refine_factor)
+            if icfg.ef:
+                q = q.ef(icfg.ef)
         res = q.select(select).limit(k).to_arrow()
         if "query_index" not in res.column_names:
             res = res.append_column("query_index", pa.array([0] * res.num_rows, pa.int32()))

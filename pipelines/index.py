@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from actors._llama import file_sha256, model_path
+from fanout import db as fdb
 from fanout.config import Config
 from fanout.db import SCHEMA_VERSION, Collection
 from fanout.runner import Runner
@@ -26,6 +27,7 @@ from pipelines.scan_notes import scan_notes
 from pipelines.write_index import (
     add_fts_columns,
     build_fts,
+    build_indexes,
     delete_paths,
     documents_table,
     plan_changes,
@@ -46,6 +48,8 @@ class IndexSummary:
     skipped: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     embed_seconds: float = 0.0
+    vector_index: str = "none"  # "none" (brute force), "built <type>" or "kept <type>"
+    rederived: str = ""  # "768 -> 256" when the Matryoshka size changed (no re-embedding)
 
     def text(self) -> str:
         reasons: dict[str, int] = {}
@@ -54,11 +58,17 @@ class IndexSummary:
         skip = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) or "none"
         return (f"notes {self.notes} | chunks {self.chunks} | embedded {self.embedded_notes} notes / "
                 f"{self.embedded_chunks} chunks | deleted {self.deleted} | rebuilt {self.rebuilt} | "
-                f"skipped {len(self.skipped)} ({skip}) | {self.seconds:.1f}s")
+                f"skipped {len(self.skipped)} ({skip}) | vector index {self.vector_index}"
+                + (f" | vectors re-derived {self.rederived}" if self.rederived else "")
+                + f" | {self.seconds:.1f}s")
+
+
+# manifest keys that change without re-embedding: where the vault was, run stats, how vectors are searched
+DERIVED_KEYS = ("vault", "stats", "vectors", "vector_index", "scalar_indexes")
 
 
 def index_manifest(cfg: Config, vault: Path) -> dict:
-    """What produced an index: a change in any key except `vault` means everything is re-embedded."""
+    """What produced an index: a change in any key except DERIVED_KEYS means everything is re-embedded."""
     path = model_path(cfg, "embedder")
     return {
         "schema_version": SCHEMA_VERSION,
@@ -76,16 +86,20 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     t0 = time.perf_counter()
     vault = Path(vault)
     notes, skipped = scan_notes(vault, cfg.index.default_lang)
-    col = Collection(Path(db_dir), collection)
+    col = Collection(db_dir, collection, cfg)
     manifest = index_manifest(cfg, vault)
     old = col.read_manifest()
-    same = {k: v for k, v in old.items() if k not in ("vault", "stats")} == \
-           {k: v for k, v in manifest.items() if k != "vault"}
+    same = {k: v for k, v in old.items() if k not in DERIVED_KEYS} == \
+           {k: v for k, v in manifest.items() if k not in DERIVED_KEYS}
     rebuild = not (same and col.has(col.documents_name) and col.has(col.chunks_name))
+    rederived = ""
+    if not rebuild:  # a new Matryoshka size is cut from the stored full vectors, not re-embedded
+        a, b = fdb.rederive_vectors(col, cfg.index.vector_dim)
+        rederived = f"{a} -> {b}" if a != b else ""
     existing = None if rebuild else col.table(col.documents_name).to_arrow().select(["path", "content_hash"])
     changed, deleted, _ = plan_changes(notes, existing)
     summary = IndexSummary(notes=notes.num_rows, rebuilt=rebuild, deleted=len(deleted),
-                           skipped=skipped.to_pylist())
+                           skipped=skipped.to_pylist(), rederived=rederived)
     if rebuild:
         col.drop(col.chunks_name)
         col.drop(col.documents_name)
@@ -116,6 +130,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         part = chunks_all.filter(mask)
         part_notes = todo.filter(pc.is_in(todo["path"], pa.array(sel, pa.string())))
         embedded = add_fts_columns(embed_chunks(part, runner), part_notes, cfg.index.languages)
+        embedded = fdb.fit_vectors(embedded, cfg.index.vector_dim)
         write_index(col, embedded, documents_table(part_notes, part), set(sel))
         wrote_any = True
         summary.embedded_chunks += part.num_rows
@@ -125,9 +140,15 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         bar.close()
     summary.embed_seconds = time.perf_counter() - te
     summary.embedded_notes = len(paths)
-    if (wrote_any or deleted or rebuild) and col.has(col.chunks_name):
+    if (wrote_any or deleted or rebuild or rederived) and col.has(col.chunks_name):
         build_fts(col, cfg.index.languages)
     summary.chunks = col.table(col.chunks_name).count_rows() if col.has(col.chunks_name) else 0
+    if col.has(col.chunks_name):
+        manifest.update(build_indexes(col, cfg, old if not (rebuild or rederived) else {}))
+        vi = manifest.get("vector_index")
+        summary.vector_index = "none" if not vi else \
+            f"{'built' if vi.get('built') != (old.get('vector_index') or {}).get('built') else 'kept'} " \
+            f"{vi['index_type']}"
     summary.seconds = time.perf_counter() - t0
     manifest["stats"] = {"notes": summary.notes, "chunks": summary.chunks, "updated": time.time()}
     col.write_manifest(manifest)

@@ -50,7 +50,7 @@ class Searcher:
 
     def __init__(self, db_dir: str | Path, collection: str, cfg: Config, runner: Runner):
         self.cfg = cfg
-        self.col = Collection(Path(db_dir), collection)
+        self.col = Collection(db_dir, collection, cfg)
         manifest = self.col.require()
         emb = manifest.get("embedder", {})
         path = model_path(cfg, "embedder")
