@@ -112,14 +112,19 @@ def index_columns(tbl) -> dict[str, str]:
 
 
 def ensure_scalar_index(tbl, column: str, index_type: str = "BTREE") -> bool:
-    """Create a scalar index on `column` unless it has one; True when one was built.
+    """Create a scalar index (BTREE, or BITMAP for few distinct values) on `column` unless it has one.
 
-    Rows added later are still found (Lance scans what the index does not cover); `optimize()` folds them in.
-    A BTREE speeds `column IN (...)` lookups and `merge_insert(column)` upserts.
+    Returns True when one was built. Rows added later are still found (Lance scans what the index does not
+    cover) and `optimize()` folds them in. A BTREE speeds `column IN (...)` and `merge_insert(column)`.
     """
+    from lancedb.index import Bitmap, BTree
+
     if column in index_columns(tbl):
         return False
-    tbl.create_scalar_index(column, index_type=index_type, replace=True)
+    kinds = {"BTREE": BTree, "BITMAP": Bitmap}
+    if index_type not in kinds:
+        raise ValueError(f"scalar index type {index_type!r} is unknown; choose one of {sorted(kinds)}")
+    tbl.create_index(column, config=kinds[index_type](), replace=True)
     return True
 
 
@@ -127,17 +132,23 @@ def has_vector_index(tbl) -> bool:
     return VECTOR in index_columns(tbl)
 
 
+_VECTOR_INDEXES = {"IVF_PQ": "IvfPq", "IVF_RQ": "IvfRq", "IVF_SQ": "IvfSq", "IVF_FLAT": "IvfFlat",
+                   "IVF_HNSW_SQ": "IvfHnswSq", "IVF_HNSW_PQ": "IvfHnswPq"}
+
+
 def vector_index_params(icfg: IndexConfig, rows: int, dim: int) -> dict[str, Any]:
     """The build parameters for `rows` vectors of `dim` dimensions (0 in config = derived here)."""
+    kind = icfg.vector_index_type
+    if kind not in _VECTOR_INDEXES:
+        raise ValueError(f"index.vector_index_type {kind!r} is unknown; choose one of {sorted(_VECTOR_INDEXES)}")
     parts = icfg.vector_partitions or max(1, min(4096, round(rows ** 0.5)))
-    params: dict[str, Any] = {"index_type": icfg.vector_index_type, "metric": "cosine",
-                              "num_partitions": int(parts)}
-    if icfg.vector_index_type.endswith("_PQ"):
+    params: dict[str, Any] = {"index_type": kind, "metric": "cosine", "num_partitions": int(parts)}
+    if kind.endswith("_PQ"):
         sub = icfg.vector_sub_vectors or max(1, dim // 16)
         while dim % sub:  # PQ needs the dimension to split evenly
             sub -= 1
         params["num_sub_vectors"] = int(sub)
-    if "HNSW" in icfg.vector_index_type:
+    if "HNSW" in kind:
         params["m"] = icfg.hnsw_m
         params["ef_construction"] = icfg.hnsw_ef_construction
     return params
@@ -145,11 +156,15 @@ def vector_index_params(icfg: IndexConfig, rows: int, dim: int) -> dict[str, Any
 
 def build_vector_index(tbl, icfg: IndexConfig) -> dict[str, Any]:
     """Build (or replace) the vector index of a chunks table; returns what the manifest records."""
+    import lancedb.index as lix
+
     rows = tbl.count_rows()
     dim = vector_dims(tbl)[0]
     params = vector_index_params(icfg, rows, dim)
+    kw = {k: v for k, v in params.items() if k not in ("index_type", "metric")}
+    config = getattr(lix, _VECTOR_INDEXES[params["index_type"]])(distance_type="cosine", **kw)
     t = time.perf_counter()
-    tbl.create_index(vector_column_name=VECTOR, replace=True, **params)
+    tbl.create_index(VECTOR, config=config, replace=True)
     secs = time.perf_counter() - t
     log.info("built %s on %d rows x %d dims in %.1fs", params["index_type"], rows, dim, secs)
     return {**params, "column": VECTOR, "dim": dim, "rows": rows, "seconds": round(secs, 2),
