@@ -34,8 +34,8 @@ from pathlib import Path
 os.environ.setdefault("LANCEDB_LOG", "error")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+import numpy as np
+import pyarrow as pa
 
 BATCH = 50_000
 K = 10
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                            if k in info)
         add(f"build {kind}", params, build_s=round(build, 1), mb=round(size, 1))
         for nprobes, refine, ef in GRIDS[kind]:
-            sec, res = timed(lambda: vsearch(tbl, q, nprobes=nprobes, refine=refine, ef=ef))
+            sec, res = timed(lambda n=nprobes, r=refine, e=ef: vsearch(tbl, q, nprobes=n, refine=r, ef=e))
             setting = f"nprobes={nprobes}" + (f" refine={refine}" if refine else "") + (f" ef={ef}" if ef else "")
             add(f"vector {kind}", setting, round(1000 * sec / nq, 2), round(recall(res, truth), 3))
 

@@ -119,7 +119,7 @@ class FakeRunner(Runner):
 
 def many_notes(n: int) -> dict[str, str]:
     return {f"Topic {i // 50}/Note {i}.md": f"# Note {i}\n\nFact number {i} about topic {i // 50}: "
-            f"{'alpha beta gamma delta'.split()[i % 4]} {i * 7919 % 1000}.\n" for i in range(n)}
+            f"{['alpha', 'beta', 'gamma', 'delta'][i % 4]} {i * 7919 % 1000}.\n" for i in range(n)}
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,6 @@ from fanout import storage
 from fanout.db import Collection, index_columns
 
 
-
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 server on 127.0.0.1 (a free port) with one bucket; yields its endpoint URL."""
@@ -45,12 +44,13 @@ def s3():
 
 
 def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatch, cfg, s3):
+    from test_storage import FakeRunner, many_notes
+
     import pipelines.index as pi
     import pipelines.search as ps
     from pipelines.index import index_vault
     from pipelines.optimize_tables import optimize_tables
     from pipelines.search import Searcher
-    from test_storage import FakeRunner, many_notes
 
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"fake")
