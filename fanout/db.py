@@ -44,6 +44,7 @@ def fts_columns(languages: tuple[str, ...]) -> list[str]:
 # -- vectors: Matryoshka dimension ------------------------------------------------------------------------
 VECTOR = "vector"  # the searched (and indexed) column
 VECTOR_FULL = "vector_full"  # the embedder's full vectors, kept only when `vector` is truncated
+REDERIVE_BATCH = 20_000  # rows per batch when a dimension change rewrites the chunks table
 
 
 def truncate_vectors(vectors: np.ndarray, dim: int) -> np.ndarray:
@@ -185,11 +186,21 @@ def rederive_vectors(col: Collection, vector_dim: int) -> tuple[int, int]:
     if VECTOR_FULL not in tbl.schema.names and old != full:
         raise ValueError(f"{col.chunks_name} holds {old}-d vectors and no full ones, so {want} cannot be derived; "
                          f"drop the collection's tables and run `fanout index` again to re-embed")
-    data = fit_vectors(tbl.to_arrow(), vector_dim, native=full)
+    rows = tbl.count_rows()
+    reader = tbl.search().limit(None).to_batches(batch_size=REDERIVE_BATCH)  # streamed: no whole-table copy
+    first = fit_vectors(pa.Table.from_batches([next(iter(reader))]), vector_dim, native=full) if rows else None
+
+    def batches():
+        if first is not None:
+            yield from first.to_batches()
+        for b in reader:
+            yield from fit_vectors(pa.Table.from_batches([b]), vector_dim, native=full).to_batches()
+
+    schema = first.schema if first is not None else fit_vectors(tbl.schema.empty_table(), vector_dim, full).schema
     col._tables.pop(col.chunks_name, None)
-    col.db.create_table(col.chunks_name, data=data, mode="overwrite")
-    log.info("re-derived %s vectors %d -> %d dims (%d rows, no re-embedding)", col.chunks_name, old, want,
-             data.num_rows)
+    col.db.create_table(col.chunks_name, data=pa.RecordBatchReader.from_batches(schema, batches()),
+                        mode="overwrite")
+    log.info("re-derived %s vectors %d -> %d dims (%d rows, no re-embedding)", col.chunks_name, old, want, rows)
     return old, want
 
 

@@ -180,8 +180,11 @@ def test_above_threshold_vector_and_scalar_indexes_land_in_the_manifest(tmp_path
     assert Collection(db, "t", fcfg).table("t_chunks").index_stats("vector_idx").num_unindexed_rows == 0
 
 
-def test_matryoshka_dimension_is_rederived_not_reembedded(tmp_path, cfg):
+def test_matryoshka_dimension_is_rederived_not_reembedded(tmp_path, cfg, monkeypatch):
+    import fanout.db
     from pipelines.index import index_vault
+
+    monkeypatch.setattr(fanout.db, "REDERIVE_BATCH", 7)  # the rewrite streams in several batches
 
     vault = write_vault(tmp_path / "v", many_notes(20))
     db = tmp_path / "db"
