@@ -74,13 +74,13 @@ class IndexConfig:
     vector_index_min_rows: int = 50000  # below this vector search is brute force (exact, fast enough)
     # ANN index kind built above vector_index_min_rows (bench/index_scale.py compares them)
     vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
-    vector_partitions: int = 0  # IVF partitions; 0 = about sqrt(rows)
+    vector_partitions: int = 0  # IVF partitions; 0 = rows / 8192
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
     hnsw_m: int = 20  # HNSW graph degree
     hnsw_ef_construction: int = 300  # HNSW build beam width
     nprobes: int = 20  # IVF partitions searched per query (query time)
-    refine_factor: int = 0  # re-rank k x this candidates with exact distances; 0 = off (query time)
-    ef: int = 0  # HNSW search beam width; 0 = Lance's default (query time)
+    refine_factor: int = 2  # re-rank k x this candidates with exact distances; 0 = off (query time)
+    ef: int = 100  # HNSW search beam width; 0 = Lance's default (query time)
     vector_dim: int = 0  # Matryoshka size of the searched vectors (768/512/256/128); 0 = the embedder's full size
 
     def validate(self) -> None:
