@@ -236,3 +236,19 @@ def test_db_locations_index_then_search(tmp_path, monkeypatch, cfg, runner, wher
     assert out.results["path"].to_pylist()[0] == "Рецепты/Блины.md"
     assert main(["query", "how do I sync my vault", "--db", db, "--collection", "c", "--json"]) == 0
     assert os.path.isdir(storage.normalize_uri(db))
+
+
+def test_optimize_builds_the_vector_index_once_the_threshold_is_passed(tmp_path, fcfg):
+    from pipelines.index import index_vault
+    from pipelines.optimize_tables import optimize_tables, optimize_text
+
+    vault = write_vault(tmp_path / "v", many_notes(250))
+    with FakeRunner(fcfg) as r:
+        assert index_vault(vault, tmp_path / "db", "t", fcfg, r).vector_index == "none"
+    lower = fcfg.replace(index={"vector_index_min_rows": 200})
+    rows = optimize_tables(tmp_path / "db", "t", cfg=lower)
+    assert [r["index_built"] for r in rows][:1] == ["IVF_HNSW_SQ"]
+    assert "built IVF_HNSW_SQ" in optimize_text(rows)
+    m = Collection(tmp_path / "db", "t").read_manifest()
+    assert m["vector_index"]["rows"] == 250 and m["vector_index"]["num_partitions"] == 2
+    assert optimize_tables(tmp_path / "db", "t", cfg=lower)[0]["index_built"] == ""  # nothing to do now
