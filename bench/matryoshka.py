@@ -12,16 +12,18 @@ Quality: run `fanout eval` once per dimension into its own folder, then point --
 
 (the index re-derives its vectors from the kept full ones at each change: nothing is re-embedded).
 
-Cost: a batched search of --queries query vectors in ONE call (what retrieve_variants does), brute force,
+Cost: a batched search of --queries query vectors in ONE call (what retrieve_variants does, k=60), brute force,
 on (a) the benchmark's English chunks with real query vectors from the query-vector cache and (b) --rows
 synthetic clustered chunks (bench/index_scale.py's generator), each cut to every dimension and re-normalised;
-plus the bytes per vector. Prints one table.
+plus the bytes per vector. Rounds interleave the dimensions (the median is reported) so that load from other
+work on the machine hits every dimension alike. Prints one table.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -53,25 +55,17 @@ def quality(runs: list[str]) -> dict[tuple[str, str], dict[str, float]]:
     return out
 
 
-def time_search(vectors: np.ndarray, queries: np.ndarray, k: int = 60, reps: int = 5) -> float:
-    """ms per query of one batched brute-force search over `vectors` (a temporary Lance table)."""
-    import lancedb
+def make_table(db, name: str, vectors: np.ndarray):
+    return db.create_table(name, pa.table({
+        "chunk_id": pa.array([str(i) for i in range(len(vectors))]),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), vectors.shape[1])}))
 
-    with tempfile.TemporaryDirectory(prefix="mat-") as d:
-        db = lancedb.connect(d)
-        tbl = db.create_table("t", pa.table({
-            "chunk_id": pa.array([str(i) for i in range(len(vectors))]),
-            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()),
-                                                        vectors.shape[1])}))
-        search = (lambda: tbl.search(list(queries)).distance_type("cosine").select(["chunk_id"]).limit(k)
-                  .to_arrow())
-        search()
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            search()
-            ts.append(time.perf_counter() - t)
-    return 1000 * statistics.median(ts) / len(queries)
+
+def search_ms(tbl, queries: np.ndarray, k: int = 60) -> float:
+    """ms per query of one batched brute-force search (k=60, as retrieve_variants asks)."""
+    t = time.perf_counter()
+    tbl.search(list(queries)).distance_type("cosine").select(["chunk_id"]).limit(k).to_arrow()
+    return 1000 * (time.perf_counter() - t) / len(queries)
 
 
 def bench_vectors(db: str, collection: str, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,6 +84,44 @@ def bench_vectors(db: str, collection: str, n_queries: int) -> tuple[np.ndarray,
     return full, q
 
 
+def prepare_subset(src: str, db: str, subset_dir: str) -> None:
+    """Copy a (possibly still growing) benchmark index and keep only what is complete in it.
+
+    Writes `subset_dir/<lang>/...` (symlinks to the benchmark's pages that are fully indexed, so the eval's
+    incremental index embeds nothing) and `subset_dir/queries.jsonl` (the judged queries whose relevant and
+    partial pages are all indexed). The docs stay outside the repository.
+    """
+    import json
+
+    from faces.bench_data import corpus_dir, load_queries
+    from fanout.db import Collection
+    from pipelines.write_index import delete_paths
+
+    shutil.copytree(src, db, dirs_exist_ok=False)
+    out = Path(subset_dir)
+    keep_langs, have = [], set()
+    for lang in ("en", "ru"):
+        col = Collection(db, f"bench-{lang}")
+        if not col.has(col.documents_name):
+            continue
+        docs = set(col.table(col.documents_name).to_arrow()["path"].to_pylist())
+        chunk_paths = set(col.table(col.chunks_name).to_arrow()["path"].to_pylist())
+        if chunk_paths - docs:  # a group cut off mid-write: drop its chunks
+            delete_paths(col.table(col.chunks_name), chunk_paths - docs)
+        root = corpus_dir(None, lang)
+        for p in docs:
+            link = out / lang / p
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(root / p)
+        have |= {(lang, p) for p in docs}
+        keep_langs.append(lang)
+    qs = [q for q in load_queries(None) if q["lang"] in keep_langs
+          and all((q["lang"], p) in have for p in (q.get("relevant") or []) + (q.get("partial") or []))]
+    (out / "queries.jsonl").write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in qs))
+    print(f"{len(have)} indexed pages ({','.join(keep_langs)}), {len(qs)} queries -> {out}/queries.jsonl",
+          file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="", help="comma list of eval output folders, one per dimension")
@@ -97,7 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dims", default="768,512,256,128")
     ap.add_argument("--rows", type=int, default=100_000, help="synthetic chunks for the cost column")
     ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=7, help="timed rounds over all dims (median reported)")
+    ap.add_argument("--subset-from", default=None,
+                    help="copy this (partial) benchmark index to --db and write --subset-dir, then exit")
+    ap.add_argument("--subset-dir", default="/tmp/fanout-mat-subset")
     args = ap.parse_args(argv)
+    if args.subset_from:
+        prepare_subset(args.subset_from, args.db, args.subset_dir)
+        return 0
 
     from index_scale import BATCH, Synth
 
@@ -110,13 +149,24 @@ def main(argv: list[str] | None = None) -> int:
     syn = Synth(args.rows, 768)
     parts = [syn.batch(b).column(5).flatten().to_numpy().reshape(-1, 768) for b in range(-(-args.rows // BATCH))]
     synth, synth_q = np.concatenate(parts), syn.queries(args.queries)
-    cost = {}
-    for d in dims:  # interleaved per dim: the same machine state for real and synthetic
-        cost[d] = {
-            "real": time_search(truncate_vectors(real, d), truncate_vectors(real_q, d)) if real is not None else None,
-            "synth": time_search(truncate_vectors(synth, d), truncate_vectors(synth_q, d)),
-        }
-        print(f"dim {d}: {cost[d]}", file=sys.stderr)
+    import lancedb
+
+    work = tempfile.mkdtemp(prefix="mat-")
+    db = lancedb.connect(work)
+    tables = {}
+    for d in dims:
+        tables[("synth", d)] = (make_table(db, f"s{d}", truncate_vectors(synth, d)), truncate_vectors(synth_q, d))
+        if real is not None:
+            tables[("real", d)] = (make_table(db, f"r{d}", truncate_vectors(real, d)), truncate_vectors(real_q, d))
+    times: dict[tuple[str, int], list[float]] = {k: [] for k in tables}
+    for rnd in range(args.rounds + 1):  # rounds interleave the dims: load spikes hit every dim alike
+        for key, (tbl, qv) in tables.items():
+            ms = search_ms(tbl, qv)
+            if rnd:  # round 0 warms the caches
+                times[key].append(ms)
+    cost = {d: {kind: (statistics.median(times[(kind, d)]) if (kind, d) in times else None)
+                for kind in ("real", "synth")} for d in dims}
+    shutil.rmtree(work, ignore_errors=True)
 
     modes = sorted({m for _, m in q_of})
     n_real = 0 if real is None else len(real)
