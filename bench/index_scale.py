@@ -59,10 +59,12 @@ def timed(fn, reps: int = 3) -> tuple[float, object]:
 class Synth:
     """Deterministic clustered unit vectors + Zipf text, generated batch by batch."""
 
-    def __init__(self, rows: int, dim: int, seed: int = 7, vocab: int = 30_000):
+    def __init__(self, rows: int, dim: int, seed: int = 7, vocab: int = 30_000, gen_rows: int = 0):
         self.rows, self.dim, self.seed = rows, dim, seed
         rng = np.random.default_rng(seed)
-        self.n_clusters = max(10, rows // 1000)  # ~1000 rows per topic: the top-10 is decided inside one
+        # ~1000 rows per topic: the top-10 is decided inside one. gen_rows: the size the topics were drawn
+        # for (a table kept from a larger, interrupted run keeps its topics)
+        self.n_clusters = max(10, (gen_rows or rows) // 1000)
         c = rng.standard_normal((self.n_clusters, dim)).astype(np.float32)
         self.centres = c / np.linalg.norm(c, axis=1, keepdims=True)
         self.sigma = 1.2 / np.sqrt(dim)  # noise norm 1.2: cosine to the centre ~0.64, to a neighbour ~0.4
@@ -76,14 +78,18 @@ class Synth:
         v = self.centres[ids] + self.sigma * rng.standard_normal((len(ids), self.dim)).astype(np.float32)
         return v / np.linalg.norm(v, axis=1, keepdims=True)
 
-    def batch(self, b: int) -> pa.RecordBatch:
+    def batch(self, b: int, text: bool = True) -> pa.RecordBatch:
+        """Rows b*BATCH ...; text=False leaves the text empty (the vectors are the same either way)."""
         rng = np.random.default_rng((self.seed, b))
         start = b * BATCH
         n = min(BATCH, self.rows - start)
         clusters = rng.integers(0, self.n_clusters, n)
         vec = self.vectors(clusters, rng)
-        words = self.words[rng.choice(len(self.words), size=(n, 60), p=self.p)]
-        text = [" ".join(w) for w in words]
+        if text:
+            words = self.words[rng.choice(len(self.words), size=(n, 60), p=self.p)]
+            text = [" ".join(w) for w in words]
+        else:
+            text = [""] * n
         ids = np.arange(start, start + n)
         return pa.RecordBatch.from_arrays([
             pa.array([f"note{i // 5}.md#{i % 5}" for i in ids]),
@@ -109,7 +115,7 @@ def build_table(col, syn: Synth, q: np.ndarray, write: bool = True) -> tuple[np.
     t = time.perf_counter()
     tbl = None
     for b in range((syn.rows + BATCH - 1) // BATCH):
-        rb = syn.batch(b)
+        rb = syn.batch(b, text=write)
         vec = rb.column(5).flatten().to_numpy().reshape(-1, syn.dim)
         s = q @ vec.T
         cand_s = np.concatenate([best_s, s], axis=1)
@@ -173,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="work folder, kept (a second run reuses its chunks table); default: a temp folder")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
     ap.add_argument("--partitions", type=int, default=0, help="IVF partitions (0 = the rule in fanout/db.py)")
+    ap.add_argument("--gen-rows", type=int, default=0,
+                    help="rows the generator's topics were drawn for (reusing the first --rows rows of a "
+                         "larger --dir table that was cut short); default --rows")
     args = ap.parse_args(argv)
 
     from fanout.config import load_config
@@ -185,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.partitions:
         cfg = cfg.replace(index={"vector_partitions": args.partitions})
     col = Collection(str(work), "scale", cfg)
-    syn = Synth(args.rows, args.dim)
+    syn = Synth(args.rows, args.dim, gen_rows=args.gen_rows)
     q = syn.queries(args.queries)
     rows: list[dict] = []
 
