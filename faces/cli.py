@@ -8,19 +8,19 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 DEFAULT_DB = os.environ.get("FANOUT_DB", ".fanout/db")
 DEFAULT_COLLECTION = "notes"
+DB_HELP = f"LanceDB folder or URI: a path, file://, s3://, gs://, az:// (default {DEFAULT_DB}, env FANOUT_DB)"
 log = logging.getLogger("fanout")
 
 
 def _common(p: argparse.ArgumentParser, db: bool = True) -> None:
     p.add_argument("--config", default=None, help="profile name (local, production) or YAML path")
     if db:
-        p.add_argument("--db", default=DEFAULT_DB, help=f"LanceDB folder (default {DEFAULT_DB}, env FANOUT_DB)")
+        p.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
         p.add_argument("--collection", default=DEFAULT_COLLECTION, help="collection name in the db")
     p.add_argument("--runner", choices=["auto", "inproc", "ray"], default=None, help="where model actors run")
     p.add_argument("--ray-address", default=None, help="attach to a Ray cluster (else $RAY_ADDRESS or local)")
@@ -141,7 +141,7 @@ def cmd_expand(args: argparse.Namespace) -> int:
     cfg = _cfg(args)
     rows = read_rows(args.file)
     queries, errors = parse_queries(rows)
-    col = Collection(Path(args.db), args.collection)
+    col = Collection(args.db, args.collection, cfg)
     caches = Caches(col, "", cfg.models.embed_prompt)
     t = time.perf_counter()
     with make_runner(cfg, n_rows=queries.num_rows) as runner:
@@ -157,7 +157,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     """Compact a collection's tables (or all tables) and delete versions older than --keep-days."""
     from pipelines.optimize_tables import optimize_tables, optimize_text
 
-    print(optimize_text(optimize_tables(args.db, args.collection, args.keep_days)))
+    print(optimize_text(optimize_tables(args.db, args.collection, args.keep_days, cfg=_cfg(args))))
     return 0
 
 
@@ -223,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(fn=cmd_expand)
     p = sub.add_parser("optimize", help="compact Lance tables (chunks, documents, caches); readers keep working")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"LanceDB folder (default {DEFAULT_DB}, env FANOUT_DB)")
+    p.add_argument("--config", default=None, help="profile name or YAML path (index and storage settings)")
+    p.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
     p.add_argument("--collection", default=None, help="only this collection's tables (default: every table)")
     p.add_argument("--keep-days", type=float, default=7.0,
                    help="delete files of versions older than this (default 7; 0 breaks readers on old versions)")

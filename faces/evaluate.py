@@ -80,7 +80,7 @@ def mode_rows(queries: list[dict], fields: dict[str, dict], use: tuple[str, ...]
     return rows
 
 
-def ensure_index(corpus: Path, db: Path, lang: str, cfg: Config, runner) -> None:
+def ensure_index(corpus: Path, db: str, lang: str, cfg: Config, runner) -> None:
     from pipelines.index import index_vault
 
     s = index_vault(corpus, db, f"bench-{lang}", cfg, runner, progress=True)
@@ -89,8 +89,8 @@ def ensure_index(corpus: Path, db: Path, lang: str, cfg: Config, runner) -> None
 
 def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
     from faces.bench_data import corpus_dir, load_agent_fields, load_queries, read_agent_fields
-    from fanout.runner import make_runner
     from faces.score_runs import per_query_metrics, write_run
+    from fanout.runner import make_runner
     from pipelines.search import Searcher, SearchOptions
 
     out = Path(args.out)
@@ -109,7 +109,7 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
     with make_runner(cfg, mode=cfg.runner.mode if cfg.runner.mode != "auto" else "inproc") as runner:
         for lang in langs:
             corpus = Path(args.corpus) / lang if args.corpus else corpus_dir(args.bench, lang)
-            ensure_index(corpus, Path(args.db), lang, cfg, runner)
+            ensure_index(corpus, args.db, lang, cfg, runner)
         for mode in args.modes.split(","):
             base, rerank = mode.split("+")[0], mode.endswith("+rerank")
             if base not in MODES:
@@ -147,7 +147,6 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 
 
 def main_eval(args: argparse.Namespace) -> int:
-    from fanout.config import load_config
     from faces.bootstrap_ci import set_intervals
     from faces.report_eval import (
         plot_sets,
@@ -157,6 +156,7 @@ def main_eval(args: argparse.Namespace) -> int:
         with_intervals,
     )
     from faces.score_runs import summarize
+    from fanout.config import load_config
 
     if args.score is not None:
         print(score_runs_cli(args.score, args.bench, n_boot=args.n_boot, include_published=False))

@@ -75,6 +75,16 @@ class IndexConfig:
     vector_index_min_rows: int = 50000  # below this vector search is brute force (exact, fast enough)
     max_note_mb: float = 20.0  # a note file larger than this is skipped (reason too_large)
     verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
+    # ANN index kind built above vector_index_min_rows (bench/index_scale.py compares them)
+    vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
+    vector_partitions: int = 0  # IVF partitions; 0 = rows / 8192
+    vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
+    hnsw_m: int = 20  # HNSW graph degree
+    hnsw_ef_construction: int = 300  # HNSW build beam width
+    nprobes: int = 20  # IVF partitions searched per query (query time)
+    refine_factor: int = 2  # re-rank k x this candidates with exact distances; 0 = off (query time)
+    ef: int = 100  # HNSW search beam width; 0 = Lance's default (query time)
+    vector_dim: int = 0  # Matryoshka size of the searched vectors (768/512/256/128); 0 = the embedder's full size
 
     def validate(self) -> None:
         known = {"en", "ru", "de", "fr", "es", "it", "pt"}
@@ -82,6 +92,17 @@ class IndexConfig:
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
+        kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
+        _check(self.vector_index_type in kinds,
+               f"index.vector_index_type must be one of {kinds}, got {self.vector_index_type!r}")
+        _check(self.vector_dim == 0 or self.vector_dim >= 32,
+               f"index.vector_dim must be 0 (full) or >= 32 (embeddinggemma: 768, 512, 256, 128), got "
+               f"{self.vector_dim}")
+        _check(self.vector_index_min_rows >= 1,
+               f"index.vector_index_min_rows must be >= 1, got {self.vector_index_min_rows}")
+        _check(self.nprobes >= 1, f"index.nprobes must be >= 1, got {self.nprobes}")
+        for name in ("vector_partitions", "vector_sub_vectors", "refine_factor", "ef"):
+            _check(getattr(self, name) >= 0, f"index.{name} must be >= 0 (0 = automatic), got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -151,6 +172,25 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class StorageConfig:
+    """Object-store access for `--db s3://...` (and batch files); "" = the usual environment variable."""
+
+    endpoint: str = ""  # S3-compatible endpoint URL (MinIO, moto, R2); "" = $AWS_ENDPOINT_URL or AWS itself
+    region: str = ""  # bucket region; "" = $AWS_REGION or $AWS_DEFAULT_REGION
+    allow_http: bool = False  # allow a plain-http endpoint (implied by an http:// endpoint)
+    access_key_id: str = field(default="", repr=False)  # "" = $AWS_ACCESS_KEY_ID; prefer the environment
+    secret_access_key: str = field(default="", repr=False)  # "" = $AWS_SECRET_ACCESS_KEY; never logged
+    session_token: str = field(default="", repr=False)  # "" = $AWS_SESSION_TOKEN
+    options: dict = field(default_factory=dict, hash=False, repr=False)  # extra LanceDB storage_options
+
+    def validate(self) -> None:
+        _check(not self.endpoint or self.endpoint.startswith(("http://", "https://")),
+               f"storage.endpoint must start with http:// or https://, got {self.endpoint!r}")
+        _check(isinstance(self.options, dict),
+               f"storage.options must be a mapping of LanceDB storage options, got {type(self.options).__name__}")
+
+
+@dataclass(frozen=True)
 class RunnerConfig:
     mode: Literal["auto", "inproc", "ray"] = "auto"  # auto: Ray for batches >= ray_min_rows, else in-process
     ray_min_rows: int = 64  # batches at least this large go to Ray in auto mode
@@ -180,6 +220,7 @@ class Config:
     rerank: RerankConfig = field(default_factory=RerankConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
 
     def validate(self) -> Config:
         for role in ("embedder", "expander", "reranker"):
@@ -190,6 +231,7 @@ class Config:
         bad = set(self.retrieve.lanes) - {"fts", "vec", "alias"}
         _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: ['alias', 'fts', 'vec']")
         self.runner.validate()
+        self.storage.validate()
         return self
 
     def replace(self, **sections: dict[str, Any]) -> Config:

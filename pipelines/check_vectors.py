@@ -52,12 +52,14 @@ def old_vectors(col: Collection, max_rows: int = 2_000_000) -> dict[str, list[fl
             if tbl.count_rows() > max_rows:
                 log.info("old index has over %d chunks: vectors are not reused", max_rows)
                 return {}
-            t = tbl.search().select(["embed_text", "vector"]).limit(None).to_arrow()
+            # the embedder's full vectors: `vector_full` when the searched ones are cut (Matryoshka)
+            src = "vector_full" if "vector_full" in tbl.schema.names else "vector"
+            t = tbl.search().select(["embed_text", src]).limit(None).to_arrow()
     except IndexStateError as e:
         log.warning("old vectors not reused: %s", e)
         return {}
-    bad = set(bad_vector_rows(t["vector"]).tolist())
-    return {txt: v for i, (txt, v) in enumerate(zip(t["embed_text"].to_pylist(), t["vector"].to_pylist()))
+    bad = set(bad_vector_rows(t[src]).tolist())
+    return {txt: v for i, (txt, v) in enumerate(zip(t["embed_text"].to_pylist(), t[src].to_pylist()))
             if i not in bad and txt is not None}
 
 

@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from actors._llama import file_sha256, model_path
+from fanout import db as fdb
+from fanout import storage
 from fanout.config import Config
 from fanout.db import SCHEMA_VERSION, Collection
 from fanout.integrity import IndexStateError, parse_manifest
@@ -28,6 +30,7 @@ from pipelines.scan_notes import IGNORED, scan_notes
 from pipelines.write_index import (
     add_fts_columns,
     build_fts,
+    build_indexes,
     delete_paths,
     documents_table,
     plan_changes,
@@ -51,6 +54,8 @@ class IndexSummary:
     ignored: int = 0  # paths excluded by .fanoutignore / Obsidian's excluded files
     seconds: float = 0.0
     embed_seconds: float = 0.0
+    vector_index: str = "none"  # "none" (brute force), "built <type>" or "kept <type>"
+    rederived: str = ""  # "768 -> 256" when the Matryoshka size changed (no re-embedding)
 
     def text(self) -> str:
         reasons: dict[str, int] = {}
@@ -62,11 +67,18 @@ class IndexSummary:
                 (f" | ignored {self.ignored}" if self.ignored else "")
         return (f"notes {self.notes} | chunks {self.chunks} | embedded {self.embedded_notes} notes / "
                 f"{self.embedded_chunks} chunks | deleted {self.deleted} | rebuilt {self.rebuilt}{extra} | "
-                f"skipped {len(self.skipped)} ({skip}) | {self.seconds:.1f}s")
+                f"skipped {len(self.skipped)} ({skip}) | vector index {self.vector_index}"
+                + (f" | vectors re-derived {self.rederived}" if self.rederived else "")
+                + f" | {self.seconds:.1f}s")
+
+
+# manifest keys that change without re-embedding: where the vault was, run stats, how vectors are searched,
+# the table versions readers pin, and the in-progress flag of a rebuild
+DERIVED_KEYS = ("vault", "stats", "vectors", "vector_index", "scalar_indexes", "tables", "building")
 
 
 def index_manifest(cfg: Config, vault: Path) -> dict:
-    """What produced an index: a change in any key except `vault` means everything is re-embedded."""
+    """What produced an index: a change in any key except DERIVED_KEYS means everything is re-embedded."""
     path = model_path(cfg, "embedder")
     return {
         "schema_version": SCHEMA_VERSION,
@@ -80,10 +92,10 @@ def index_manifest(cfg: Config, vault: Path) -> dict:
 
 def _old_manifest(col: Collection) -> dict:
     """The stored manifest, or {} when missing; a damaged one is logged and means a rebuild."""
-    if not col.manifest_path.exists():
+    if not storage.exists(col.manifest_path, col._scfg):
         return {}
     try:
-        return parse_manifest(col.manifest_path.read_text(encoding="utf-8"), col.manifest_path, col.hint())
+        return parse_manifest(storage.read_text(col.manifest_path, col._scfg), col.manifest_path, col.hint())
     except (OSError, UnicodeDecodeError, IndexStateError) as e:
         log.warning("%s; rebuilding the index", e)
         return {}
@@ -97,19 +109,22 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     notes, skipped = scan_notes(vault, cfg.index.default_lang, cfg.index.max_note_mb)
     is_ignored = pc.equal(skipped["reason"], IGNORED)
     ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
-    col = Collection(Path(db_dir), collection)
+    col = Collection(db_dir, collection, cfg)
     col.vault_hint = str(vault)
     manifest = index_manifest(cfg, vault)
     old = _old_manifest(col)
-    volatile = ("vault", "stats", "tables", "building")
-    same = {k: v for k, v in old.items() if k not in volatile} == \
-           {k: v for k, v in manifest.items() if k not in volatile}
+    same = {k: v for k, v in old.items() if k not in DERIVED_KEYS} == \
+           {k: v for k, v in manifest.items() if k not in DERIVED_KEYS}
     rebuild = rebuild or not (same and col.has(col.documents_name) and col.has(col.chunks_name))
     damaged: list[str] = []
     if not rebuild and cfg.index.verify:  # unreadable tables raise (fix: --rebuild); damaged vectors re-embed
         _, damaged = col.verify()
         for p in damaged:
             log.warning("%s: a stored vector is damaged; re-embedding the note", p)
+    rederived = ""
+    if not rebuild:  # a new Matryoshka size is cut from the stored full vectors, not re-embedded
+        a, b = fdb.rederive_vectors(col, cfg.index.vector_dim)
+        rederived = f"{a} -> {b}" if a != b else ""
     existing = None
     if not rebuild:
         with col.guard(col.documents_name):
@@ -117,7 +132,8 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     changed, deleted, _ = plan_changes(notes, existing)
     changed |= set(damaged) & set(notes["path"].to_pylist())
     summary = IndexSummary(notes=notes.num_rows, rebuilt=rebuild, deleted=len(deleted),
-                           skipped=skipped.to_pylist(), ignored=ignored.num_rows, repaired=len(damaged))
+                           skipped=skipped.to_pylist(), ignored=ignored.num_rows, repaired=len(damaged),
+                           rederived=rederived)
     reuse: dict[str, list[float]] = {}
     if rebuild:
         if old.get("embedder") == manifest["embedder"] and old.get("schema_version") == SCHEMA_VERSION:
@@ -162,6 +178,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         part_notes = todo.filter(pc.is_in(todo["path"], pa.array(ok, pa.string())))
         if ok:
             embedded = add_fts_columns(vectors, part_notes, cfg.index.languages)
+            embedded = fdb.fit_vectors(embedded, cfg.index.vector_dim)
             write_index(col, embedded, documents_table(part_notes, embedded), set(sel))
             wrote_any = True
         else:  # every note of the group failed: only remove their old rows
@@ -177,9 +194,15 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     summary.skipped += failed
     summary.embed_seconds = time.perf_counter() - te
     summary.embedded_notes = len(paths) - len(failed)
-    if (wrote_any or deleted or rebuild) and col.has(col.chunks_name):
+    if (wrote_any or deleted or rebuild or rederived) and col.has(col.chunks_name):
         build_fts(col, cfg.index.languages)
     summary.chunks = col.table(col.chunks_name).count_rows() if col.has(col.chunks_name) else 0
+    if col.has(col.chunks_name):
+        manifest.update(build_indexes(col, cfg, old if not (rebuild or rederived) else {}))
+        vi = manifest.get("vector_index")
+        summary.vector_index = "none" if not vi else \
+            f"{'built' if vi.get('built') != (old.get('vector_index') or {}).get('built') else 'kept'} " \
+            f"{vi['index_type']}"
     summary.seconds = time.perf_counter() - t0
     manifest["stats"] = {"notes": summary.notes, "chunks": summary.chunks, "updated": time.time()}
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)

@@ -9,6 +9,10 @@ reader that opened an older version keeps reading that version's files until the
 happens only after `keep_days`. Keep `keep_days` longer than any reader holds one table handle open
 (a long-running `fanout mcp` server, say); `keep_days=0` deletes every old version at once and breaks any
 reader still on one. Run it after `fanout index`, not at the same time: two writers on one table can conflict.
+
+It also keeps the indexes in shape: a BTREE on every cache table's `key` (lookups and `merge_insert`), the
+chunks table's vector index built once it passes `index.vector_index_min_rows` (or re-trained when the table
+has doubled since), recorded in the collection's manifest.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from fanout.db import Collection
+from fanout.config import Config, load_config
+from fanout.db import Collection, build_vector_index, ensure_scalar_index
+from pipelines.write_index import vector_index_reason
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +43,33 @@ def _shape(tbl: Any) -> dict[str, int]:
             "bytes": int(st["total_bytes"]), "versions": len(tbl.list_versions())}
 
 
-def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days: float = 7.0) -> list[dict]:
+def _maybe_vector_index(col: Collection, name: str, cfg: Config) -> str:
+    """Build the vector index of a collection's chunks table when it needs one; '' or what was built."""
+    owner = Collection(col.db_dir, name.removesuffix("_chunks"), cfg)
+    manifest = owner.read_manifest()
+    if not manifest:  # not a fanout collection (or no manifest yet): leave its indexes alone
+        return ""
+    tbl = owner.table(name)
+    reason = vector_index_reason(tbl, cfg.index, manifest.get("vector_index"))
+    if not reason:
+        return ""
+    log.info("building the vector index of %s: %s", name, reason)
+    manifest["vector_index"] = build_vector_index(tbl, cfg.index)
+    owner.write_manifest(manifest)
+    return manifest["vector_index"]["index_type"]
+
+
+def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days: float = 7.0,
+                    cfg: Config | None = None) -> list[dict]:
     """Compact and clean up the tables of `collection` (every table of the db when None).
 
-    Returns one row per table: its name, rows, and fragments / versions / bytes before and after.
+    Returns one row per table: its name, rows, fragments / versions / bytes before and after, and the
+    index built (if any). `cfg` (default: the active profile) gives index settings and storage options.
     """
     if keep_days < 0:
         raise ValueError(f"keep_days must be >= 0, got {keep_days}; 7 keeps a week of old versions for readers")
-    col = Collection(Path(db_dir), collection or "")
+    cfg = cfg or load_config()
+    col = Collection(db_dir, collection or "", cfg)
     if collection:
         names = collection_tables(col)
         if not names:
@@ -59,15 +84,21 @@ def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days
         versions[name] = int(tbl.version)
         before = _shape(tbl)
         t = time.perf_counter()
-        tbl.optimize(cleanup_older_than=timedelta(days=keep_days))
+        built = ""
+        if "_cache_" in name and "key" in tbl.schema.names and ensure_scalar_index(tbl, "key"):
+            built = "BTREE(key)"
+        tbl.optimize(cleanup_older_than=timedelta(days=keep_days))  # also folds new rows into every index
+        if name.endswith("_chunks") and "vector" in tbl.schema.names:
+            built = _maybe_vector_index(col, name, cfg) or built
         after = _shape(tbl)
-        row = {"table": name, "rows": after["rows"], "seconds": round(time.perf_counter() - t, 3)}
+        row = {"table": name, "rows": after["rows"], "seconds": round(time.perf_counter() - t, 3),
+               "index_built": built}
         for k in ("fragments", "versions", "bytes"):
             row[f"{k}_before"], row[f"{k}_after"] = before[k], after[k]
         log.info("optimized %s: %s", name, row)
         out.append(row)
     for prefix in sorted({n.rsplit("_", 1)[0] for n in names if n.endswith(("_chunks", "_documents"))}):
-        Collection(Path(db_dir), prefix).advance_pins(versions)  # readers move to the compacted versions
+        Collection(db_dir, prefix, cfg).advance_pins(versions)  # readers move to the compacted versions
     return out
 
 
@@ -79,4 +110,5 @@ def optimize_text(rows: list[dict]) -> str:
         f"{r['table']}: {r['rows']} rows, fragments {r['fragments_before']} -> {r['fragments_after']}, "
         f"versions {r['versions_before']} -> {r['versions_after']}, "
         f"{r['bytes_before'] / 2**20:.1f} -> {r['bytes_after'] / 2**20:.1f} MB, {r['seconds']:.1f}s"
+        + (f", built {r['index_built']}" if r.get("index_built") else "")
         for r in rows)

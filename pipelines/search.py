@@ -54,7 +54,7 @@ class Searcher:
 
     def __init__(self, db_dir: str | Path, collection: str, cfg: Config, runner: Runner):
         self.cfg = self.base_cfg = cfg
-        self.col = Collection(Path(db_dir), collection)
+        self.col = Collection(db_dir, collection, cfg)
         path = model_path(cfg, "embedder")
         self.model_file, self.model_sha = path.name, file_sha256(path)
         self.check_index(self.col.require())

@@ -1,7 +1,9 @@
-"""Stage: write chunks (with vectors) and documents into LanceDB, incrementally, and (re)build FTS indexes.
+"""Stage: write chunks (with vectors) and documents into LanceDB, incrementally, and build their indexes.
 
 Per language one FTS column per field (body/title/heading), each with its language's stemmer: LanceDB takes
 one language per index and the query side cannot choose between two indexes on one column (STACK.md).
+BTREE indexes on chunks `chunk_id`, `path` and documents `path`; a vector index once the chunks table has
+`index.vector_index_min_rows` rows (below it brute force is exact and fast enough).
 """
 
 from __future__ import annotations
@@ -11,7 +13,18 @@ import logging
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout.db import FTS_FIELDS, LANG_NAMES, Collection, fts_columns
+from fanout.config import Config, IndexConfig
+from fanout.db import (
+    FTS_FIELDS,
+    LANG_NAMES,
+    VECTOR_FULL,
+    Collection,
+    build_vector_index,
+    ensure_scalar_index,
+    fts_columns,
+    has_vector_index,
+    vector_dims,
+)
 from fanout.schemas import DOCUMENTS
 
 log = logging.getLogger(__name__)
@@ -94,3 +107,53 @@ def build_fts(col: Collection, languages: tuple[str, ...]) -> None:
         lang = c.rsplit("_", 1)[1]
         tbl.create_index(c, config=FTS(language=LANG_NAMES[lang], stem=True, remove_stop_words=True,
                                        ascii_folding=True, lower_case=True), replace=True)
+
+
+SCALAR_INDEXES = {"chunks": ("chunk_id", "path"), "documents": ("path",)}  # BTREE per table kind
+
+
+def vector_index_reason(tbl, icfg: IndexConfig, recorded: dict | None) -> str | None:
+    """Why the chunks table needs a (new) vector index now, or None.
+
+    Below `vector_index_min_rows` never; above it when there is none, when the configured type or
+    partitions differ from the recorded build, or when the table has doubled since (IVF partitions are
+    trained on the rows present at build time; rows added since are searched exactly until `optimize`).
+    """
+    rows = tbl.count_rows()
+    if rows < icfg.vector_index_min_rows:
+        return None
+    if not has_vector_index(tbl) or not recorded:
+        return f"{rows} rows >= index.vector_index_min_rows {icfg.vector_index_min_rows}"
+    if recorded.get("index_type") != icfg.vector_index_type:
+        return f"index.vector_index_type {recorded.get('index_type')} -> {icfg.vector_index_type}"
+    if icfg.vector_partitions and recorded.get("num_partitions") != icfg.vector_partitions:
+        return f"index.vector_partitions {recorded.get('num_partitions')} -> {icfg.vector_partitions}"
+    if recorded.get("dim") != vector_dims(tbl)[0]:
+        return f"vector dimension {recorded.get('dim')} -> {vector_dims(tbl)[0]}"
+    if rows > 2 * int(recorded.get("rows") or 0):
+        return f"rows grew from {recorded.get('rows')} to {rows} since the index was trained"
+    return None
+
+
+def build_indexes(col: Collection, cfg: Config, recorded: dict) -> dict:
+    """Scalar and vector indexes of a collection; returns the manifest entries that describe them.
+
+    `recorded` is the previous manifest (empty after a rebuild or a re-derivation).
+    """
+    chunks = col.table(col.chunks_name)
+    scalar = {}
+    for kind, name in (("chunks", col.chunks_name), ("documents", col.documents_name)):
+        if col.has(name):
+            tbl = col.table(name)
+            for c in SCALAR_INDEXES[kind]:
+                ensure_scalar_index(tbl, c)
+            scalar[name] = list(SCALAR_INDEXES[kind])
+    dim, full = vector_dims(chunks)
+    vectors = {"dim": dim, "full_dim": full, "full_column": VECTOR_FULL if dim != full else None,
+               "distance": "cosine"}
+    vi = recorded.get("vector_index") if has_vector_index(chunks) else None
+    reason = vector_index_reason(chunks, cfg.index, vi)
+    if reason:
+        log.info("building the vector index of %s: %s", col.chunks_name, reason)
+        vi = build_vector_index(chunks, cfg.index)
+    return {"vectors": vectors, "vector_index": vi, "scalar_indexes": scalar}

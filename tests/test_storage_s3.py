@@ -1,0 +1,121 @@
+"""A collection on a real S3-compatible server on loopback (moto's ThreadedMotoServer, started here).
+
+Round trip: index a vault into s3://bucket/db, search, hit the caches, optimize (vector index folded in),
+re-index incrementally; the manifest lives in the bucket. Credentials and endpoint come once from the config's
+`storage:` section (fake embedder, fast) and once from the usual AWS_* environment variables (real embedder,
+through the CLI).
+
+Batch input/output on s3:// (issue 9's `fanout batch` with storage.py) is not covered here yet: once
+`run_batch` reads and writes URIs, add `fanout batch s3://bucket/q.jsonl --out s3://bucket/r.parquet` to
+`test_cli_index_query_with_env_credentials`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+
+import pytest
+from conftest import NOTES, write_vault
+
+from fanout import storage
+from fanout.db import Collection, index_columns
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on 127.0.0.1 (a free port) with one bucket; yields its endpoint URL."""
+    import boto3
+    from moto.server import ThreadedMotoServer  # moto[server], in the dev extra
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one INFO line per S3 request otherwise
+    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    srv.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket="fanout-test")
+    yield endpoint
+    srv.stop()
+
+
+def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatch, cfg, s3):
+    from test_storage import FakeRunner, many_notes
+
+    import pipelines.index as pi
+    import pipelines.search as ps
+    from pipelines.index import index_vault
+    from pipelines.optimize_tables import optimize_tables
+    from pipelines.search import Searcher
+
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"fake")
+    monkeypatch.setattr(pi, "model_path", lambda c, r: fake)
+    monkeypatch.setattr(ps, "model_path", lambda c, r: fake)
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    scfg = cfg.replace(storage={"endpoint": s3, "region": "us-east-1", "access_key_id": "testing",
+                                "secret_access_key": "testing"},
+                       index={"vector_index_min_rows": 200, "vector_index_type": "IVF_HNSW_SQ",
+                              "vector_partitions": 2})
+    db = "s3://fanout-test/kb/db"
+    vault = write_vault(tmp_path / "v", {**many_notes(200), **NOTES})
+    with FakeRunner(scfg) as r:
+        s = index_vault(vault, db, "t", scfg, r)
+        assert s.rebuilt and s.chunks > 200 and s.vector_index == "built IVF_HNSW_SQ"
+        names = storage.list_dir(db, scfg.storage)
+        assert {"t.manifest.json", "t_chunks.lance", "t_documents.lance"} <= set(names)
+        manifest = json.loads(storage.read_text(f"{db}/t.manifest.json", scfg.storage))
+        assert manifest["vector_index"]["index_type"] == "IVF_HNSW_SQ" and manifest["stats"]["chunks"] == s.chunks
+        col = Collection(db, "t", scfg)
+        assert {"chunk_id", "path", "vector", "body_en"} <= set(index_columns(col.table("t_chunks")))
+
+        searcher = Searcher(db, "t", scfg, r)
+        rows = [{"id": "a", "query": "Pancakes"}, {"id": "b", "query": "Obsidian Sync"}]
+        first = searcher.search(rows)
+        assert first.errors.num_rows == 0
+        top = {q: p for q, p, k in zip(first.results["qid"].to_pylist(), first.results["path"].to_pylist(),
+                                       first.results["rank"].to_pylist()) if k == 1}
+        assert top == {"a": "Рецепты/Блины.md", "b": "Sync/Sync your notes.md"}
+        again = Searcher(db, "t", scfg, r).search(rows)  # a new process would see the cached query vectors
+        assert again.stats["cache"]["hits"].get("qvec", 0) == 2
+        assert again.results["path"].to_pylist() == first.results["path"].to_pylist()
+
+        (vault / "Sync/Sync your notes.md").write_text("---\naliases: [Obsidian Sync]\n---\nSync now also covers "
+                                                       "plugins.\n", encoding="utf-8")
+        upd = index_vault(vault, db, "t", scfg, r)
+        assert upd.embedded_notes == 1 and not upd.rebuilt and upd.vector_index == "kept IVF_HNSW_SQ"
+        stats = Collection(db, "t", scfg).table("t_chunks").index_stats("vector_idx")
+        assert stats.num_unindexed_rows == 1
+    out = optimize_tables(db, "t", keep_days=7, cfg=scfg)
+    names = [o["table"] for o in out]
+    assert names[:2] == ["t_chunks", "t_documents"] and "t_cache_qvec" in names
+    assert Collection(db, "t", scfg).table("t_chunks").index_stats("vector_idx").num_unindexed_rows == 0
+    assert "key" in index_columns(Collection(db, "t", scfg).table("t_cache_qvec"))
+    with FakeRunner(scfg) as r:
+        res = Searcher(db, "t", scfg, r).search([{"id": "c", "query": "Obsidian Sync"}])
+    assert res.results["path"].to_pylist()[0] == "Sync/Sync your notes.md"
+    assert res.results["snippet"].to_pylist()[0] == "Sync now also covers plugins."  # the re-indexed text
+
+
+@pytest.mark.slow
+def test_cli_index_query_with_env_credentials(tmp_path, monkeypatch, s3, capsys):
+    from faces.cli import main
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    vault = write_vault(tmp_path / "v", {k: NOTES[k] for k in ("Sync/Sync your notes.md", "Рецепты/Блины.md")})
+    db = "s3://fanout-test/cli-db"
+    assert main(["index", str(vault), "--db", db, "--collection", "c"]) == 0
+    assert main(["query", "pancakes with milk", "--db", db, "--collection", "c", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("["):])[0]["path"] == "Рецепты/Блины.md"
+    assert main(["index", str(vault), "--db", db, "--collection", "c"]) == 0
+    assert "embedded 0 notes" in capsys.readouterr().out
+    assert main(["optimize", "--db", db, "--collection", "c"]) == 0
