@@ -351,7 +351,7 @@ def test_a_bad_manifest_is_one_line_naming_the_file_and_the_fix(small_index, fak
 
     vault, db = small_index
     col = Collection(db, "t")
-    col.manifest_path.write_text(text, encoding="utf-8")
+    Path(col.manifest_path).write_text(text, encoding="utf-8")
     with pytest.raises(IndexStateError, match=match) as e:
         Searcher(db, "t", fake_cfg, fake_runner)
     assert str(col.manifest_path) in str(e.value) and "--rebuild" in str(e.value) and "\n" not in str(e.value)
