@@ -192,7 +192,9 @@ def load_backends() -> None:
         _BACKENDS.update(lib=ggml, variant="ggml's choice", reason=f"{platform.machine()}: ggml_backend_load_all")
         return
     lib, table = choose_cpu_variant(variants, forced)
-    if not ggml.ggml_backend_load(str(lib).encode()):
+    with _quiet_stderr():  # ggml logs "load_backend: loaded CPU backend from ..." on fd 2
+        handle = ggml.ggml_backend_load(str(lib).encode())
+    if not handle:
         raise RuntimeError(f"{lib} did not load (ggml_backend_load returned NULL); set FANOUT_GGML_CPU to one "
                            f"of {[r['variant'] for r in table if not r['why_not']]}")
     for name in _NON_CPU_BACKENDS:
