@@ -91,12 +91,13 @@ def worker_embed(job: dict) -> dict:
         for p in range(job["passes"]):
             for c in (c for c in job["configs"] if c["n_batch"] == n_batch):
                 emb.batch_size = c["per_call"]
-                t = time.perf_counter()
+                t, cpu = time.perf_counter(), time.process_time()
                 v = emb.embed_texts(texts)
-                s = time.perf_counter() - t
+                s, cpu = time.perf_counter() - t, time.process_time() - cpu
                 ref = v if ref is None else ref
-                out["runs"].append({**c, "pass": p, "s": s, "tokens": tokens, "texts": len(texts),
+                out["runs"].append({**c, "pass": p, "s": s, "cpu_s": cpu, "tokens": tokens, "texts": len(texts),
                                     "max_abs_diff": float(np.abs(v - ref).max())})
+                print(json.dumps(out["runs"][-1]), file=sys.stderr, flush=True)  # progress (driver: stderr)
         del emb
     return out
 
@@ -115,27 +116,28 @@ def worker_gen(job: dict) -> dict:
     prompt = exp.prompt("how do I sync my notes between my phone and my laptop", None, "en")
     p_toks = exp.llm.tokenize(prompt.encode(), add_bos=True, special=True)
     passage = exp.llm.tokenize((" " + bench_passage()).encode(), add_bos=False)[:170]
-    for label, grammar in (("grammar", exp.grammar), ("free", None)):
-        for _ in range(job["passes"]):
-            exp.llm.reset()
-            t = time.perf_counter()
+    exp.llm.create_completion(prompt, max_tokens=1, temperature=0.0)  # the prompt is now in the KV cache
+    for _ in range(job["passes"]):
+        for label, grammar in (("grammar", exp.grammar), ("free", None)):
+            # same prompt again: llama-cpp-python reuses its KV prefix, so the time is generation only
+            t, c = time.perf_counter(), time.process_time()
             r = exp.llm.create_completion(prompt, grammar=grammar, max_tokens=48, temperature=0.0, seed=0)
-            s = time.perf_counter() - t
             n = r["usage"]["completion_tokens"]  # type: ignore[index]
-            # prompt time measured separately (below) is subtracted to leave generation only
-            out["gen"].append({"mode": label, "s": s, "tokens": n})
+            out["gen"].append({"mode": label, "gen_s": time.perf_counter() - t, "gen_cpu_s": time.process_time() - c,
+                               "cpu_s": time.process_time() - c, "tokens": n, "prompt_tokens": len(p_toks)})
     del exp
     path = model_path(cfg, "expander")
     for nb, nub in job["pp_configs"]:
         llm = load_llama(path, cfg.expander, n_batch=nb, n_ubatch=nub, logits_all=False)
+        llm.eval(passage[:8])  # warm-up (compute buffers)
         for _ in range(job["passes"]):
             for shape, toks in (("expander prompt", p_toks), ("rerank segment", passage)):
                 llm.reset()
                 llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm._ctx.ctx), True)
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 llm.eval(toks)
-                out["pp"].append({"n_batch": nb, "n_ubatch": nub, "shape": shape,
-                                  "s": time.perf_counter() - t, "tokens": len(toks)})
+                out["pp"].append({"n_batch": nb, "n_ubatch": nub, "shape": shape, "s": time.perf_counter() - t,
+                                  "cpu_s": time.process_time() - c, "tokens": len(toks)})
         del llm
     return out
 
@@ -192,18 +194,134 @@ def load_avg() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
+Row = tuple[str, ...]
+
+
+def fmt_row(part: str, build: str, what: str, per_call: object, n_batch: object, threads: int, s: float,
+            cpu: float | None, tokens: int, n: float, unit: str, note: str = "") -> Row:
+    per_cpu = f"{tokens / cpu:.0f}" if cpu else "-"
+    return (part, build, what, str(per_call), str(n_batch), str(threads), f"{s:.2f}", f"{tokens / s:.0f}", per_cpu,
+            f"{n / s:.1f} {unit}", note)
+
+
+def sweep(args: argparse.Namespace, texts: dict[str, list[str]]) -> tuple[list[Row], dict]:
+    """The new build's embedder over texts per call x n_batch, for short (queries) and long (chunks) texts."""
+    rows, raw = [], {}
+    sq = texts["queries"][: 3 * args.sweep_queries]
+    sc = sorted(texts["chunks"][: args.sweep_chunks], key=len)  # `fanout index` embeds chunks by length
+    # texts per call 1 (qmd's way), 8 (the old default), up to all; a call holding more tokens than n_batch
+    # is split into several decodes by embed() itself, so large per-call values only matter for large n_batch
+    qcfg = [{"n_batch": nb, "per_call": k} for nb in (128, 256, 512, 1024) for k in (1, 8, 32, 128)
+            if k <= max(8, nb // 8)]
+    ccfg = [{"n_batch": 512, "per_call": 1}, {"n_batch": 512, "per_call": 4}, {"n_batch": 1024, "per_call": 4},
+            {"n_batch": 2048, "per_call": 8}]
+    for what, tx, conf, unit, per in (("queries (short)", sq, qcfg, "q/s", 3), ("chunks (long)", sc, ccfg,
+                                                                               "chunks/s", 1)):
+        r = run_py({"kind": "embed", "texts": tx, "configs": conf, "passes": args.sweep_passes,
+                    "threads": args.sweep_threads},
+                   "new", args.portable)
+        raw[f"sweep {what}"] = r
+        best: dict[tuple, dict] = {}
+        for run in r["runs"]:  # best of the interleaved passes, by CPU time (robust on a loaded machine)
+            key = (run["n_batch"], run["per_call"])
+            if key not in best or run["cpu_s"] < best[key]["cpu_s"]:
+                best[key] = run
+        for (nb, k), run in sorted(best.items()):
+            rows.append(fmt_row("sweep", f"new ({r['backend']})", f"{what}: {run['texts']} texts", k, nb,
+                                args.sweep_threads, run["s"], run["cpu_s"], run["tokens"], run["texts"] / per,
+                                unit, f"load {load_avg()}; max abs diff {run['max_abs_diff']:.0e}"))
+    return rows, raw
+
+
+def compare(args: argparse.Namespace, cfg, texts: dict[str, list[str]]) -> tuple[list[Row], dict]:
+    """portable vs new vs qmd on the same texts, interleaved rounds, for each thread count asked."""
+    rows, raw = [], {}
+    per_call = args.per_call or cfg.embedder.batch_size
+    nb = cfg.embedder.n_batch or cfg.embedder.n_ctx
+    builds = (["portable"] if args.portable else []) + ["new"] + (["qmd"] if args.qmd_root else [])
+    nq = int(texts["n_queries"][0])
+    for threads in args.threads:
+        for what, tx in (("chunks (long)", sorted(texts["chunks"][: args.chunks], key=len)),
+                         ("queries (short)", texts["queries"])):
+            runs: dict[str, list[tuple[float, float, int, str]]] = {}
+            for rnd in range(args.rounds):
+                for build in builds if rnd % 2 == 0 else builds[::-1]:
+                    load = load_avg()
+                    if build == "qmd":
+                        r = run_qmd(tx, args.qmd_root, threads, 1)
+                        rec = (r["pass_s"][0], r["cpu_s"][0], r["tokens"], "qmd (node-llama-cpp)")
+                    else:
+                        r = run_py({"kind": "embed", "texts": tx, "passes": 1, "threads": threads,
+                                    "configs": [{"n_batch": nb, "per_call": per_call}]}, build, args.portable)
+                        run = r["runs"][0]
+                        rec = (run["s"], run["cpu_s"], run["tokens"], f"{build} ({r['backend']})")
+                    runs.setdefault(build, []).append((*rec[:3], load))
+                    raw.setdefault(f"compare {what} t{threads}", []).append(
+                        {"round": rnd, "build": rec[3], "s": rec[0], "cpu_s": rec[1], "tokens": rec[2], "load": load})
+                    print(f"  compare {what} threads {threads} round {rnd} {rec[3]}: {rec[0]:.1f}s wall "
+                          f"{rec[1]:.1f}s cpu, load {load}", file=sys.stderr, flush=True)
+            names = {b: n for b, n in ((x["build"].split(" ")[0], x["build"]) for x in raw[f"compare {what} t{threads}"])}
+            ref = min(runs["qmd"], key=lambda x: x[1]) if "qmd" in runs else None
+            unit, n = ("q/s", len(tx) and nq) if what.startswith("queries") else ("chunks/s", len(tx))
+            for build, recs in runs.items():
+                s, cpu, tok, load = min(recs, key=lambda x: x[1])  # best round by CPU time
+                ratios = ""
+                if ref and build != "qmd":
+                    ratios = (f"vs qmd: wall {ref[0] / s:.2f}x, CPU {ref[1] / cpu:.2f}x; per round wall "
+                              + ", ".join(f"{q[0] / x[0]:.2f}" for q, x in zip(runs["qmd"], recs)))
+                pc, n_b = ("1", "2048 (ctx)") if build == "qmd" else (str(per_call), str(nb))
+                label = f"{what}: {len(tx)} texts" + (f" ({nq} queries)" if unit == "q/s" else "")
+                rows.append(fmt_row("compare", names[build], label, pc, n_b, threads, s, cpu, tok, n, unit,
+                                    f"best of {len(recs)} by CPU s; load {load}; {ratios}".strip("; ")))
+    return rows, raw
+
+
+def gen(args: argparse.Namespace) -> tuple[list[Row], dict]:
+    """Expander prompt processing over (n_batch, n_ubatch) and generation with/without grammar, per build."""
+    rows, raw = [], {}
+    pp = [(512, 512), (512, 256), (512, 128), (256, 256), (128, 128), (64, 64)]
+    builds = (["portable"] if args.portable else []) + ["new"]
+    threads = args.threads[0]
+    for rnd in range(args.rounds):
+        for build in builds if rnd % 2 == 0 else builds[::-1]:
+            r = run_py({"kind": "gen", "threads": threads, "passes": 1, "pp_configs": pp}, build, args.portable)
+            raw.setdefault(f"gen {build}", []).append(r)
+    for build in builds:
+        rs = raw[f"gen {build}"]
+        name = f"{build} ({rs[0]['backend']})"
+        for mode in ("grammar", "free"):
+            g = min((g for r in rs for g in r["gen"] if g["mode"] == mode), key=lambda x: x["cpu_s"])
+            rows.append(fmt_row("gen", name, f"expander generation, {mode}", 1, "-", threads, g["gen_s"],
+                                g["gen_cpu_s"], g["tokens"], 1, "calls/s",
+                                f"{g['tokens']} tokens after a {g['prompt_tokens']}-token prompt (prompt time "
+                                "excluded); tok/s columns = generated tokens/s"))
+        best: dict[tuple, dict] = {}
+        for x in (x for r in rs for x in r["pp"]):
+            key = (x["shape"], x["n_batch"], x["n_ubatch"])
+            if key not in best or x["cpu_s"] < best[key]["cpu_s"]:
+                best[key] = x
+        for (shape, nb, nub), x in sorted(best.items()):
+            rows.append(fmt_row("gen", name, f"{shape}: prompt processing", "-", f"{nb}/{nub}", threads, x["s"],
+                                x["cpu_s"], x["tokens"], 1, "calls/s", f"{x['tokens']} tokens"))
+    return rows, raw
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--part", default="sweep,compare,gen")
     ap.add_argument("--portable", type=Path, default=None, help="pip --target dir of the portable AVX2 wheel")
     ap.add_argument("--qmd-root", type=Path, default=None, help="QMD_ROOT of ../shared/peers/qmd/run_qmd.sh")
-    ap.add_argument("--chunks", type=int, default=32, help="benchmark chunks embedded per run")
+    ap.add_argument("--chunks", type=int, default=24, help="benchmark chunks embedded per compare run")
     ap.add_argument("--queries", type=int, default=115, help="English benchmark queries (3 texts each)")
-    ap.add_argument("--sweep-queries", type=int, default=40, help="queries per sweep run (3 texts each)")
-    ap.add_argument("--sweep-chunks", type=int, default=12, help="chunks per sweep run")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the comparison")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sweep-queries", type=int, default=32, help="queries per sweep run (3 texts each)")
+    ap.add_argument("--sweep-chunks", type=int, default=8, help="chunks per sweep run")
+    ap.add_argument("--sweep-threads", type=int, default=1, help="threads in the sweep (1: CPU time is "
+                                                                 "the pure compute cost, even under load)")
+    ap.add_argument("--sweep-passes", type=int, default=2, help="interleaved passes over the sweep configs")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of compare and gen")
+    ap.add_argument("--threads", type=lambda v: [int(x) for x in v.split(",")], default=[2],
+                    help="thread counts for compare (comma list; gen uses the first)")
     ap.add_argument("--per-call", type=int, default=0, help="texts per embed() call for the compare rows "
                                                             "(0 = the config's embedder.batch_size)")
     ap.add_argument("--json", type=Path, default=None, help="also write every measurement here")
@@ -219,88 +337,19 @@ def main() -> None:
     cfg = load_config()
     parts = set(args.part.split(","))
     texts = bench_texts(max(args.chunks, args.sweep_chunks), args.queries)
-    nq = int(texts["n_queries"][0])
-    rows: list[tuple[str, ...]] = []  # | part | build | texts | per call | n_batch | s | tok/s | texts/s | note |
+    rows: list[Row] = []
     raw: dict[str, object] = {}
-
-    def add(part: str, build: str, what: str, per_call: object, n_batch: object, s: float, tokens: int,
-            n: int, note: str = "") -> None:
-        rows.append((part, build, what, str(per_call), str(n_batch), f"{s:.2f}", f"{tokens / s:.0f}",
-                     f"{n / s:.1f}", note))
-
-    if "sweep" in parts:
-        sq = texts["queries"][: 3 * args.sweep_queries]
-        sc = texts["chunks"][: args.sweep_chunks]
-        qcfg = [{"n_batch": nb, "per_call": k} for nb in (128, 256, 512, 1024, 2048) for k in (1, 4, 8, 16, 32, 64, 512)
-                if k == 1 or k * 12 <= nb * 4]
-        ccfg = [{"n_batch": nb, "per_call": k} for nb in (512, 1024, 2048) for k in (1, 2, 4, 8)]
-        for what, tx, conf in (("queries (short)", sq, qcfg), ("chunks (long)", sc, ccfg)):
-            r = run_py({"kind": "embed", "texts": tx, "configs": conf, "passes": 2, "threads": args.threads},
-                       "new", args.portable)
-            raw[f"sweep {what}"] = r
-            best: dict[tuple, dict] = {}
-            for run in r["runs"]:
-                key = (run["n_batch"], run["per_call"])
-                if key not in best or run["s"] < best[key]["s"]:
-                    best[key] = run
-            for (nb, k), run in sorted(best.items()):
-                add("sweep", f"new ({r['backend']})", f"{what}: {run['texts']}", k, nb, run["s"], run["tokens"],
-                    run["texts"], f"load {load_avg()}; max |dv| {run['max_abs_diff']:.1e}")
-
-    if "compare" in parts:
-        per_call = args.per_call or cfg.embedder.batch_size
-        nb = cfg.embedder.n_batch or cfg.embedder.n_ctx
-        builds = ["portable", "new"] if args.portable else ["new"]
-        for what, tx in (("chunks (long)", texts["chunks"][: args.chunks]), ("queries (short)", texts["queries"])):
-            best: dict[str, tuple[float, int, str]] = {}
-            for rnd in range(args.rounds):
-                for build in builds + (["qmd"] if args.qmd_root else []):
-                    if build == "qmd":
-                        r = run_qmd(tx, args.qmd_root, args.threads, 1)
-                        s, tok, name = min(r["pass_s"]), r["tokens"], "qmd / node-llama-cpp"
-                    else:
-                        r = run_py({"kind": "embed", "texts": tx, "passes": 1, "threads": args.threads,
-                                    "configs": [{"n_batch": nb, "per_call": per_call}]}, build, args.portable)
-                        run = r["runs"][0]
-                        s, tok, name = run["s"], run["tokens"], f"{build} ({r['backend']})"
-                    raw.setdefault(f"compare {what}", []).append({"round": rnd, "build": name, "s": s,  # type: ignore[union-attr]
-                                                                  "tokens": tok, "load": load_avg()})
-                    if name not in best or s < best[name][0]:
-                        best[name] = (s, tok, load_avg())
-            ref = next((v for k, v in best.items() if k.startswith("qmd")), None)
-            for name, (s, tok, load) in best.items():
-                vs = f"{ref[0] / s:.2f}x qmd" if ref else ""
-                pc, n_b = ("1", "2048 ctx") if name.startswith("qmd") else (str(per_call), str(nb))
-                n = len(tx) // 3 if what.startswith("queries") else len(tx)
-                rows.append(("compare", name, f"{what}: {len(tx)} texts" + (f" ({nq} queries)" if
-                             what.startswith("queries") else ""), pc, n_b, f"{s:.2f}", f"{tok / s:.0f}",
-                             f"{n / s:.1f}" + (" q/s" if what.startswith("queries") else " chunks/s"),
-                             f"best of {args.rounds}; load {load}; {vs}"))
-
-    if "gen" in parts:
-        pp = [(512, 512), (512, 256), (512, 128), (256, 256), (128, 128), (64, 64)]
-        builds = ["portable", "new"] if args.portable else ["new"]
-        for build in builds:
-            r = run_py({"kind": "gen", "threads": args.threads, "passes": 2, "pp_configs": pp}, build, args.portable)
-            raw[f"gen {build}"] = r
-            for mode in ("grammar", "free"):
-                runs = [g for g in r["gen"] if g["mode"] == mode]
-                g = min(runs, key=lambda x: x["s"])
-                add("gen", f"{build} ({r['backend']})", f"expander generation, {mode} (incl. prompt)", 1, 512,
-                    g["s"], g["tokens"], 1, f"{g['tokens']} tokens; load {load_avg()}")
-            best: dict[tuple, dict] = {}
-            for x in r["pp"]:
-                key = (x["shape"], x["n_batch"], x["n_ubatch"])
-                if key not in best or x["s"] < best[key]["s"]:
-                    best[key] = x
-            for (shape, nb, nub), x in sorted(best.items()):
-                add("gen", f"{build} ({r['backend']})", f"{shape} prompt processing", "-", f"{nb}/{nub}", x["s"],
-                    x["tokens"], 1, f"{x['tokens']} tokens")
-
-    print(f"\nthreads {args.threads}; load avg now {load_avg()}; columns: tok/s = prompt tokens per second "
-          f"(generation rows: generated tokens per wall second); texts/s per run\n")
-    print("| part | build (ggml CPU variant) | texts | per call | n_batch (/n_ubatch) | s | tok/s | texts/s | note |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    for name, fn in (("sweep", lambda: sweep(args, texts)), ("compare", lambda: compare(args, cfg, texts)),
+                     ("gen", lambda: gen(args))):
+        if name in parts:
+            r, w = fn()
+            rows += r
+            raw.update(w)
+    print(f"\nload avg now {load_avg()}; tok/s = prompt tokens per wall second, tok/CPU-s = per second of "
+          f"process CPU time (user+sys; spin-waiting threads count too); best run of each config by CPU time\n")
+    print("| part | build (ggml CPU variant) | texts | per call | n_batch (/n_ubatch) | threads | wall s | tok/s "
+          "| tok/CPU-s | rate | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
     if args.json:
