@@ -44,52 +44,192 @@ def _quiet_stderr():
         os.close(fd)
 
 
+# ggml's x86 backend score (ggml/src/ggml-cpu/arch/x86/cpu-feats.cpp, llama.cpp as vendored by
+# llama-cpp-python 0.3.36): 1 + the sum of 1 << bit over the features a variant was compiled with, or 0 when
+# CPUID lacks one. Bit -> the /proc/cpuinfo flags the kernel shows when it lets a process use that feature.
+_X86_SCORE_BITS: dict[int, tuple[str, ...]] = {
+    0: ("fma",), 1: ("f16c",), 2: ("sse4_2",), 3: ("bmi2",), 4: ("avx",), 5: ("avx2",), 6: ("avx_vnni",),
+    7: ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"), 8: ("avx512vbmi",), 9: ("avx512_bf16",),
+    10: ("avx512_vnni",), 11: ("amx_int8", "amx_tile"),
+}
+_AMX_BIT = 11
+_NON_CPU_BACKENDS = ("blas", "cuda", "hip", "metal", "vulkan", "sycl", "opencl", "musa", "rpc")
 _BACKENDS: dict[str, Any] = {}
 
 
+def _cpu_flags() -> set[str] | None:
+    """The CPU flags Linux lets processes use (it hides what XCR0 does not enable); None off Linux."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return None
+
+
+def _amx_permitted() -> bool:
+    """Ask Linux for the AMX tile state (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); False when refused.
+
+    A CPU (or VM) can advertise AMX in CPUID and /proc/cpuinfo while the kernel refuses the permission; an
+    AMX instruction then dies with SIGILL. This is the same request ggml's AMX code makes, made first.
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl on x86_64, ARCH_REQ_XCOMP_PERM, XTILEDATA
+    except (OSError, AttributeError):
+        return False
+
+
+def _variant_score(lib: Path) -> int:
+    """The variant's own `ggml_backend_score()` (what ggml ranks by); the library is closed again."""
+    import _ctypes
+    import ctypes
+
+    try:
+        handle = ctypes.CDLL(str(lib))
+    except OSError as exc:
+        log.warning("cannot load %s: %s", lib.name, exc)
+        return 0
+    try:
+        fn = handle.ggml_backend_score
+        fn.restype, fn.argtypes = ctypes.c_int, []
+        return int(fn())
+    except AttributeError:
+        return 0
+    finally:
+        _ctypes.dlclose(handle._handle)  # type: ignore[attr-defined]
+
+
+def _why_unusable(score: int, flags: set[str] | None, amx_ok: bool) -> str:
+    """"" when a variant with this score can run here, else the reason (missing flag, AMX refused...)."""
+    if score <= 0:
+        return "CPUID lacks a feature it was built for"
+    bits = score - 1
+    unknown = bits & ~sum(1 << b for b in _X86_SCORE_BITS)
+    if unknown:
+        return f"unknown feature bits {unknown:#x} in score {score} (newer ggml?)"
+    needed = [f for b, fs in _X86_SCORE_BITS.items() if bits >> b & 1 for f in fs]
+    if flags is not None:
+        missing = [f for f in needed if f not in flags]
+        if missing:
+            return f"the kernel does not enable {', '.join(missing)}"
+    if bits >> _AMX_BIT & 1 and not amx_ok:
+        return "AMX is advertised but the kernel refused ARCH_REQ_XCOMP_PERM (an AMX instruction would SIGILL)"
+    return ""
+
+
+def _variant_name(lib: Path) -> str:
+    return lib.name.removeprefix("libggml-cpu-").removesuffix(".so")
+
+
+def choose_cpu_variant(variants: list[Path], forced: str = "") -> tuple[Path, list[dict[str, Any]]]:
+    """The best CPU variant that can actually run here, and what was decided for each candidate.
+
+    ggml itself picks the highest `ggml_backend_score`, which reads CPUID only ("FIXME: this does not check
+    for OS support"); here a variant also needs every feature it was built for enabled by the kernel, and an
+    AMX variant needs the AMX permission. `forced` (from $FANOUT_GGML_CPU) must name a usable variant.
+    """
+    flags = _cpu_flags()
+    scores = {v: _variant_score(v) for v in variants}
+    amx_ok = any((s - 1) >> _AMX_BIT & 1 for s in scores.values() if s > 0) and _amx_permitted()
+    table = [{"variant": _variant_name(v), "score": scores[v], "why_not": _why_unusable(scores[v], flags, amx_ok)}
+             for v in variants]
+    by_name = dict(zip((_variant_name(v) for v in variants), variants))
+    if forced:
+        if forced not in by_name:
+            raise RuntimeError(f"FANOUT_GGML_CPU={forced!r}: no libggml-cpu-{forced}.so in the llama-cpp-python "
+                               f"wheel; choose one of {sorted(by_name)} or unset FANOUT_GGML_CPU")
+        row = next(r for r in table if r["variant"] == forced)
+        if row["why_not"]:
+            ok = sorted(r["variant"] for r in table if not r["why_not"])
+            raise RuntimeError(f"FANOUT_GGML_CPU={forced!r} cannot run on this CPU: {row['why_not']}; "
+                               f"usable here: {ok}")
+        return by_name[forced], table
+    usable = [(r["score"], by_name[r["variant"]]) for r in table if not r["why_not"]]
+    if not usable:
+        raise RuntimeError(f"no ggml CPU variant can run on this CPU ({table}); rebuild llama-cpp-python "
+                           f"(scripts/setup.sh) or set FANOUT_GGML_CPU")
+    return max(usable)[1], table
+
+
 def load_backends() -> None:
-    """Load ggml's CPU backend variants (GGML_BACKEND_DL build) once per process; ggml picks the best one.
+    """Load the best usable ggml CPU backend variant (GGML_BACKEND_DL build) once per process.
 
     llama-cpp-python 0.3.36 never calls `ggml_backend_load_all` (abetlen/llama-cpp-python#2069), so a
     dynamic-backend build has no backend until we do. It must go through `libggml.so.0`, the soname libllama
-    links (the wheel's separate `libggml.so` copy would fill a second, unused registry). A build without
-    dynamic backends has no `bin/libggml-cpu-*.so`: nothing to do. $FANOUT_GGML_CPU=haswell (or any variant
-    name) loads that one variant only, e.g. to check that a machine without AVX-512 works.
+    links (the wheel's separate `libggml.so` copy would fill a second, unused registry). The CPU variant is
+    chosen by `choose_cpu_variant` (never an AMX variant the kernel forbids); other backends in the wheel
+    (CUDA, Vulkan, ... builds) are loaded as ggml would. A build without dynamic backends has no
+    `bin/libggml-cpu-*.so`: nothing to do. $FANOUT_GGML_CPU=haswell (or any variant name) forces one, e.g.
+    to check that a machine without AVX-512 works. `backend_info()` says what was loaded and why.
     """
     if _BACKENDS:
         return
     import ctypes
+    import platform
 
     import llama_cpp
 
     pkg = Path(llama_cpp.__file__).resolve().parent
     libdir, bindir = pkg / "lib", pkg.parent / "bin"
     variants = sorted(bindir.glob("libggml-cpu-*.so"))
-    _BACKENDS["variants"] = [v.name for v in variants]
+    forced = os.environ.get("FANOUT_GGML_CPU", "")
+    _BACKENDS.update(variants=[_variant_name(v) for v in variants], forced=forced, variant="built-in",
+                     candidates=[], reason="not a dynamic-backend build: the CPU kernels are linked in")
     if not variants or not (libdir / "libggml.so.0").exists():
         return
     ggml = ctypes.CDLL(str(libdir / "libggml.so.0"))
     ggml.ggml_backend_load.restype = ctypes.c_void_p
     ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
     ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-    forced = os.environ.get("FANOUT_GGML_CPU", "")
-    if forced:
-        lib = bindir / f"libggml-cpu-{forced}.so"
-        if not lib.exists():
-            names = sorted(v.name.removeprefix("libggml-cpu-").removesuffix(".so") for v in variants)
-            raise RuntimeError(f"FANOUT_GGML_CPU={forced!r}: no {lib.name}; choose one of {names}")
-        if not ggml.ggml_backend_load(str(lib).encode()):
-            raise RuntimeError(f"FANOUT_GGML_CPU={forced!r}: {lib} does not load on this CPU")
-    else:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        # other architectures score differently; ggml's own choice (no AMX question there)
         ggml.ggml_backend_load_all_from_path(str(bindir).encode())
-    _BACKENDS["lib"] = ggml
+        _BACKENDS.update(lib=ggml, variant="ggml's choice", reason=f"{platform.machine()}: ggml_backend_load_all")
+        return
+    lib, table = choose_cpu_variant(variants, forced)
+    with _quiet_stderr():  # ggml logs "load_backend: loaded CPU backend from ..." on fd 2
+        handle = ggml.ggml_backend_load(str(lib).encode())
+    if not handle:
+        raise RuntimeError(f"{lib} did not load (ggml_backend_load returned NULL); set FANOUT_GGML_CPU to one "
+                           f"of {[r['variant'] for r in table if not r['why_not']]}")
+    for name in _NON_CPU_BACKENDS:
+        for other in sorted(bindir.glob(f"libggml-{name}*.so")):
+            ggml.ggml_backend_load(str(other).encode())
+    chosen = _variant_name(lib)
+    skipped = [r for r in table if r["why_not"] and r["score"] > 0]
+    reason = "forced by FANOUT_GGML_CPU" if forced else "highest ggml score among the usable variants"
+    if skipped:
+        reason += "; skipped " + "; ".join(f"{r['variant']} ({r['why_not']})" for r in skipped)
+    _BACKENDS.update(lib=ggml, variant=chosen, candidates=table, reason=reason)
+    log.info("ggml CPU backend: %s (%s)", chosen, reason)
+
+
+def backend_info() -> dict[str, Any]:
+    """Which ggml CPU variant this process runs on, why, and llama.cpp's own feature line."""
+    load_backends()
+    import llama_cpp
+
+    info = {k: v for k, v in _BACKENDS.items() if k != "lib"}
+    info["system_info"] = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+    return info
 
 
 def load_llama(path: Path, acfg: ActorConfig, **kwargs: Any):
-    """Load a model once; explicit n_threads (Ray sets OMP_NUM_THREADS=1 in fractional workers)."""
+    """Load a model once; explicit n_threads (Ray sets OMP_NUM_THREADS=1 in fractional workers).
+
+    n_batch / n_ubatch come from the role's config (0 = n_ctx / n_batch) unless given here.
+    """
     load_backends()
     from llama_cpp import Llama
 
+    n_batch, n_ubatch = acfg.batch_tokens
+    kwargs.setdefault("n_batch", n_batch)
+    kwargs.setdefault("n_ubatch", n_ubatch)
     with _quiet_stderr():
         return Llama(model_path=str(path), n_ctx=acfg.n_ctx, n_threads=acfg.n_threads,
                      n_threads_batch=acfg.n_threads, n_gpu_layers=acfg.n_gpu_layers, verbose=False, **kwargs)

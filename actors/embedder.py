@@ -38,22 +38,24 @@ class Embedder:
         self.path = model_path(cfg, "embedder")
         self.model_sha = file_sha256(self.path)
         self.prompt = cfg.models.embed_prompt
-        # one sequence per ubatch for long documents, many short queries packed per ubatch
-        self.llm = load_llama(self.path, self.acfg, embedding=True, n_batch=self.acfg.n_ctx,
-                              n_ubatch=self.acfg.n_ctx)
+        # embed() packs texts into decodes of up to n_batch tokens (one long chunk, or many short queries);
+        # non-causal attention needs each decode in one ubatch, so n_ubatch = n_batch
+        self.n_batch = self.acfg.batch_tokens[0]
+        self.llm = load_llama(self.path, self.acfg, embedding=True, n_batch=self.n_batch, n_ubatch=self.n_batch)
         self.dim = int(self.llm.n_embd())
+        self.batch_size = self.acfg.batch_size  # texts per embed() call
         self.truncated = 0
 
     def embed_texts(self, texts: list[str]) -> np.ndarray:
         """Embed already-formatted prompts; returns an (n, dim) float32 array of unit vectors."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        limit = self.acfg.n_ctx
+        limit = self.n_batch  # embed(truncate=True) cuts a text to n_batch tokens
         for t in texts:  # a text shorter than the limit in characters cannot exceed it in tokens
             if len(t) >= limit and len(self.llm.tokenize(t.encode("utf-8"), add_bos=True)) > limit:
                 self.truncated += 1
         out = []
-        step = max(1, self.acfg.batch_size)
+        step = max(1, self.batch_size)
         for i in range(0, len(texts), step):
             out.extend(self.llm.embed(texts[i:i + step], normalize=False, truncate=True))
         arr = np.asarray(out, dtype=np.float32)

@@ -42,7 +42,9 @@ class ActorConfig:
     num_cpus: float = 1.0  # CPUs each actor reserves (fractional is fine; Ray keeps it for life)
     n_threads: int = 2  # llama.cpp threads per actor (Ray sets OMP_NUM_THREADS=1, so pass it explicitly)
     n_ctx: int = 2048  # context window of the model
-    batch_size: int = 32  # rows per actor call
+    batch_size: int = 32  # rows per actor call (the embedder: also texts per llama embed() call)
+    n_batch: int = 0  # tokens per llama_decode call (0 = n_ctx); the embedder packs short texts up to this
+    n_ubatch: int = 0  # tokens per compute ubatch (0 = n_batch); embedding models need n_ubatch >= n_batch
     n_gpu_layers: int = 0  # -1 = offload all layers when a GPU is present
 
     def validate(self, role: str) -> None:
@@ -50,6 +52,17 @@ class ActorConfig:
         _check(self.num_cpus > 0, f"{role}.num_cpus must be > 0, got {self.num_cpus}")
         _check(self.n_threads >= 1, f"{role}.n_threads must be >= 1, got {self.n_threads}")
         _check(self.batch_size >= 1, f"{role}.batch_size must be >= 1, got {self.batch_size}")
+        _check(0 <= self.n_batch <= max(self.n_ctx, 1) or self.n_ctx == 0,
+               f"{role}.n_batch must be in 0..n_ctx ({self.n_ctx}), got {self.n_batch}; 0 means n_ctx")
+        _check(0 <= self.n_ubatch <= (self.n_batch or self.n_ctx) or self.n_ctx == 0,
+               f"{role}.n_ubatch must be in 0..n_batch ({self.n_batch or self.n_ctx}), got {self.n_ubatch}; "
+               "0 means n_batch")
+
+    @property
+    def batch_tokens(self) -> tuple[int, int]:
+        """(n_batch, n_ubatch) with the 0 defaults resolved."""
+        nb = self.n_batch or self.n_ctx
+        return nb, self.n_ubatch or nb
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,12 @@
 #      (the default -march=native build SIGILLs here: AMX is advertised but not allowed; pip's own wheel
 #      cache ignores CMAKE_ARGS, so we keep our own), then installed into .venv;
 #   3. pip install -e '.[dev]' (redone only when pyproject.toml changes);
-#   4. the local profile's models (fanout.models install --profile local; skipped when present).
+#   4. the local profile's models (fanout.models install --profile local; skipped when present);
+#   5. a smoke test of the build on this CPU (scripts/smoke_llama.py in a subprocess: a real quantized
+#      embedding and one expander token), redone when the wheel, the CPU or $FANOUT_GGML_CPU changes.
 # A second run takes seconds. Env: PYTHON (default python3), FANOUT_CACHE (default ~/.cache/fanout),
-# FANOUT_SETUP_SKIP_MODELS=1 to stop before step 4.
+# FANOUT_SETUP_SKIP_MODELS=1 to stop before step 4 (and skip 5), FANOUT_GGML_CPU=<variant> to force a
+# ggml CPU kernel variant (e.g. haswell) when the automatic choice misbehaves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,5 +80,30 @@ fi
 # 4. models of the local profile (idempotent: size+mtime stamps, sha256 checked when first provisioned)
 if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
   FANOUT_CACHE=$CACHE "$PY" -m fanout.models install --profile local
+
+  # 5. smoke test: a SIGILL or a wrong vector fails set-up here, not a query later
+  SMOKE_STAMP=$VENV/.fanout-smoke
+  smoke_key=$( { echo "$WHEEL ${FANOUT_GGML_CPU:-}"; grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m
+                 cat scripts/smoke_llama.py; } | sha256sum | cut -c1-16)
+  if [ "$(cat "$SMOKE_STAMP" 2>/dev/null)" != "$smoke_key" ]; then
+    say "smoke test of llama-cpp-python on this CPU"
+    set +e
+    FANOUT_CACHE=$CACHE "$PY" scripts/smoke_llama.py 2>"$VENV/.fanout-smoke.err"
+    rc=$?
+    set -e
+    if [ $rc -ne 0 ]; then
+      tail -n 5 "$VENV/.fanout-smoke.err" >&2
+      if [ $rc -eq 132 ]; then why="died with SIGILL (an instruction this CPU refuses)"
+      elif [ $rc -gt 128 ]; then why="died with signal $((rc - 128))"
+      else why="failed (exit $rc; see above)"; fi
+      variants=$("$PY" -c 'import llama_cpp, pathlib; b = pathlib.Path(llama_cpp.__file__).resolve().parent.parent / "bin"
+print(" ".join(sorted(p.name[12:-3] for p in b.glob("libggml-cpu-*.so"))))' 2>/dev/null || true)
+      say "SMOKE TEST FAILED: llama-cpp-python ${FANOUT_GGML_CPU:+(FANOUT_GGML_CPU=$FANOUT_GGML_CPU) }$why."
+      say "Force a more conservative ggml CPU variant and rerun, e.g. FANOUT_GGML_CPU=haswell bash scripts/setup.sh"
+      say "(variants in this build: ${variants:-none}; export the same FANOUT_GGML_CPU when running fanout)"
+      exit 1
+    fi
+    echo "$smoke_key" > "$SMOKE_STAMP"
+  fi
 fi
 say "setup done"

@@ -1,0 +1,125 @@
+"""Choosing the ggml CPU kernel variant: never one the kernel forbids; forced variants give the same vectors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from actors import _llama
+
+ROOT = Path(__file__).resolve().parent.parent
+BITS = {"fma": 0, "f16c": 1, "sse42": 2, "bmi2": 3, "avx": 4, "avx2": 5, "avx_vnni": 6, "avx512": 7, "vbmi": 8,
+        "bf16": 9, "vnni": 10, "amx": 11}
+HASWELL = ["sse42", "avx", "f16c", "fma", "avx2", "bmi2"]
+# what each variant is built with (ggml/src/CMakeLists.txt, GGML_CPU_ALL_VARIANTS)
+VARIANTS = {"x64": [], "sse42": ["sse42"], "haswell": HASWELL, "skylakex": HASWELL + ["avx512"],
+            "icelake": HASWELL + ["avx512", "vbmi", "vnni"], "zen4": HASWELL + ["avx512", "vbmi", "vnni", "bf16"],
+            "sapphirerapids": HASWELL + ["avx512", "vbmi", "vnni", "bf16", "amx"]}
+# /proc/cpuinfo flags of a Sapphire Rapids VM that advertises AMX
+SPR_FLAGS = {"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq",
+             "avx512bw", "avx512vbmi", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_tile", "amx_bf16"}
+
+
+def cpuid_score(variant: str, cpu: set[str]) -> int:
+    """ggml_backend_score as the variant computes it: 0 if CPUID lacks a feature, else 1 + its bits."""
+    need = VARIANTS[variant]
+    if any(f not in cpu for f in need):
+        return 0
+    return 1 + sum(1 << BITS[f] for f in need)
+
+
+@pytest.fixture
+def fake_cpu(monkeypatch, tmp_path):
+    """A machine whose CPUID reports `cpuid`, whose kernel shows `flags`, and grants AMX or not."""
+    def make(cpuid: set[str], flags: set[str], amx_ok: bool) -> list[Path]:
+        libs = [tmp_path / f"libggml-cpu-{v}.so" for v in VARIANTS]
+        monkeypatch.setattr(_llama, "_variant_score", lambda p: cpuid_score(_llama._variant_name(p), cpuid))
+        monkeypatch.setattr(_llama, "_cpu_flags", lambda: flags)
+        monkeypatch.setattr(_llama, "_amx_permitted", lambda: amx_ok)
+        return libs
+    return make
+
+
+def test_amx_advertised_but_refused_picks_best_non_amx_variant(fake_cpu):
+    # the 2026-11-30 machine: CPUID and /proc/cpuinfo list AMX, the kernel refuses ARCH_REQ_XCOMP_PERM
+    cpuid = {"sse42", "avx", "f16c", "fma", "avx2", "bmi2", "avx512", "vbmi", "vnni", "bf16", "amx"}
+    libs = fake_cpu(cpuid, SPR_FLAGS, amx_ok=False)
+    lib, table = _llama.choose_cpu_variant(libs)
+    assert _llama._variant_name(lib) == "zen4"  # highest score without AMX
+    why = {r["variant"]: r["why_not"] for r in table}
+    assert "ARCH_REQ_XCOMP_PERM" in why["sapphirerapids"] and why["zen4"] == ""
+
+
+def test_amx_permitted_picks_amx_variant(fake_cpu):
+    cpuid = {"sse42", "avx", "f16c", "fma", "avx2", "bmi2", "avx512", "vbmi", "vnni", "bf16", "amx"}
+    lib, _ = _llama.choose_cpu_variant(fake_cpu(cpuid, SPR_FLAGS, amx_ok=True))
+    assert _llama._variant_name(lib) == "sapphirerapids"
+
+
+def test_feature_in_cpuid_but_hidden_by_kernel_is_not_used(fake_cpu):
+    # CPUID says AVX-512 but the kernel did not enable its state (no avx512* in /proc/cpuinfo)
+    cpuid = {"sse42", "avx", "f16c", "fma", "avx2", "bmi2", "avx512"}
+    flags = {"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"}
+    lib, table = _llama.choose_cpu_variant(fake_cpu(cpuid, flags, amx_ok=False))
+    assert _llama._variant_name(lib) == "haswell"
+    assert "avx512f" in {r["variant"]: r["why_not"] for r in table}["skylakex"]
+
+
+def test_forced_variant_is_checked(fake_cpu):
+    cpuid = {"sse42", "avx", "f16c", "fma", "avx2", "bmi2"}
+    flags = {"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"}
+    libs = fake_cpu(cpuid, flags, amx_ok=False)
+    assert _llama._variant_name(_llama.choose_cpu_variant(libs, "x64")[0]) == "x64"
+    with pytest.raises(RuntimeError, match="choose one of"):
+        _llama.choose_cpu_variant(libs, "pentium")
+    with pytest.raises(RuntimeError, match="cannot run on this CPU.*usable here"):
+        _llama.choose_cpu_variant(libs, "zen4")
+
+
+def test_unknown_score_bits_are_not_trusted():
+    assert "unknown feature bits" in _llama._why_unusable(1 + (1 << 14), None, amx_ok=True)
+
+
+EMBED = """
+import json, sys
+import numpy as np, pyarrow as pa
+from actors._llama import backend_info
+from actors.embedder import Embedder
+from fanout.config import load_config
+emb = Embedder(load_config())
+v = emb(pa.table({"text": [sys.argv[1]], "role": ["document"]}))["vector"][0].as_py()
+print(json.dumps({"variant": backend_info()["variant"], "v": v}))
+"""
+
+
+def embed_with(variant: str | None, text: str) -> tuple[str, np.ndarray]:
+    env = {k: v for k, v in os.environ.items() if k != "FANOUT_GGML_CPU"}
+    if variant:
+        env["FANOUT_GGML_CPU"] = variant
+    env["PYTHONPATH"] = str(ROOT)
+    p = subprocess.run([sys.executable, "-c", EMBED, text], env=env, capture_output=True, text=True, check=False)
+    assert p.returncode == 0, f"FANOUT_GGML_CPU={variant}: rc {p.returncode}\n{p.stderr[-1500:]}"
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    return out["variant"], np.asarray(out["v"], dtype=np.float32)
+
+
+@pytest.mark.slow
+def test_machine_without_avx512_gives_the_same_vectors():
+    """haswell (AVX2) and x64 (no SIMD) variants, forced, embed like the variant chosen for this CPU."""
+    import llama_cpp
+
+    bindir = Path(llama_cpp.__file__).resolve().parent.parent / "bin"
+    have = {p.name[len("libggml-cpu-"):-3] for p in bindir.glob("libggml-cpu-*.so")}
+    assert {"haswell", "x64"} <= have, f"not a dynamic-backend build ({bindir}): run scripts/setup.sh"
+    text = "title: Sync | text: Sync keeps your vault the same on every device; open Settings > Sync."
+    chosen, ref = embed_with(None, text)
+    for variant in ("haswell", "x64"):
+        got, v = embed_with(variant, text)
+        assert got == variant
+        assert float(v @ ref) > 0.999, f"{variant} vs {chosen}: cosine {float(v @ ref):.5f}"
