@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,8 +72,12 @@ def index_manifest(cfg: Config, vault: Path) -> dict:
 
 
 def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
-                progress: bool = False) -> IndexSummary:
-    """Index (or update) one vault into `db_dir` as `collection`."""
+                progress: bool | Callable[[int, int], None] = False) -> IndexSummary:
+    """Index (or update) one vault into `db_dir` as `collection`.
+
+    `progress`: True draws a tqdm bar; a callable is called as `progress(chunks_done, chunks_total)` after
+    each written group of notes (faces/progress.py's reporter: a bar on a TTY, one-line updates off it).
+    """
     t0 = time.perf_counter()
     vault = Path(vault)
     notes, skipped = scan_notes(vault, cfg.index.default_lang)
@@ -97,7 +102,8 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     acfg = cfg.embedder
     group = max(64, acfg.count * acfg.batch_size * 2)
     chunks_all = chunk_notes(todo, cfg.chunk)
-    bar = _bar(progress, chunks_all.num_rows)
+    bar = _bar(progress, chunks_all.num_rows) if not callable(progress) else None
+    report = progress if callable(progress) else None
     te = time.perf_counter()
     wrote_any = False
     paths = todo["path"].to_pylist()
@@ -121,6 +127,8 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         summary.embedded_chunks += part.num_rows
         if bar is not None:
             bar.update(part.num_rows)
+        if report is not None:
+            report(summary.embedded_chunks, chunks_all.num_rows)
     if bar is not None:
         bar.close()
     summary.embed_seconds = time.perf_counter() - te
