@@ -99,16 +99,15 @@ def parse_ref(ref: str) -> Ref:
 
 
 def match_title(docs: list[dict], name: str) -> list[str]:
-    """Indexed paths whose title, file name, alias or alias last segment equals `name` (case-insensitive)."""
+    """Indexed paths whose title or file name equals `name` (any case); failing that, whose alias (or an
+    alias's last path segment) does."""
     want = _norm(name.removesuffix(".md"))
-    out = []
-    for d in docs:
-        keys = [d.get("title") or "", d["path"].rsplit("/", 1)[-1].removesuffix(".md")]
-        for a in d.get("aliases") or []:
-            keys += [a, a.rsplit("/", 1)[-1]]
-        if any(_norm(k) == want for k in keys if k):
-            out.append(d["path"])
-    return out
+    by_title = [d["path"] for d in docs
+                if want in (_norm(d.get("title") or ""), _norm(d["path"].rsplit("/", 1)[-1].removesuffix(".md")))]
+    if by_title:
+        return by_title
+    return [d["path"] for d in docs
+            if any(_norm(k) == want for a in d.get("aliases") or [] for k in (a, a.rsplit("/", 1)[-1]) if k)]
 
 
 def locate(vault: Path | None, name: str, docs: Callable[[], list[dict]], label: str = "note") -> Path:
@@ -222,8 +221,8 @@ def match_many(pattern: str, paths: list[str]) -> list[str]:
     of references (kept as given, resolved one by one)."""
     if any(ch in pattern for ch in "*?["):
         globs = [p.strip() for p in pattern.split(",") if p.strip()]
-        return [p for p in paths if any(fnmatch.fnmatchcase(p, g) or fnmatch.fnmatchcase(p, g + ".md")
-                                        for g in globs)]
+        return sorted(p for p in paths if any(fnmatch.fnmatchcase(p, g) or fnmatch.fnmatchcase(p, g + ".md")
+                                              for g in globs))
     return [p.strip() for p in pattern.split(",") if p.strip()]
 
 

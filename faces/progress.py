@@ -11,6 +11,9 @@ import time
 from typing import IO
 
 
+PLURAL = {"query": "queries"}
+
+
 def _dur(s: float) -> str:
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
@@ -51,7 +54,8 @@ class Progress:
         rate = self.done / secs
         pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
         eta = f", ETA {_dur((self.total - self.done) / rate)}" if rate > 0 and self.done < self.total else ""
-        return (f"{self.desc}: {self.done}/{self.total} {self.unit}s{pct}, {rate:.1f} {self.unit}s/s{eta}, "
+        units = PLURAL.get(self.unit, self.unit + "s")
+        return (f"{self.desc}: {self.done}/{self.total} {units}{pct}, {rate:.1f} {units}/s{eta}, "
                 f"{_dur(secs)} elapsed")
 
     def _line(self, now: float) -> None:
