@@ -3,8 +3,11 @@
 One request dict in, one JSON-ready response dict out, so the CLI prints the same thing whether it ran the
 pipeline itself or asked a warm server. Modes: `query` (the whole pipeline), `search` (full text only) and
 `vsearch` (vectors only), the last two through the config's `retrieve.lanes`, without expansion or rerank.
-Several collections (`-c a,b`) are searched one by one and merged by score (the normalised fused score, 1.0 =
-first in every list, which compares across collections); ties keep the collection order given.
+Several collections (`-c a,b`) are searched one by one and merged by fused score over a shared normaliser:
+each page's RRF score divided by the best score any page could reach in any of the collections (the largest of
+their per-query normalisers), so a collection where the query found fewer lists (say, no full-text match) does
+not look better than it is; for one collection this is the usual score. Reranked results merge by their
+blended score. Ties keep the collection order given.
 """
 
 from __future__ import annotations
@@ -73,11 +76,15 @@ class SearchService:
                            for e in out.errors.to_pylist()]
                 if out.errors.num_rows:
                     break  # the same row fails the same way in every collection
+        if len(collections) > 1:
+            shared_norm(results)
+            results = [r for r in results if r["score"] >= opts.min_score]
         results.sort(key=lambda r: (-r["score"], r["_ci"], r["rank"]))
         results = results[:opts.n]
         for i, r in enumerate(results, 1):
             r["rank"] = i
-            r.pop("_ci")
+            for k in ("_ci", "_rrf", "_rerank"):
+                r.pop(k)
         if req.get("line_numbers") or req.get("full"):
             self._add_text(results, bool(req.get("full")))
         timings["total"] = time.perf_counter() - t0
@@ -108,9 +115,29 @@ class SearchService:
                     r["section"] = {"heading": r["heading"], "first_line": None, "text": "", "error": str(e)}
 
 
+def shared_norm(results: list[dict]) -> None:
+    """Rescore unreranked results of several collections as RRF / the largest per-collection normaliser.
+
+    Each collection's score is `_rrf / denom_c` (fuse_rrf's `_norm`), so `denom_c = _rrf / score`; the
+    shared score is `_rrf / max_c denom_c`.
+    """
+    if any(r["_rerank"] is not None for r in results):
+        return
+    denom: dict[int, float] = {}
+    for r in results:
+        if r["score"] > 0 and r["_rrf"]:
+            d = r["_rrf"] / r["score"]
+            denom[r["_ci"]] = max(denom.get(r["_ci"], 0.0), d)
+    top = max(denom.values(), default=0.0)
+    if top > 0:
+        for r in results:
+            r["score"] = round(min(1.0, r["_rrf"] / top), 4) if r["_rrf"] else 0.0
+
+
 def _result(r: dict, collection: str, ci: int, variants: dict) -> dict:
     out = {"collection": collection, "rank": r["rank"], "path": r["path"], "title": r["title"],
-           "heading": r["heading"], "snippet": r["snippet"], "score": r["score"], "_ci": ci}
+           "heading": r["heading"], "snippet": r["snippet"], "score": r["score"], "_ci": ci, "_rrf": r["_rrf"],
+           "_rerank": r["_rerank"]}
     if r.get("_explain"):
         ex = json.loads(r["_explain"])
         lists = []

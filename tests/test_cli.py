@@ -73,6 +73,19 @@ def test_every_flag_has_help_and_models_has_real_subcommands(capsys):
     assert "(default: 10)" in capsys.readouterr().out
 
 
+def test_no_face_imports_the_cli():
+    """cli.py dispatches to the other faces (lazily); none of them imports cli.py back (shared bits live in
+    faces/common.py), so there is no cycle."""
+    import ast
+
+    faces = Path(__file__).resolve().parents[1] / "faces"
+    for me, other in [(f.stem, "cli") for f in faces.glob("*.py") if f.stem != "cli"]:
+        tree = ast.parse((faces / f"{me}.py").read_text(encoding="utf-8"))
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert f"faces.{other}" not in mods, f"faces/{me}.py imports faces.{other}"
+
+
 # -- search, vsearch, query -----------------------------------------------------------------------------------
 
 
