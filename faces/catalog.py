@@ -81,7 +81,7 @@ def status_text(st: dict[str, Any]) -> str:
     lines = [f"collection  {st['collection']}", f"vault       {st['vault']}",
              f"notes       {st['notes']}", f"chunks      {st['chunks']}", f"languages   {langs}",
              f"indexed at  {st['indexed_at']}", f"embedder    {st['models']['embedder']}",
-             f"expander    {st['models']['expander'] or 'off'} ({st['expansion']})",
+             f"expander    {st['models']['expander'] or 'off'}: {st['expansion']}",
              f"reranker    {st['models']['reranker']} ({'on' if st['rerank_default'] else 'off'} by default)"]
     if "tables" in st:
         lines.append("tables      rows  version  size")

@@ -164,6 +164,9 @@ def serve(args: Any) -> int:
         if runner.kind == "inproc":
             runner.actor("embedder")
         app = _App(str(args.db), service)
+        for name in args.warm or []:  # a re-index after this point reopens the collection's tables
+            with contextlib.suppress(OSError):
+                app.stamps[name] = (Path(args.db) / f"{name}.manifest.json").stat().st_mtime
         from http.server import ThreadingHTTPServer
 
         httpd = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(app))
