@@ -37,12 +37,12 @@ EXAMPLES = {
     "db": [
         "select lang, count(*) notes, sum(n_chunks) chunks from documents group by lang order by notes desc",
         "select source, count(*) n from expansions group by source",
-        "select path, count(*) chunks, max(length(text)) longest from chunks group by path order by chunks desc "
-        "limit 5",
+        ("select path, count(*) chunks, max(length(text)) longest from chunks group by path order by chunks desc "
+         "limit 5"),
     ],
     "eval": [
-        "select set, system, round(avg(ndcg_5), 3) ndcg5, round(avg(recall_10), 3) r10 from per_query "
-        "group by all order by set, ndcg5 desc",
+        ("select set, system, round(avg(ndcg_5), 3) ndcg5, round(avg(recall_10), 3) r10 from per_query "
+         "group by all order by set, ndcg5 desc"),
         "select mode, round(avg(per_query_ms)) ms from timings group by mode order by ms",
     ],
     "batch": [

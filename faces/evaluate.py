@@ -411,7 +411,6 @@ def paired_section(per_query: pa.Table, bench: str | Path | None, n_boot: int, w
     """Paired bootstrap of nDCG@5 differences: on the benchmark against the closest published runs (same
     queries); on your own data (`with_published=False`) between our own modes."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from faces.bootstrap_ci import paired_diff
     from faces.score_runs import per_query_metrics

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO
-
+from typing import IO, Self
 
 PLURAL = {"query": "queries"}
 
 
 def _dur(s: float) -> str:
-    s = int(round(s))
+    s = round(s)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
@@ -69,7 +68,7 @@ class Progress:
         elif not self.tty and self.total:
             self._line(time.monotonic())
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -93,13 +93,13 @@ def _handler(app: Any) -> type:
             self.end_headers()
             self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             if self.path == "/health":
                 self._send(200, {"ok": True, "db": app.db})
             else:
                 self._send(404, {"error": "POST /query or GET /health"})
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             if self.path != "/query":
                 return self._send(404, {"error": "POST /query"})
             n = int(self.headers.get("Content-Length") or 0)

@@ -108,7 +108,7 @@ def test_query_outputs(capsys, db):
     _, out, _ = run(capsys, *argv, "--explain")
     assert 'fts   lex   "Version history"' in out and "rank 1" in out and "fused rank 1" in out
     _, out, _ = run(capsys, *argv, "--md", "--explain")
-    head, rule, first = out.splitlines()[:3]
+    head, _, first = out.splitlines()[:3]
     assert head == "| # | score | page | heading | snippet | why |" and "Sync/Sync your notes.md" in first
     assert 'fts/lex "Version history"' in first
     _, out, _ = run(capsys, *argv, "--csv", "--explain")

@@ -27,10 +27,10 @@ def served(tmp_path_factory, tiny_db):
     shutil.copytree(tiny_db, db)
     cfg = root / "noexpand.yaml"
     cfg.write_text("extends: local\nexpand:\n  enabled: false\n", encoding="utf-8")
-    log = open(root / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "faces.cli", "serve", "--db", str(db), "-c", "t",
-                             "--config", str(cfg)], cwd=REPO, stdout=log, stderr=log,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    with open(root / "serve.log", "w") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "faces.cli", "serve", "--db", str(db), "-c", "t",
+                                 "--config", str(cfg)], cwd=REPO, stdout=log, stderr=log,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
     deadline = time.monotonic() + 180
     while not (db / PORT_FILE).exists():
         assert proc.poll() is None and time.monotonic() < deadline, (root / "serve.log").read_text()
@@ -39,7 +39,6 @@ def served(tmp_path_factory, tiny_db):
     if proc.poll() is None:
         proc.terminate()
         proc.wait(20)
-    log.close()
 
 
 def ask(capsys, db: Path, cfg: Path | str, *extra: str) -> tuple[int, list, str]:
