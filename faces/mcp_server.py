@@ -23,7 +23,7 @@ from mcp.server.stdio import stdio_server
 
 from faces.catalog import count_languages
 from faces.catalog import status as collection_status
-from faces.notes import NoteError, headings_of, note_lines, read_note, resolve_path
+from faces.notes import NoteError, headings_of, locate, note_lines, read_note
 from fanout.config import Config
 from fanout.db import LANG_NAMES
 from fanout.runner import Runner
@@ -61,7 +61,8 @@ FIELD_DESC = {
 GET_DESC = ("Read a note, or one section of it, by its path relative to the vault (as `search` returns it). "
             "Returns the markdown without front matter.")
 GET_FIELDS = {
-    "path": "The note's path relative to the vault, as `search` returns it, e.g. \"Folder/Note.md\".",
+    "path": "The note's path relative to the vault, as `search` returns it, e.g. \"Folder/Note.md\" (a note's "
+            "title or alias works too).",
     "heading": "Optional: one section's heading as `search` returns it (\"Setup > Sync\") or just its last "
                "part; returns that section with its subsections.",
 }
@@ -146,11 +147,12 @@ class FanoutTools:
 
     # -- get ------------------------------------------------------------------------------------------
     def resolve(self, rel: Any) -> Path:
-        """A note path -> the file, confined to the vault (no `..`, absolute paths or escaping symlinks)."""
-        def known() -> list[str]:
-            t = self.col.table(self.col.documents_name).search().select(["path"]).limit(None).to_arrow()
-            return t["path"].to_pylist()
-        return resolve_path(self.vault, rel, known)
+        """A note path, title or alias -> the file, confined to the vault (no `..`, absolute paths or
+        escaping symlinks)."""
+        def docs() -> list[dict]:
+            t = self.col.table(self.col.documents_name).search().select(["path", "title", "aliases"])
+            return t.limit(None).to_arrow().to_pylist()
+        return locate(self.vault, rel, docs, "`path`")
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, ("path", "heading"), "get")

@@ -1,12 +1,14 @@
 """Progress of long work, on and off a terminal: `reporter(done, total)` is the callback the pipelines take.
 
-On a TTY it draws a tqdm bar; otherwise (cron, CI, a log file) it writes one line every `interval` seconds
-and a last one at the end: `embedding: 640/2113 chunks (30%), 9.8 chunks/s, ETA 2m30s`.
+On a TTY it draws a tqdm bar; otherwise (cron, CI, a log file) a timer thread writes one line every
+`interval` seconds from the first call on, whether or not work moved since (a slow first group still shows
+signs of life), and `close()` writes the last one: `embedding: 640/2113 chunks (30%), 9.8 chunks/s, ETA 2m30s`.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import IO, Self
 
@@ -27,10 +29,12 @@ class Progress:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.t0 = time.monotonic()
-        self.last = self.t0
         self.done = self.total = 0
         self.bar = None
         self.lines = 0  # one-line updates written (off a TTY)
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        self._write = threading.Lock()
 
     def __call__(self, done: int, total: int) -> None:
         self.done, self.total = done, total
@@ -42,10 +46,14 @@ class Progress:
             self.bar.total = total
             self.bar.update(done - self.bar.n)
             return
-        now = time.monotonic()
-        if now - self.last >= self.interval and done < total:
-            self.last = now
-            self._line(now)
+        if self._timer is None:
+            self._timer = threading.Thread(target=self._tick, name="progress", daemon=True)
+            self._timer.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(max(self.interval, 0.01)):
+            if self.done < self.total:
+                self._line(time.monotonic())
 
     def line(self, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
@@ -58,10 +66,15 @@ class Progress:
                 f"{_dur(secs)} elapsed")
 
     def _line(self, now: float) -> None:
-        print(self.line(now), file=self.stream, flush=True)
-        self.lines += 1
+        with self._write:
+            print(self.line(now), file=self.stream, flush=True)
+            self.lines += 1
 
     def close(self) -> None:
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join()
+            self._timer = None
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -104,6 +104,8 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     chunks_all = chunk_notes(todo, cfg.chunk)
     bar = _bar(progress, chunks_all.num_rows) if not callable(progress) else None
     report = progress if callable(progress) else None
+    if report is not None:
+        report(0, chunks_all.num_rows)
     te = time.perf_counter()
     wrote_any = False
     paths = todo["path"].to_pylist()
