@@ -19,7 +19,6 @@ import json
 import logging
 import time
 import unicodedata
-from difflib import get_close_matches
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -306,6 +305,8 @@ def load_own_fields(files: list[str], ids: set[str]) -> dict[str, dict[str, str]
 
 def check_judged(col, queries: list[dict]) -> None:
     """Every judged path must be a note of the index; the error lists the strays and the closest paths."""
+    from difflib import get_close_matches
+
     t = col.table(col.documents_name).search().select(["path"]).limit(None).to_arrow()
     known = set(t["path"].to_pylist())
     missing = [(q["id"], p) for q in queries for p in q["relevant"] + q["partial"] if p not in known]
