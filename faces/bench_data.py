@@ -54,6 +54,11 @@ def resolve_bench_dir(bench_dir: str | Path | None = None) -> Path:
     return path
 
 
+def set_key(name: str) -> tuple[int, int, str]:
+    """Sort key for set names: the benchmark's four in their order, then any other (own data) by name."""
+    return (0, SETS.index(name), "") if name in SETS else (1, 0, name)
+
+
 def set_name(lang: str, subset: str) -> str:
     """Return the set key (``en-base``) for a query's vault language and subset."""
     return f"{lang}-{subset}"

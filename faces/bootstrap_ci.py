@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from faces.bench_data import SETS
+from faces.bench_data import set_key
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def set_intervals(
         groups.setdefault((row["system"], row["set"]), []).append(float(row[metric]))
     systems = list(dict.fromkeys(k[0] for k in groups))
     out = []
-    for system, name in sorted(groups, key=lambda k: (systems.index(k[0]), SETS.index(k[1]))):
+    for system, name in sorted(groups, key=lambda k: (systems.index(k[0]), set_key(k[1]))):
         mean, low, high = bootstrap_mean(groups[(system, name)], n_boot, seed, level)
         out.append(
             {
@@ -101,7 +101,7 @@ def paired_diff(
     if dropped:
         logger.warning("paired_diff: %d queries of run a have no pair in run b", dropped)
     out: dict[str, dict[str, Any]] = {}
-    for name in sorted(diffs, key=SETS.index):
+    for name in sorted(diffs, key=set_key):
         d = np.asarray(diffs[name])
         mean, low, high = bootstrap_mean(d, n_boot, seed, level)
         boots = _boot_means(d, n_boot, seed)

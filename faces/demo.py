@@ -14,6 +14,7 @@ SAMPLES = REPO_ROOT / "samples"
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from faces.progress import Progress
     from fanout.runner import make_runner
     from pipelines.index import index_vault
     from pipelines.search import Searcher, SearchOptions
@@ -27,7 +28,8 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         with make_runner(cfg, n_rows=len(rows)) as runner:
             t = time.perf_counter()
-            s = index_vault(SAMPLES / "vault", db, "samples", cfg, runner, progress=True)
+            with Progress("embedding", "chunk") as progress:
+                s = index_vault(SAMPLES / "vault", db, "samples", cfg, runner, progress=progress)
             print(f"indexed samples/vault in {time.perf_counter() - t:.1f}s: {s.text()}")
             searcher = Searcher(db, "samples", cfg, runner)
             t = time.perf_counter()

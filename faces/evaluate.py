@@ -1,10 +1,15 @@
-"""Pipeline: run the search pipeline over a judged benchmark in several modes and score it.
+"""`fanout eval`: run the search pipeline over judged queries in several modes and score it.
+
+Two sources of judged queries:
+- the Obsidian Help benchmark (default; `--bench DIR` or $FANOUT_BENCH): one index per language
+  (`bench-<lang>` collections), the published runs and table next to ours, paired bootstrap against them;
+- your own (`--queries FILE --vault DIR` or `--queries FILE -c COLLECTION`): any vault layout, one collection,
+  the judged-queries format in EVAL_HELP, agent fields keyed by your query ids, sets = your `subset` values.
 
 Modes are ablations (bm25, vector, hybrid, + local expansion, + each agent field alone, + all fields), each
-optionally with rerank (`<mode>+rerank`). Per language one index (`bench-<lang>` collection); per mode the
-benchmark's run files, per-query metrics, timings and the variants used are written under --out as
-parquet/JSON, then a markdown table in the published layout (with our rows and 95% bootstrap intervals) and a
-PNG plot. duckdb SQL over those files: `fanout analyze OUT`.
+optionally with rerank (`<mode>+rerank`). Per mode the run files, per-query metrics, timings, results and the
+variants used are written under --out as parquet/JSON, then report.md (nDCG@5 with 95% bootstrap intervals,
+Recall@10, per category, time) and ndcg5.png. duckdb SQL over those files: `fanout analyze OUT`.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import argparse
 import json
 import logging
 import time
+import unicodedata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:  # the CLI imports this module to build its parser: keep that free of pyarrow
+    import pyarrow as pa
 
-from fanout.config import Config
+    from fanout.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +42,47 @@ MODES: dict[str, tuple[dict, tuple[str, ...], bool]] = {
     "fields": ({}, FIELDS, False),
 }
 DEFAULT_MODES = "bm25,vector,hybrid,short,rephrased,expected,fields"
+OWN_MODES = "bm25,vector,hybrid"  # own data without --fields (the field modes need agent fields)
+OWN_COLLECTION = "eval"  # collection `--vault` is indexed into when -c is not given
+
+EVAL_HELP = """Score the pipeline on judged queries.
+
+The Obsidian Help benchmark (default): fanout eval --out out/eval [--modes ...] [--limit N]
+Only score run files:                  fanout eval --score runs/*.json
+Your own vault and judged queries:     fanout eval --queries judged.jsonl --vault VAULT --out out/my-eval
+                                       (or -c NAME for a collection already indexed in --db)
+
+Judged queries (JSONL, one object a line; or a JSON list):
+  {"id": "q1", "query": "how do I sync my phone", "relevant": ["Sync/Sync your notes.md"],
+   "partial": ["Sync/Troubleshooting.md"], "subset": "base", "category": "paraphrase", "lang": "en"}
+  id, query, relevant are required; partial, subset, category, lang are optional. Paths are relative to the
+  vault root with "/" separators, exactly as `fanout ls` prints them (.md included); relevant counts 1.0,
+  partial 0.5. Every subset is scored as its own set ("all" when none is given).
+Agent fields (--fields FILE...): a JSON list of {"id", "short_query", "rephrased_query", "expected_answer"}
+  or a map id -> fields, keyed by the same ids; they turn on the modes short, rephrased, expected, fields.
+"""
 
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bench", default=None, help="benchmark folder (default $FANOUT_BENCH or ../shared/...)")
-    p.add_argument("--queries", default=None, help="judged queries JSONL (default: the benchmark's)")
-    p.add_argument("--corpus", default=None, help="corpus root with en/ and ru/ (default: the benchmark's)")
-    p.add_argument("--db", default=".fanout/bench-db", help="LanceDB folder for the benchmark indexes")
-    p.add_argument("--fields", nargs="*", default=None, help="agent fields files (default: the benchmark's)")
+    p.add_argument("--bench", default=None, help="Obsidian Help benchmark folder (default: $FANOUT_BENCH or "
+                   "../shared/eval/obsidian-help)")
+    p.add_argument("--queries", default=None, help="judged queries JSONL (default: the benchmark's); with "
+                   "--vault or -c: your own, in the format above")
+    p.add_argument("--vault", default=None, help="your own vault: index it (as -c, default 'eval') and score "
+                   "--queries on it")
+    p.add_argument("-c", "--collection", default=None, help="score --queries on this already indexed "
+                   "collection of --db (with --vault: the collection to index into)")
+    p.add_argument("--corpus", default=None, help="benchmark only: corpus root with en/ and ru/")
+    p.add_argument("--db", default=None, help="index folder (default: .fanout/bench-db for the benchmark, "
+                   "$FANOUT_DB or .fanout/db for your own)")
+    p.add_argument("--fields", nargs="*", default=None, help="agent fields files (default: the benchmark's; "
+                   "own data: keyed by your query ids)")
     p.add_argument("--out", default="out/eval", help="output folder")
-    p.add_argument("--modes", default=DEFAULT_MODES, help=f"comma list of {sorted(MODES)}, each +rerank too")
-    p.add_argument("--langs", default="en,ru")
+    p.add_argument("--modes", default=None, help=f"comma list of {sorted(MODES)}, each +rerank too (default: "
+                   f"{DEFAULT_MODES}; own data without --fields: {OWN_MODES})")
+    p.add_argument("--langs", default="en,ru", help="benchmark only: languages to run")
     p.add_argument("--limit", type=int, default=0, help="only the first N queries of each set (quick runs)")
-    p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the intervals")
     p.add_argument("--score", nargs="*", default=None, help="only score these run files and print the table")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    help="config override section.key=value (JSON value), e.g. fuse.w_lex=1.5")
@@ -80,66 +115,249 @@ def mode_rows(queries: list[dict], fields: dict[str, dict], use: tuple[str, ...]
     return rows
 
 
-def ensure_index(corpus: Path, db: str, lang: str, cfg: Config, runner) -> None:
+def ensure_index(corpus: Path, db: Path, name: str, cfg: Config, runner) -> None:
+    from faces.progress import Progress
     from pipelines.index import index_vault
 
-    s = index_vault(corpus, db, f"bench-{lang}", cfg, runner, progress=True)
-    log.info("index bench-%s: %s", lang, s.text())
+    with Progress(f"index {name}", "chunk") as progress:
+        s = index_vault(corpus, db, name, cfg, runner, progress=progress)
+    log.info("index %s: %s", name, s.text())
+
+
+def _limit(qs: list[dict], limit: int) -> list[dict]:
+    """The first `limit` queries of each set (all when limit is 0), in file order."""
+    if not limit:
+        return qs
+    seen: dict[str, int] = {}
+    out = []
+    for q in qs:
+        seen[q["set"]] = seen.get(q["set"], 0) + 1
+        if seen[q["set"]] <= limit:
+            out.append(q)
+    return out
+
+
+def _modes(spec: str) -> list[tuple[str, str, bool]]:
+    out = []
+    for mode in spec.split(","):
+        base, rerank = mode.split("+")[0], mode.endswith("+rerank")
+        if base not in MODES:
+            raise ValueError(f"--modes: unknown mode {base!r}; choose from {sorted(MODES)} (+rerank)")
+        out.append((mode, base, rerank))
+    return out
+
+
+def run_one(searcher, qs: list[dict], fields: dict[str, dict], mode: str, base: str, rerank: bool,
+            out: Path, tag: str) -> tuple[dict[str, list[str]], dict]:
+    """One mode over one collection: the run {qid: [paths]}, and its timing row; writes results/variants."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.search import SearchOptions
+
+    _, use, expand = MODES[base]
+    t = time.perf_counter()
+    res = searcher.search(mode_rows(qs, fields, use), SearchOptions(n=20, expand=expand, rerank=rerank))
+    secs = time.perf_counter() - t
+    run: dict[str, list[str]] = {}
+    for r in res.results.to_pylist():
+        run.setdefault(r["qid"], []).append(r["path"])
+    for e in res.errors.to_pylist():
+        log.warning("%s %s: query %s not searched: %s: %s", mode, tag, e["qid"], e["field"], e["error"])
+    pq.write_table(res.variants.append_column("mode", pa.array([mode] * res.variants.num_rows)),
+                   out / f"variants-{mode}-{tag}.parquet")
+    pq.write_table(res.results.append_column("mode", pa.array([mode] * res.results.num_rows)),
+                   out / f"results-{mode}-{tag}.parquet")
+    log.info("%s %s: %d queries in %.1fs", mode, tag, len(qs), secs)
+    timing = {"mode": mode, "lang": tag, "queries": len(qs), "seconds": secs,
+              "per_query_ms": 1000 * secs / max(1, len(qs)), **{f"t_{k}": v for k, v in res.timings.items()},
+              "stats": json.dumps(res.stats, default=str)}
+    return run, timing
 
 
 def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
+    """The Obsidian Help benchmark: one index per language, every mode."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from faces.bench_data import corpus_dir, load_agent_fields, load_queries, read_agent_fields
     from faces.score_runs import per_query_metrics, write_run
     from fanout.runner import make_runner
-    from pipelines.search import Searcher, SearchOptions
+    from pipelines.search import Searcher
 
     out = Path(args.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    queries = load_queries(args.bench) if not args.queries else [json.loads(x) for x in
-                                                                   Path(args.queries).read_text().splitlines() if x]
+    db = Path(args.db or ".fanout/bench-db")
+    if args.queries:
+        queries = [json.loads(x) for x in Path(args.queries).read_text(encoding="utf-8").splitlines() if x]
+        for q in queries:
+            q.setdefault("set", f"{q['lang']}-{q['subset']}")
+    else:
+        queries = load_queries(args.bench)
     if args.fields:
         fields = {}
         for f in args.fields:
-            lang = "ru" if f.rstrip(".json").endswith("ru") else "en"
+            lang = "ru" if f.removesuffix(".json").endswith("ru") else "en"
             fields.update(read_agent_fields(f, lang))
     else:
         fields = load_agent_fields(args.bench)
     per_query, timings = [], []
     langs = args.langs.split(",")
+    modes = _modes(args.modes or DEFAULT_MODES)
     with make_runner(cfg, mode=cfg.runner.mode if cfg.runner.mode != "auto" else "inproc") as runner:
         for lang in langs:
             corpus = Path(args.corpus) / lang if args.corpus else corpus_dir(args.bench, lang)
-            ensure_index(corpus, args.db, lang, cfg, runner)
-        for mode in args.modes.split(","):
-            base, rerank = mode.split("+")[0], mode.endswith("+rerank")
-            if base not in MODES:
-                raise ValueError(f"--modes: unknown mode {base!r}; choose from {sorted(MODES)} (+rerank)")
-            changes, use, expand = MODES[base]
+            ensure_index(corpus, db, f"bench-{lang}", cfg, runner)
+        for mode, base, rerank in modes:
+            changes = MODES[base][0]
             mcfg = cfg.replace(**changes) if changes else cfg
             for lang in langs:
-                qs = [q for q in queries if q["lang"] == lang]
-                if args.limit:
-                    qs = [q for s in ("base", "tricky") for q in [x for x in qs if x["subset"] == s][:args.limit]]
-                searcher = Searcher(args.db, f"bench-{lang}", mcfg, runner)
-                t = time.perf_counter()
-                res = searcher.search(mode_rows(qs, fields, use),
-                                      SearchOptions(n=20, expand=expand, rerank=rerank))
-                secs = time.perf_counter() - t
-                run = {}
-                for r in res.results.to_pylist():
-                    run.setdefault(r["qid"], []).append(r["path"])
+                qs = _limit([q for q in queries if q["lang"] == lang], args.limit)
+                searcher = Searcher(db, f"bench-{lang}", mcfg, runner)
+                run, timing = run_one(searcher, qs, fields, mode, base, rerank, out, lang)
                 write_run(out / "runs" / f"fanout-{mode}-{lang}.json", f"fanout-{mode}", run, lang=lang)
-                pqm = per_query_metrics(run, qs, system=f"fanout-{mode}")
-                per_query.append(pqm)
-                timings.append({"mode": mode, "lang": lang, "queries": len(qs), "seconds": secs,
-                                "per_query_ms": 1000 * secs / max(1, len(qs)),
-                                **{f"t_{k}": v for k, v in res.timings.items()},
-                                "stats": json.dumps(res.stats, default=str)})
-                pq.write_table(res.variants.append_column("mode", pa.array([mode] * res.variants.num_rows)),
-                               out / f"variants-{mode}-{lang}.parquet")
-                pq.write_table(res.results.append_column("mode", pa.array([mode] * res.results.num_rows)),
-                               out / f"results-{mode}-{lang}.parquet")
-                log.info("%s %s: %d queries in %.1fs", mode, lang, len(qs), secs)
+                per_query.append(per_query_metrics(run, qs, system=f"fanout-{mode}"))
+                timings.append(timing)
+    table = pa.concat_tables(per_query, promote_options="default")
+    pq.write_table(table, out / "per_query.parquet")
+    pq.write_table(pa.Table.from_pylist(timings), out / "timings.parquet")
+    return table, timings
+
+
+# -- your own data ------------------------------------------------------------------------------------------
+
+
+def _path(p: str) -> str:
+    return unicodedata.normalize("NFC", p.strip().replace("\\", "/")).removeprefix("./")
+
+
+def load_judged(path: str | Path) -> list[dict]:
+    """Judged queries in the documented format (EVAL_HELP); every problem is reported with its line."""
+    text = Path(path).read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            items = [(f"item {i}", x) for i, x in enumerate(json.loads(text), 1)]
+        except ValueError as e:
+            raise ValueError(f"{path}: not valid JSON ({e}); give a JSON list or one object per line") from None
+    else:
+        items = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append((f"line {n}", json.loads(line)))
+                except ValueError as e:
+                    items.append((f"line {n}", ValueError(f"not valid JSON ({e})")))
+    problems: list[str] = []
+    out: list[dict] = []
+    seen: set[str] = set()
+    for where, q in items:
+        if isinstance(q, Exception) or not isinstance(q, dict):
+            problems.append(f"{where}: {q if isinstance(q, Exception) else 'not a JSON object'}")
+            continue
+        qid = q.get("id")
+        if not isinstance(qid, (str, int)) or isinstance(qid, bool) or str(qid).strip() == "":
+            problems.append(f"{where}: `id` is missing or not a string")
+            continue
+        qid = str(qid)
+        if qid in seen:
+            problems.append(f"{where}: id {qid!r} appears twice; ids must be unique")
+        seen.add(qid)
+        if not isinstance(q.get("query"), str) or not q["query"].strip():
+            problems.append(f"{where} ({qid}): `query` is missing or empty")
+        lists = {}
+        for key in ("relevant", "partial"):
+            v = q.get(key) or []
+            v = [v] if isinstance(v, str) else v
+            if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
+                problems.append(f"{where} ({qid}): `{key}` must be a list of note paths")
+                v = []
+            lists[key] = [_path(x) for x in v]
+        if not lists["relevant"]:
+            problems.append(f"{where} ({qid}): `relevant` is empty; judge at least one page relevant")
+        extra = {k: str(q[k]) for k in ("lang", "subset", "category") if q.get(k) not in (None, "")}
+        out.append({"id": qid, "query": q.get("query"), **lists, "lang": extra.get("lang", ""),
+                    "subset": extra.get("subset", ""), "category": extra.get("category", ""),
+                    "set": extra.get("subset", "all")})
+    if problems:
+        raise ValueError(f"{path}: {len(problems)} problem(s) in the judged queries:\n  " + "\n  ".join(problems[:20])
+                         + "\nformat: one JSON object a line with id, query, relevant [paths], optional partial, "
+                         "subset, category, lang (see `fanout eval --help`)")
+    return out
+
+
+def load_own_fields(files: list[str], ids: set[str]) -> dict[str, dict[str, str]]:
+    """Agent fields keyed by the judged queries' own ids (a list of objects with `id`, or a map id -> object)."""
+    fields: dict[str, dict[str, str]] = {}
+    for f in files:
+        data = json.loads(Path(f).read_text(encoding="utf-8"))
+        items = [dict(v, id=k) for k, v in data.items()] if isinstance(data, dict) else list(data or [])
+        for item in items:
+            if isinstance(item, dict) and item.get("id") is not None:
+                fields[str(item["id"])] = {k: item[k].strip() for k in FIELDS if isinstance(item.get(k), str)}
+    unknown = sorted(set(fields) - ids)
+    if fields and len(unknown) == len(fields):
+        raise ValueError(f"agent fields in {files} are keyed by ids like {unknown[:3]}, none of which is a "
+                         f"query id (e.g. {sorted(ids)[:3]}); key them by the judged queries' `id`")
+    if unknown:
+        log.warning("%d agent-field entries match no query id (e.g. %s); ignored", len(unknown), unknown[:3])
+    return fields
+
+
+def check_judged(col, queries: list[dict]) -> None:
+    """Every judged path must be a note of the index; the error lists the strays and the closest paths."""
+    from difflib import get_close_matches
+
+    t = col.table(col.documents_name).search().select(["path"]).limit(None).to_arrow()
+    known = set(t["path"].to_pylist())
+    missing = [(q["id"], p) for q in queries for p in q["relevant"] + q["partial"] if p not in known]
+    if not missing:
+        return
+    lines = []
+    for qid, p in missing[:10]:
+        close = get_close_matches(p, known, n=1)
+        lines.append(f"{qid}: {p!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ValueError(f"{len(missing)} judged path(s) are not notes of collection {col.name!r} "
+                     f"({len(known)} notes, vault {col.read_manifest().get('vault')}):\n  " + "\n  ".join(lines)
+                     + "\npaths are relative to the vault root, with .md, as `fanout ls` prints them")
+
+
+def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
+    """Your own judged queries on your own vault (one collection; sets = the queries' subsets)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from faces.common import DEFAULT_DB
+    from faces.score_runs import per_query_metrics
+    from fanout.db import Collection
+    from fanout.runner import make_runner
+    from pipelines.search import Searcher
+
+    out = Path(args.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    db, name = Path(args.db or DEFAULT_DB), args.collection or OWN_COLLECTION
+    queries = load_judged(args.queries)
+    fields = load_own_fields(args.fields, {q["id"] for q in queries}) if args.fields else {}
+    modes = _modes(args.modes or (DEFAULT_MODES if fields else OWN_MODES))
+    for mode, base, _ in modes:
+        if MODES[base][1] and not fields:
+            raise ValueError(f"--modes {mode} uses agent fields: give --fields FILE (keyed by your query ids) "
+                             f"or leave the mode out (without fields: {OWN_MODES})")
+    qs = _limit(queries, args.limit)
+    per_query, timings = [], []
+    with make_runner(cfg, mode=cfg.runner.mode if cfg.runner.mode != "auto" else "inproc") as runner:
+        if args.vault:
+            ensure_index(Path(args.vault), db, name, cfg, runner)
+        col = Collection(db, name)
+        col.require()
+        check_judged(col, qs)
+        for mode, base, rerank in modes:
+            changes = MODES[base][0]
+            searcher = Searcher(db, name, cfg.replace(**changes) if changes else cfg, runner)
+            run, timing = run_one(searcher, qs, fields, mode, base, rerank, out, name)
+            (out / "runs" / f"fanout-{mode}.json").write_text(
+                json.dumps({"system": f"fanout-{mode}", "results": run}, ensure_ascii=False, indent=1), "utf-8")
+            per_query.append(per_query_metrics(run, qs, system=f"fanout-{mode}"))
+            timings.append(timing)
     table = pa.concat_tables(per_query, promote_options="default")
     pq.write_table(table, out / "per_query.parquet")
     pq.write_table(pa.Table.from_pylist(timings), out / "timings.parquet")
@@ -148,58 +366,66 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 
 def main_eval(args: argparse.Namespace) -> int:
     from faces.bootstrap_ci import set_intervals
-    from faces.report_eval import (
-        plot_sets,
-        published_rows,
-        render_markdown,
-        score_runs_cli,
-        with_intervals,
-    )
+    from faces.report_eval import plot_sets, published_rows, render_markdown, score_runs_cli, with_intervals
     from faces.score_runs import summarize
     from fanout.config import load_config
 
     if args.score is not None:
         print(score_runs_cli(args.score, args.bench, n_boot=args.n_boot, include_published=False))
         return 0
+    own = args.vault is not None or args.collection is not None
+    if own and not args.queries:
+        raise ValueError("--vault / -c score your own judged queries: give them with --queries FILE "
+                         "(format: `fanout eval --help`)")
     cfg = load_config(args.config)
     if args.overrides:
         cfg = cfg.replace(**_overrides(args.overrides))
-    per_query, timings = run_modes(args, cfg)
+    per_query, timings = run_own(args, cfg) if own else run_modes(args, cfg)
     summary = summarize(per_query)
-    rows = published_rows(args.bench) + with_intervals(summary, set_intervals(per_query, "ndcg_5", args.n_boot))
+    rows = ([] if own else published_rows(args.bench)) + with_intervals(
+        summary, set_intervals(per_query, "ndcg_5", args.n_boot))
     for r in rows:
         r.setdefault("description", "fanout (this run)")
     out = Path(args.out)
     md = render_markdown(rows)
     cats = category_table(per_query)
     tim = "\n".join(f"| {t['mode']} | {t['lang']} | {t['queries']} | {t['per_query_ms']:.0f} |" for t in timings)
-    report = (f"# fanout eval\n\nconfig: {args.config or 'local'} {args.overrides}\n\n## nDCG@5 (Recall@10)\n\n"
-              f"{md}\n## per category (nDCG@5)\n\n{cats}\n## time\n\n| mode | lang | queries | ms/query |\n"
-              f"|---|---|---|---|\n{tim}\n")
-    report += paired_section(per_query, args.bench, args.n_boot)
+    source = (f"queries {args.queries}, collection {args.collection or OWN_COLLECTION}"
+              + (f", vault {args.vault}" if args.vault else "")) if own else "Obsidian Help benchmark"
+    report = (f"# fanout eval\n\n{source}; config: {args.config or 'local'} {args.overrides}\n\n"
+              f"## nDCG@5 (Recall@10)\n\n{md}\n## per category (nDCG@5)\n\n{cats}\n## time\n\n"
+              f"| mode | {'collection' if own else 'lang'} | queries | ms/query |\n|---|---|---|---|\n{tim}\n")
+    report += paired_section(per_query, args.bench, args.n_boot, with_published=not own)
     (out / "report.md").write_text(report, encoding="utf-8")
     plot_sets(rows, out / "ndcg5.png")
     print(report)
-    print(f"wrote {out}/report.md, {out}/ndcg5.png, per_query.parquet, timings.parquet")
+    print(f"wrote {out}/report.md, {out}/ndcg5.png, per_query.parquet, timings.parquet; "
+          f"SQL over them: fanout analyze {out}")
     return 0
 
 
 PAIRS = (("fields", "fields-w1"), ("short", "fields-short"), ("hybrid", "trip2g-alias"), ("fields", "hybrid"))
+OWN_PAIRS = (("fields", "hybrid"), ("hybrid", "bm25"), ("hybrid", "vector"))
 
 
-def paired_section(per_query: pa.Table, bench: str | None, n_boot: int) -> str:
-    """Paired bootstrap of nDCG@5 differences: our modes vs the closest published run (same queries)."""
-    from faces.bench_data import load_published_runs, load_queries
+def paired_section(per_query: pa.Table, bench: str | Path | None, n_boot: int, with_published: bool = True) -> str:
+    """Paired bootstrap of nDCG@5 differences: on the benchmark against the closest published runs (same
+    queries); on your own data (`with_published=False`) between our own modes."""
+    import pyarrow as pa
+
     from faces.bootstrap_ci import paired_diff
     from faces.score_runs import per_query_metrics
 
-    published = load_published_runs(bench)
-    queries = load_queries(bench)
+    published, queries = {}, []
+    if with_published:
+        from faces.bench_data import load_published_runs, load_queries
+
+        published, queries = load_published_runs(bench), load_queries(bench)
     ours = {s.removeprefix("fanout-"): per_query.filter(pa.compute.equal(per_query["system"], s))
             for s in set(per_query["system"].to_pylist())}
     lines = ["\n## paired bootstrap, nDCG@5 difference (95% interval)\n", "| ours - other | set | n | mean | interval |",
              "|---|---|---|---|---|"]
-    for mine, other in PAIRS:
+    for mine, other in PAIRS if published else OWN_PAIRS:
         if mine not in ours:
             continue
         if other in ours:
@@ -218,8 +444,8 @@ def category_table(per_query: pa.Table) -> str:
     import duckdb
 
     t = per_query  # noqa: F841 - read by duckdb by name
-    rows = duckdb.sql("select system, lang || ':' || category as cat, count(*) n, avg(ndcg_5) v from t "
-                      "group by all order by cat, system").fetchall()
+    rows = duckdb.sql("select system, coalesce(nullif(concat_ws(':', nullif(lang, ''), nullif(category, '')), ''),"
+                      " '-') as cat, count(*) n, avg(ndcg_5) v from t group by all order by cat, system").fetchall()
     systems = list(dict.fromkeys(r[0] for r in rows))
     cats = list(dict.fromkeys(r[1] for r in rows))
     val = {(r[0], r[1]): (r[2], r[3]) for r in rows}
@@ -230,18 +456,3 @@ def category_table(per_query: pa.Table) -> str:
         cells = [f"{val[(s, c)][1]:.3f}" if (s, c) in val else "–" for s in systems]
         lines.append(f"| {c} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def main_analyze(args: argparse.Namespace) -> int:
-    import duckdb
-
-    d = Path(args.run_dir)
-    con = duckdb.connect()
-    for name, pattern in (("per_query", "per_query.parquet"), ("timings", "timings.parquet"),
-                          ("results", "results-*.parquet"), ("variants", "variants-*.parquet")):
-        if list(d.glob(pattern)):
-            con.execute(f"create view {name} as select * from read_parquet('{d / pattern}', union_by_name=true)")
-    sql = args.sql or ("select system, set, count(*) n, round(avg(ndcg_5), 3) ndcg5, round(avg(recall_10), 3) r10 "
-                       "from per_query group by all order by set, ndcg5 desc")
-    print(con.sql(sql))
-    return 0

@@ -11,27 +11,23 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
-import unicodedata
-from difflib import get_close_matches
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import anyio
-import pyarrow.compute as pc
 from mcp import types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
+from faces.catalog import count_languages
+from faces.catalog import status as collection_status
+from faces.notes import NoteError, headings_of, locate, note_lines, read_note
 from fanout.config import Config
-from fanout.db import LANG_NAMES, Collection
+from fanout.db import LANG_NAMES
 from fanout.runner import Runner
-from fanout.vault import read_regular
-from pipelines.chunk_notes import scan_lines, split_sections
 from pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError, parse_row
-from pipelines.scan_notes import parse_note
 from pipelines.search import Searcher, SearchOptions
 
 log = logging.getLogger(__name__)
@@ -66,7 +62,8 @@ FIELD_DESC = {
 GET_DESC = ("Read a note, or one section of it, by its path relative to the vault (as `search` returns it). "
             "Returns the markdown without front matter.")
 GET_FIELDS = {
-    "path": "The note's path relative to the vault, as `search` returns it, e.g. \"Folder/Note.md\".",
+    "path": "The note's path relative to the vault, as `search` returns it, e.g. \"Folder/Note.md\" (a note's "
+            "title or alias works too).",
     "heading": "Optional: one section's heading as `search` returns it (\"Setup > Sync\") or just its last "
                "part; returns that section with its subsections.",
 }
@@ -79,15 +76,8 @@ INSTRUCTIONS = """Searches a markdown knowledge base ({notes} notes). For every 
 {lang} Then read the best page with `get` (its path, optionally one heading)."""
 
 
-class ToolArgError(ValueError):
+class ToolArgError(NoteError):
     """A bad tool argument; the message names the field and the fix."""
-
-
-def count_languages(col: Collection) -> dict[str, int]:
-    """Notes per language in the documents table, most common first."""
-    langs = col.table(col.documents_name).search().select(["lang"]).limit(None).to_arrow()["lang"]
-    counts = pc.value_counts(langs).to_pylist()
-    return {c["values"] or "unknown": c["counts"] for c in sorted(counts, key=lambda c: -c["counts"])}
 
 
 def language_line(langs: dict[str, int]) -> str:
@@ -101,10 +91,6 @@ def language_line(langs: dict[str, int]) -> str:
     listed = ", ".join(names[:-1]) + " and " + names[-1]
     return (f"The knowledge base is in {listed}; write short_query and expected_answer in the language of "
             "the notes you expect.")
-
-
-def _norm(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFC", text).lstrip("#").split()).casefold()
 
 
 class FanoutTools:
@@ -168,95 +154,35 @@ class FanoutTools:
 
     # -- get ------------------------------------------------------------------------------------------
     def resolve(self, rel: Any) -> Path:
-        """A note path -> the file, confined to the vault (no `..`, absolute paths or escaping symlinks)."""
-        if not isinstance(rel, str) or not rel.strip():
-            raise ToolArgError("`path` is missing; give a note's path relative to the vault, as search "
-                               "returns it")
-        if "\x00" in rel or len(rel) > 1024:
-            raise ToolArgError("`path` has a NUL byte or over 1024 characters; give a note's path as search "
-                               "returns it")
-        posix = rel.strip().replace("\\", "/")
-        if PurePosixPath(posix).is_absolute() or posix.startswith("~") or re.match(r"^[A-Za-z]:", posix):
-            raise ToolArgError(f"`path` must be relative to the vault, got the absolute path {rel!r}; give "
-                               "it as search returns it, e.g. \"Folder/Note.md\"")
-        if self.vault is None or not self.vault.is_dir():
-            raise ToolArgError(f"the index does not name an existing vault ({self.vault}); re-run "
-                               "`fanout index` on the vault")
-        tries = [posix] + ([] if posix.lower().endswith(".md") else [posix + ".md"])
-        tries += [unicodedata.normalize("NFD", p) for p in tries]
-        for n, cand in enumerate(tries):
-            target = (self.vault / cand).resolve()
-            if not target.is_relative_to(self.vault):
-                if n == 0:
-                    raise ToolArgError(f"`path` {rel!r} leads outside the vault; only notes inside it can be "
-                                       "read: give the path as search returns it")
-                continue
-            if target.is_file():
-                if target.suffix.lower() != ".md":
-                    raise ToolArgError(f"`path` {rel!r} is not a note (.md file); only notes can be read")
-                return target
-        known = self.col.table(self.col.documents_name).search().select(["path"]).limit(None).to_arrow()
-        close = get_close_matches(unicodedata.normalize("NFC", posix), known["path"].to_pylist(), n=3)
-        raise ToolArgError(f"`path`: no note {rel!r} in the vault" +
-                           (f"; did you mean {close}?" if close else "; use a path from search results"))
+        """A note path, title or alias -> the file, confined to the vault (no `..`, absolute paths or
+        escaping symlinks)."""
+        def docs() -> list[dict]:
+            t = self.col.table(self.col.documents_name).search().select(["path", "title", "aliases"])
+            return t.limit(None).to_arrow().to_pylist()
+        return locate(self.vault, rel, docs, "`path`")
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, ("path", "heading"), "get")
-        with self.lock:
+        with self.lock:  # one pinned index version per request
             self.refresh()
             target = self.resolve(args.get("path"))
-        rel = unicodedata.normalize("NFC", target.relative_to(self.vault).as_posix())
-        try:  # never blocks on a FIFO, never follows a link swapped in after resolve()
-            raw, mtime = read_regular(target, MAX_NOTE_BYTES, str(self.vault))
-            note = parse_note(rel, raw, mtime)
-        except (OSError, ValueError) as e:
-            raise ToolArgError(f"`path`: note {rel!r} cannot be read: {e.args[-1]}") from None
-        body = note["body"]
-        sections = [s for s in split_sections(body, scan_lines(body)) if s.level]
-        headings = [" > ".join(s.path) for s in sections]
-        heading, text = args.get("heading"), body.strip()
-        if heading is not None:
-            if not isinstance(heading, str) or not heading.strip():
-                raise ToolArgError("`heading` must be a non-empty string, as search returns it")
-            want = [_norm(h) for h in heading.split(">")]
-            hit = next((i for i, s in enumerate(sections)
-                        if [_norm(h) for h in s.path][-len(want):] == want), None)
-            if hit is None:
-                raise ToolArgError(f"`heading`: no heading {heading!r} in {rel!r}; headings: {headings[:30]}")
-            sec = sections[hit]
-            end = next((s.start for s in sections[hit + 1:] if s.level <= sec.level), len(body))
-            heading, text = headings[hit], body[sec.start:end].strip()
-        data = {"path": rel, "title": note["title"], "heading": heading, "lang": note["lang"], "text": text}
+        note = read_note(self.vault, target)
+        heading, _, lines = note_lines(note, args.get("heading"))
+        text = "\n".join(lines).strip()
+        data = {"path": note["path"], "title": note["title"], "heading": heading, "lang": note["lang"],
+                "text": text}
         if len(text) > MAX_NOTE_CHARS:
             data["text"] = text[:MAX_NOTE_CHARS]
             data["truncated"] = (f"cut at {MAX_NOTE_CHARS} of {len(text)} characters; get one `heading` of "
-                                 f"{headings[:50]}")
+                                 f"{headings_of(note)[:50]}")
         return data
 
     # -- status ---------------------------------------------------------------------------------------
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, (), "status")
-        with self.lock:
+        with self.lock:  # one pinned index version per request
             self.refresh()
-            m = self.col.require()
-            notes = self.col.table(self.col.documents_name).count_rows()
-            chunks = self.col.table(self.col.chunks_name).count_rows()
-            langs = self.col.memo("languages", lambda: count_languages(self.col))
-        updated = (m.get("stats") or {}).get("updated")
-        models = self.cfg.models
-        return {
-            "collection": self.col.name, "vault": str(self.vault),
-            "notes": notes,
-            "chunks": chunks,
-            "languages": langs,
-            "models": {"embedder": (m.get("embedder") or {}).get("file"),
-                       "expander": models.expander if self.cfg.expand.enabled else None,
-                       "reranker": models.reranker},
-            "expansion": "agent fields, else the local expander" if self.cfg.expand.enabled
-            else "agent fields only (local expansion is off)",
-            "rerank_default": self.cfg.rerank.enabled,
-            "indexed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(updated)) if updated else None,
-        }
+            return {**collection_status(self.col, self.cfg), "vault": str(self.vault)}
 
 
 def _known(args: dict[str, Any], allowed: tuple[str, ...], tool: str) -> None:
@@ -310,7 +236,7 @@ def build_server(tools: FanoutTools) -> Server:
             if fn is None:
                 raise ToolArgError(f"unknown tool {params.name!r}; tools: {sorted(handlers)}")
             data = await anyio.to_thread.run_sync(fn, dict(params.arguments or {}))
-        except ToolArgError as e:
+        except NoteError as e:  # ToolArgError and the note resolver's errors
             return types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], is_error=True)
         except Exception as e:  # a failure inside the pipeline: report it, keep serving
             log.exception("tool %s failed", params.name)
@@ -341,7 +267,7 @@ async def serve_http(server: Server, port: int) -> None:
 
 def main_mcp(args: Any) -> int:
     """`fanout mcp --db DIR --collection NAME [--http PORT]`: serve until the client disconnects."""
-    from faces.cli import _cfg
+    from faces.common import config_from_args
     from fanout.runner import make_runner
 
     port = None
@@ -349,7 +275,7 @@ def main_mcp(args: Any) -> int:
         if not str(args.http).isdigit() or not 1 <= int(args.http) <= 65535:
             raise ValueError(f"--http must be a port number from 1 to 65535, got {args.http!r}")
         port = int(args.http)
-    cfg = _cfg(args)
+    cfg = config_from_args(args)
     with make_runner(cfg, n_rows=1) as runner:
         tools = FanoutTools(args.db, args.collection, cfg, runner)
         server = build_server(tools)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from faces.bench_data import SET_TITLES, SETS, load_published_table, load_queries
+from faces.bench_data import SET_TITLES, SETS, load_published_table, load_queries, set_key
 from faces.bootstrap_ci import DEFAULT_N_BOOT, DEFAULT_SEED, set_intervals
 from faces.score_runs import score_files, summarize
 
@@ -47,20 +47,28 @@ def format_cell(row: Row) -> str:
     return f"{row['ndcg_5']:.3f}{ci} ({_frac(row['recall_10'])})"
 
 
+def sets_of(rows: Sequence[Row]) -> tuple[str, ...]:
+    """The columns: the benchmark's four sets when every row is one of them, else the rows' own sets."""
+    names = {r["set"] for r in rows}
+    return SETS if names <= set(SETS) else tuple(sorted(names, key=set_key))
+
+
 def render_markdown(summary_rows: pa.Table | Iterable[Row]) -> str:
-    """Render rows = systems, columns = the four sets; cells nDCG@5 (Recall@10)."""
+    """Render rows = systems, columns = the sets (the benchmark's four, or your own); cells nDCG@5 (Recall@10)."""
     by_system: dict[tuple[str, bool], dict[str, Row]] = {}
     desc: dict[tuple[str, bool], str] = {}
-    for row in _as_rows(summary_rows):
+    rows = _as_rows(summary_rows)
+    sets = sets_of(rows)
+    for row in rows:
         key = (row["system"], bool(row.get("published")))
         by_system.setdefault(key, {})[row["set"]] = row
         desc.setdefault(key, row.get("description") or row["system"])
     lines = [
-        "| run | system | " + " | ".join(SET_TITLES[s] for s in SETS) + " |",
-        "|---|---|" + "---|" * len(SETS),
+        "| run | system | " + " | ".join(SET_TITLES.get(s, s) for s in sets) + " |",
+        "|---|---|" + "---|" * len(sets),
     ]
     for key, cells in by_system.items():
-        vals = [format_cell(cells[s]) if s in cells else "–" for s in SETS]
+        vals = [format_cell(cells[s]) if s in cells else "–" for s in sets]
         lines.append(f"| {key[0]} | {desc[key]} | " + " | ".join(vals) + " |")
     return "\n".join(lines) + "\n"
 
@@ -116,8 +124,11 @@ def plot_sets(rows: pa.Table | Iterable[Row], path: str | Path, metric: str = "n
     palette = plt.get_cmap("tab10").colors
     ours = [s for s in systems if s not in published]
     colour = {s: ("0.55" if s in published else palette[ours.index(s) % len(palette)]) for s in systems}
-    fig, axes = plt.subplots(1, len(SETS), figsize=(15, 1.4 + 0.42 * len(systems)), sharey=True)
-    for ax, name in zip(axes, SETS, strict=True):
+    sets = sets_of(raw)
+    fig, grid = plt.subplots(1, len(sets), figsize=(max(5, 3.75 * len(sets)), 1.4 + 0.42 * len(systems)),
+                             sharey=True, squeeze=False)
+    axes = grid[0]
+    for ax, name in zip(axes, sets, strict=True):
         for y, system in enumerate(systems):
             row = next((r for r in data if r["label"] == system and r["set"] == name), None)
             if row is None:
@@ -137,7 +148,7 @@ def plot_sets(rows: pa.Table | Iterable[Row], path: str | Path, metric: str = "n
                 fontsize=7,
                 color=colour[system],
             )
-        ax.set_title(SET_TITLES[name])
+        ax.set_title(SET_TITLES.get(name, name))
         ax.set_xlim(max(0.0, x_min), 1.0)
         ax.grid(axis="x", alpha=0.3)
         ax.set_xlabel(METRIC_TITLES.get(metric, metric))

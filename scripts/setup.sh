@@ -79,7 +79,7 @@ fi
 
 # 4. models of the local profile (idempotent: size+mtime stamps, sha256 checked when first provisioned)
 if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
-  FANOUT_CACHE=$CACHE "$PY" -m fanout.models install --profile local
+  FANOUT_CACHE=$CACHE "$PY" -m faces.cli models install --profile local
 
   # 5. smoke test: a SIGILL or a wrong vector fails set-up here, not a query later
   SMOKE_STAMP=$VENV/.fanout-smoke

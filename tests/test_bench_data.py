@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout import bench_data as bd
+from faces import bench_data as bd
 
 BENCH = bd.default_bench_dir()
 needs_bench = pytest.mark.skipif(

@@ -156,6 +156,7 @@ def test_get_a_note_and_one_section(client):
     assert "## Syntax highlighting" in h1["text"] and "# this is a comment" in h1["text"]
     sub = client.ok("get", {"path": "Editing/Code blocks.md", "heading": "Code blocks > Syntax highlighting"})
     assert sub["text"].startswith("## Syntax highlighting")
+    assert client.ok("get", {"path": "Obsidian Sync"})["path"] == "Sync/Sync your notes.md"  # an alias
     ru = client.ok("get", {"path": "Синхронизация/Синхронизация заметок.md"})
     assert ru["lang"] == "ru"
     assert "headings: ['Set up sync', 'Version history']" in client.error(

@@ -182,11 +182,14 @@ def test_cli_install_and_list(fake: dict[str, Any], tmp_path: Path, monkeypatch:
     manifest_file = tmp_path / "models.yaml"
     manifest_file.write_text(yaml.safe_dump(fake["manifest"]))
     monkeypatch.setattr(models, "MANIFEST", manifest_file)
+    from faces.cli import main
+
     cache = str(fake["cache"])
-    assert models.main_models(["--cache-dir", cache, "list"]) == 0
+    assert main(["models", "--cache-dir", cache, "list"]) == 0
     assert " no " in capsys.readouterr().out
-    assert models.main_models(["--cache-dir", cache, "install", "--profile", "local"]) == 0
-    assert models.main_models(["--cache-dir", cache, "list"]) == 0
+    assert main(["models", "--cache-dir", cache, "install", "--profile", "local"]) == 0
+    assert main(["models", "--cache-dir", cache, "list"]) == 0
     out = capsys.readouterr().out
     assert "tiny" in out and " yes " in out
-    assert models.main_models(["--cache-dir", cache, "path", "pypi:nope"]) == 1
+    assert main(["models", "--cache-dir", cache, "path", "pypi:nope"]) == 2
+    assert "unknown model recipe 'nope'" in capsys.readouterr().err

@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from fanout import bench_data as bd
-from pipelines import bootstrap_ci as bc
-from pipelines import report_eval as rep
-from pipelines import score_runs as sr
+from faces import bench_data as bd
+from faces import bootstrap_ci as bc
+from faces import report_eval as rep
+from faces import score_runs as sr
 
 BENCH = bd.default_bench_dir()
 needs_bench = pytest.mark.skipif(

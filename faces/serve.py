@@ -1,0 +1,211 @@
+"""`fanout serve`: a small HTTP server on 127.0.0.1 that keeps the Searchers, the lancedb handles and the
+embedder warm, so `fanout query / search / vsearch` answer a repeated query in milliseconds, not seconds.
+
+The server writes a port file `<db>/.fanout-serve.json` (mode 0600: port, pid, config, a random token that
+every request must carry); the CLI reads it and posts its request there, and falls back to running the
+pipeline in-process when there is no file, the server does not answer, or the server runs another config
+(`FANOUT_NO_SERVER=1` forces in-process). Only the stdlib is imported on the client side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from faces.common import ENV_NO_SERVER, UserError
+
+log = logging.getLogger(__name__)
+PORT_FILE = ".fanout-serve.json"
+MAX_BODY = 1 << 20  # bytes of one request
+
+
+def config_key(config: str | None) -> str:
+    """The config a process runs, as a comparable string (a YAML path made absolute)."""
+    name = str(config or os.environ.get("FANOUT_CONFIG") or "local")
+    return str(Path(name).resolve()) if Path(name).suffix else name
+
+
+def port_file(db: str | Path) -> Path:
+    """`<db>/.fanout-serve.json`; a db given as a URI keeps its port file under ~/.cache/fanout/serve/."""
+    s = str(db)
+    if "://" in s:
+        import hashlib
+
+        digest = hashlib.sha256(s.encode()).hexdigest()[:16]
+        return Path(os.environ.get("FANOUT_CACHE") or Path.home() / ".cache" / "fanout") / "serve" / f"{digest}.json"
+    return Path(s) / PORT_FILE
+
+
+def ask_server(db: str | Path, request: dict[str, Any], config: str | None,
+               timeout: float = 600.0) -> dict[str, Any] | None:
+    """The warm server's answer to `request`, or None when no usable server runs for this db and config."""
+    if os.environ.get(ENV_NO_SERVER, "") not in ("", "0"):
+        return None
+    try:
+        info = json.loads(port_file(db).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if info.get("config") != config_key(config):
+        log.info("fanout serve runs config %s, not %s: searching in-process", info.get("config"),
+                 config_key(config))
+        return None
+    body = json.dumps({"token": info.get("token"), "request": request}).encode()
+    try:
+        status, data = _post(int(info["port"]), "/query", body, timeout)
+    except (OSError, ValueError, KeyError) as e:
+        log.info("fanout serve at %s did not answer (%s): searching in-process", info.get("port"), e)
+        return None
+    if status == 400:
+        raise UserError(data.get("error", "bad request"))
+    if status != 200:
+        log.warning("fanout serve failed (%s): %s; searching in-process", status, data.get("error"))
+        return None
+    data["served_by"] = int(info["port"])
+    return data
+
+
+def _handler(app: Any) -> type:
+    """The request handler class bound to one app (http.server is imported only by the server)."""
+    import secrets
+    from http.server import BaseHTTPRequestHandler
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "fanout-serve"
+
+        def log_message(self, fmt: str, *args: Any) -> None:  # http.server prints to stderr otherwise
+            log.debug("%s " + fmt, self.address_string(), *args)
+
+        def _send(self, code: int, data: dict[str, Any]) -> None:
+            body = json.dumps(data, ensure_ascii=False).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._send(200, {"ok": True, "db": app.db})
+            else:
+                self._send(404, {"error": "POST /query or GET /health"})
+
+        def do_POST(self) -> None:
+            if self.path != "/query":
+                return self._send(404, {"error": "POST /query"})
+            n = int(self.headers.get("Content-Length") or 0)
+            if not 0 < n <= MAX_BODY:
+                return self._send(400, {"error": f"request body must be 1 to {MAX_BODY} bytes, got {n}"})
+            try:
+                msg = json.loads(self.rfile.read(n))
+            except ValueError as e:
+                return self._send(400, {"error": f"request is not JSON: {e}"})
+            if not secrets.compare_digest(str(msg.get("token", "")), app.token):
+                return self._send(403, {"error": "wrong token: read it from the port file"})
+            try:
+                self._send(200, app.run(msg.get("request") or {}))
+            except (ValueError, FileNotFoundError) as e:  # what the user asked for is wrong: same as in-process
+                self._send(400, {"error": str(e)})
+            except Exception as e:  # a failure inside the pipeline: report it, keep serving
+                log.exception("query failed")
+                self._send(500, {"error": f"{type(e).__name__}: {e}"})
+
+    return Handler
+
+
+def _post(port: int, path: str, body: bytes, timeout: float) -> tuple[int, dict[str, Any]]:
+    """One HTTP/1.0 POST over a plain socket (http.client would import the email package: ~50 ms of the
+    warm path's budget). The server closes the connection after its answer."""
+    head = (f"POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(head + body)
+        chunks = []
+        while block := s.recv(1 << 16):
+            chunks.append(block)
+    raw = b"".join(chunks)
+    header, sep, payload = raw.partition(b"\r\n\r\n")
+    if not sep:
+        raise ValueError("truncated HTTP answer")
+    status = int(header.split(b" ", 2)[1])
+    return status, json.loads(payload or b"{}")
+
+
+class _App:
+    """The service plus a check that drops stale handles when a collection is re-indexed."""
+
+    def __init__(self, db: str, service: Any):
+        import secrets
+
+        self.db, self.service = db, service
+        self.token = secrets.token_hex(16)
+        self.stamps: dict[str, float] = {}
+
+    def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        for name in req.get("collections") or []:
+            mf = Path(self.db) / f"{name}.manifest.json"
+            with contextlib.suppress(OSError):
+                stamp = mf.stat().st_mtime
+                if self.stamps.setdefault(name, stamp) != stamp:  # re-indexed since: reopen its tables
+                    self.stamps[name] = stamp
+                    with self.service.lock:
+                        for key in [k for k in self.service._searchers if k[0] == name]:
+                            del self.service._searchers[key]
+        return self.service.run(req)
+
+
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(args: Any) -> int:
+    """`fanout serve --db DB [--port N]`: serve until Ctrl-C / SIGTERM; removes its port file on exit."""
+    import signal
+
+    from faces.common import config_from_args
+    from faces.service import SearchService
+    from fanout.runner import make_runner
+
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be 0 (any free port) to 65535, got {args.port}")
+    cfg = config_from_args(args)
+    pf = port_file(args.db)
+    with make_runner(cfg, n_rows=1) as runner:
+        service = SearchService(args.db, cfg, runner)
+        for name in args.warm or []:
+            service.searcher(name, "query")  # fails early on a missing index or a model mismatch
+        if runner.kind == "inproc":
+            runner.actor("embedder")
+        app = _App(str(args.db), service)
+        for name in args.warm or []:  # a re-index after this point reopens the collection's tables
+            with contextlib.suppress(OSError):
+                app.stamps[name] = (Path(args.db) / f"{name}.manifest.json").stat().st_mtime
+        from http.server import ThreadingHTTPServer
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(app))
+        port = httpd.server_address[1]
+        pf.parent.mkdir(parents=True, exist_ok=True)
+        tmp = pf.with_name(pf.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"port": port, "pid": os.getpid(), "token": app.token, "config": config_key(args.config),
+                       "db": str(args.db)}, f)
+        tmp.replace(pf)
+        signal.signal(signal.SIGTERM, _interrupt)
+        print(f"fanout serve: {args.db} on http://127.0.0.1:{port} (port file {pf}); "
+              "fanout query/search/vsearch use it now. Ctrl-C stops.", file=sys.stderr, flush=True)
+        try:
+            httpd.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            httpd.server_close()
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(pf.read_text(encoding="utf-8")).get("pid") == os.getpid():
+                    pf.unlink()
+    return 0

@@ -1,0 +1,150 @@
+"""The interactive search behind `fanout query / search / vsearch`, in-process or inside `fanout serve`.
+
+One request dict in, one JSON-ready response dict out, so the CLI prints the same thing whether it ran the
+pipeline itself or asked a warm server. Modes: `query` (the whole pipeline), `search` (full text only) and
+`vsearch` (vectors only), the last two through the config's `retrieve.lanes`, without expansion or rerank.
+Several collections (`-c a,b`) are searched one by one and merged by fused score over a shared normaliser:
+each page's RRF score divided by the best score any page could reach in any of the collections (the largest of
+their per-query normalisers), so a collection where the query found fewer lists (say, no full-text match) does
+not look better than it is; for one collection this is the usual score. Reranked results merge by their
+blended score. Ties keep the collection order given.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fanout.config import Config
+from fanout.runner import Runner
+
+MODES: dict[str, dict[str, Any]] = {
+    "query": {},
+    "search": {"retrieve": {"lanes": ("fts",)}},
+    "vsearch": {"retrieve": {"lanes": ("vec",)}},
+}
+ROW_FIELDS = ("query", "intent", "short_query", "rephrased_query", "expected_answer")
+
+
+class SearchService:
+    """Searchers per (collection, mode), built once; `run(request)` answers one interactive query."""
+
+    def __init__(self, db: str | Path, cfg: Config, runner: Runner):
+        self.db, self.cfg, self.runner = str(db), cfg, runner
+        self._searchers: dict[tuple[str, str], Any] = {}
+        self.lock = threading.Lock()  # one search at a time: llama.cpp models are not thread-safe
+
+    def searcher(self, collection: str, mode: str):
+        from pipelines.search import Searcher
+
+        if mode not in MODES:
+            raise ValueError(f"unknown search mode {mode!r}; choose one of {sorted(MODES)}")
+        key = (collection, mode)
+        if key not in self._searchers:
+            cfg = self.cfg.replace(**MODES[mode]) if MODES[mode] else self.cfg
+            self._searchers[key] = Searcher(self.db, collection, cfg, self.runner)
+        return self._searchers[key]
+
+    def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        from pipelines.search import SearchOptions
+
+        t0 = time.perf_counter()
+        mode = req.get("mode", "query")
+        row = {"id": "q", **{k: req[k] for k in ROW_FIELDS if req.get(k) is not None}}
+        plain = mode != "query"
+        opts = SearchOptions(n=int(req.get("n", 10)), min_score=float(req.get("min_score", 0.0)),
+                             expand=False if plain else req.get("expand"),
+                             rerank=False if plain else req.get("rerank"),
+                             explain=bool(req.get("explain")))
+        collections = req.get("collections") or ["notes"]
+        results: list[dict] = []
+        errors: list[dict] = []
+        timings: dict[str, float] = {}
+        with self.lock:
+            for ci, name in enumerate(collections):
+                s = self.searcher(name, mode)
+                out = s.search([row], opts)
+                for k, v in out.timings.items():
+                    timings[k] = timings.get(k, 0.0) + v
+                variants = {(v["qid"], v["vid"]): v for v in out.variants.to_pylist()}
+                for r in out.results.to_pylist():
+                    results.append(_result(r, name, ci, variants))
+                errors += [{"collection": name, "field": e["field"], "error": e["error"]}
+                           for e in out.errors.to_pylist()]
+                if out.errors.num_rows:
+                    break  # the same row fails the same way in every collection
+        if len(collections) > 1:
+            shared_norm(results)
+            results = [r for r in results if r["score"] >= opts.min_score]
+        results.sort(key=lambda r: (-r["score"], r["_ci"], r["rank"]))
+        results = results[:opts.n]
+        for i, r in enumerate(results, 1):
+            r["rank"] = i
+            for k in ("_ci", "_rrf", "_rerank"):
+                r.pop(k)
+        if req.get("line_numbers") or req.get("full"):
+            self._add_text(results, bool(req.get("full")))
+        timings["total"] = time.perf_counter() - t0
+        return {"mode": mode, "collections": collections, "results": results, "errors": errors,
+                "timings": {k: round(v, 4) for k, v in timings.items()}}
+
+    def _add_text(self, results: list[dict], full: bool) -> None:
+        from faces.notes import NoteError, find_file, line_of, note_lines, read_note
+
+        vaults: dict[str, Path | None] = {}
+        for r in results:
+            name = r["collection"]
+            if name not in vaults:
+                v = self._searchers[next(k for k in self._searchers if k[0] == name)].col.read_manifest()
+                vaults[name] = Path(v["vault"]).resolve() if v.get("vault") else None
+            try:
+                target = find_file(vaults[name], r["path"], "result path")
+                if target is None:
+                    raise NoteError(f"{r['path']!r} is no longer in the vault; re-run `fanout index`")
+                note = read_note(vaults[name], target)
+                r["line"] = line_of(note, r["snippet"], r["heading"] or None)
+                if full:
+                    head, first, lines = note_lines(note, r["heading"] or None)
+                    r["section"] = {"heading": head, "first_line": first, "text": "\n".join(lines)}
+            except NoteError as e:
+                r["line"] = None
+                if full:
+                    r["section"] = {"heading": r["heading"], "first_line": None, "text": "", "error": str(e)}
+
+
+def shared_norm(results: list[dict]) -> None:
+    """Rescore unreranked results of several collections as RRF / the largest per-collection normaliser.
+
+    Each collection's score is `_rrf / denom_c` (fuse_rrf's `_norm`), so `denom_c = _rrf / score`; the
+    shared score is `_rrf / max_c denom_c`.
+    """
+    if any(r["_rerank"] is not None for r in results):
+        return
+    denom: dict[int, float] = {}
+    for r in results:
+        if r["score"] > 0 and r["_rrf"]:
+            d = r["_rrf"] / r["score"]
+            denom[r["_ci"]] = max(denom.get(r["_ci"], 0.0), d)
+    top = max(denom.values(), default=0.0)
+    if top > 0:
+        for r in results:
+            r["score"] = round(min(1.0, r["_rrf"] / top), 4) if r["_rrf"] else 0.0
+
+
+def _result(r: dict, collection: str, ci: int, variants: dict) -> dict:
+    out = {"collection": collection, "rank": r["rank"], "path": r["path"], "title": r["title"],
+           "heading": r["heading"], "snippet": r["snippet"], "score": r["score"], "_ci": ci, "_rrf": r["_rrf"],
+           "_rerank": r["_rerank"]}
+    if r.get("_explain"):
+        ex = json.loads(r["_explain"])
+        lists = []
+        for h in ex.get("lists", []):
+            v = variants.get((r["qid"], h["vid"]), {})
+            lists.append({"lane": h["lane"], "kind": h["kind"], "text": v.get("text", ""),
+                          "source": v.get("source", ""), "rank": h["rank"], "score": h["score"]})
+        out["explain"] = {"lists": lists, "rrf": ex.get("rrf"), "fused_rank": ex.get("fused_rank"),
+                          "rerank": ex.get("rerank")}
+    return out
