@@ -75,7 +75,7 @@ def db_views(con: Any, db: str | Path, collection: str) -> dict[str, str]:
     from fanout.caches import SCHEMAS
     from fanout.db import Collection
 
-    col = Collection(Path(db), collection)
+    col = Collection(str(db), collection)
     col.require()
     present = set(col.table_names())
     made = {}

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from fanout import storage
 from fanout.config import Config
 from fanout.db import Collection
 
@@ -70,7 +71,8 @@ def status(col: Collection, cfg: Config, detail: bool = False) -> dict[str, Any]
                 continue
             t = col.table(n)
             tables[n] = {"rows": t.count_rows(), "version": t.version,
-                         "bytes": _disk_bytes(col.db_dir / f"{n}.lance")}
+                         "bytes": None if storage.is_remote(col.db_dir) else
+                         _disk_bytes(Path(col.db_dir) / f"{n}.lance")}
         out["tables"] = tables
         out["db"] = str(col.db_dir)
     return out
@@ -106,7 +108,7 @@ def list_files(col: Collection, prefix: str = "") -> list[dict[str, Any]]:
 def list_collections(db_dir: str | Path) -> list[dict[str, Any]]:
     out = []
     for name in collection_names(db_dir):
-        col = Collection(Path(db_dir), name)
+        col = Collection(db_dir, name)
         m = col.read_manifest()
         stats = m.get("stats") or {}
         out.append({"collection": name, "vault": m.get("vault"), "notes": stats.get("notes"),
@@ -116,7 +118,7 @@ def list_collections(db_dir: str | Path) -> list[dict[str, Any]]:
 
 def remove_collection(db_dir: str | Path, name: str) -> list[str]:
     """Drop a collection's tables (chunks, documents, caches) and its manifest; the vault is not touched."""
-    col = Collection(Path(db_dir), name)
+    col = Collection(db_dir, name)
     if name not in collection_names(db_dir) and not col.has(col.chunks_name):
         known = collection_names(db_dir)
         raise FileNotFoundError(f"no collection {name!r} in {str(db_dir)!r}; collections: {known}")
@@ -125,7 +127,7 @@ def remove_collection(db_dir: str | Path, name: str) -> list[str]:
         if col.has(n):
             col.drop(n)
             dropped.append(n)
-    if col.manifest_path.exists():
-        col.manifest_path.unlink()
-        dropped.append(col.manifest_path.name)
+    if storage.exists(col.manifest_path, col._scfg):
+        storage.remove(col.manifest_path, col._scfg)
+        dropped.append(col.manifest_path.rsplit("/", 1)[-1])
     return dropped

@@ -125,7 +125,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         raise UserError(f"index builds one collection at a time, got {names}; run it once per collection")
     with make_runner(cfg, n_rows=0 if args.runner is None else 10**9) as runner, \
             Progress("embedding", "chunk") as progress:
-        s = index_vault(args.vault, args.db, names[0], cfg, runner, progress=progress, rebuild=args.rebuild)
+        s = index_vault(args.vault, args.db, names[0], cfg, runner, progress=progress,
+                        rebuild=getattr(args, "rebuild", False))
     for sk in s.skipped:
         print(f"skipped {sk['path']}: {sk['reason']} ({sk['detail']})", file=sys.stderr)
     print(s.text())

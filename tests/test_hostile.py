@@ -438,7 +438,8 @@ def test_a_chunking_change_rebuilds_but_reuses_identical_vectors(small_index, fa
 
 def test_mcp_get_never_blocks_on_a_fifo_or_follows_a_link_out(small_index, fake_cfg, fake_runner, tmp_path):
     pytest.importorskip("mcp")
-    from faces.mcp_server import FanoutTools, ToolArgError
+    from faces.mcp_server import FanoutTools
+    from faces.notes import NoteError  # ToolArgError and the resolver's errors: both refused to the client
 
     vault, db = small_index
     tools = FanoutTools(db, "t", fake_cfg, fake_runner)
@@ -446,6 +447,6 @@ def test_mcp_get_never_blocks_on_a_fifo_or_follows_a_link_out(small_index, fake_
     (tmp_path / "secret.md").write_text(SECRET)
     os.symlink(tmp_path / "secret.md", vault / "out.md")
     for path in ("pipe.md", "out.md", "../secret.md"):
-        with pytest.raises(ToolArgError):
+        with pytest.raises(NoteError):
             bounded(lambda p=path: tools.get({"path": p}), 10)
     assert tools.get({"path": "Рецепты/Блины.md"})["title"]
