@@ -74,7 +74,7 @@ class IndexConfig:
     vector_index_min_rows: int = 50000  # below this vector search is brute force (exact, fast enough)
     # ANN index kind built above vector_index_min_rows (bench/index_scale.py compares them)
     vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
-    vector_partitions: int = 0  # IVF partitions; 0 = rows / 8192
+    vector_partitions: int = 0  # IVF partitions; 0 = sqrt(rows)
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
     hnsw_m: int = 20  # HNSW graph degree
     hnsw_ef_construction: int = 300  # HNSW build beam width
