@@ -85,7 +85,7 @@ class IndexConfig:
     hnsw_ef_construction: int = 300  # HNSW build beam width
     nprobes: int = 20  # IVF partitions searched per query (query time; 50 gave no more recall at 100k)
     refine_factor: int = 2  # re-rank k x this with exact distances (query time; SQ alone: recall 0.92-0.96)
-    ef: int = 100  # HNSW search beam width; 0 = Lance's default (query time; 0.916 -> 0.963 without refine)
+    ef: int = 100  # HNSW beam width, at least k x refine_factor; 0 = Lance's default (query time)
     # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
     # Full it is: bench/matryoshka.py on the English sets (115 queries), hybrid nDCG@5 base/tricky 768
     # 0.797/0.804, 512 0.782/0.789, 256 0.779/0.780, 128 0.770/0.722; search cost does not matter below the

@@ -325,8 +325,8 @@ class Collection:
             q = q.nprobes(icfg.nprobes)
             if icfg.refine_factor:
                 q = q.refine_factor(icfg.refine_factor)
-            if icfg.ef:
-                q = q.ef(icfg.ef)
+            if icfg.ef:  # Lance requires ef >= the candidates asked for (k, or k x refine_factor)
+                q = q.ef(max(icfg.ef, k * max(1, icfg.refine_factor)))
         res = q.select(select).limit(k).to_arrow()
         if "query_index" not in res.column_names:
             res = res.append_column("query_index", pa.array([0] * res.num_rows, pa.int32()))
