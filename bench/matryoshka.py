@@ -44,9 +44,16 @@ def quality(runs: list[str]) -> dict[tuple[str, str], dict[str, float]]:
     """(run folder, mode) -> {set: mean nDCG@5}."""
     import pyarrow.parquet as pq
 
+    from faces.bench_data import load_queries
+    from faces.score_runs import score_files
+
     out: dict[tuple[str, str], dict[str, float]] = {}
     for r in runs:
-        t = pq.read_table(Path(r) / "per_query.parquet").to_pylist()
+        f = Path(r) / "per_query.parquet"
+        if f.exists():
+            t = pq.read_table(f).to_pylist()
+        else:  # an eval still running: score the run files it has written
+            t = score_files(sorted((Path(r) / "runs").glob("*.json")), load_queries(None)).to_pylist()
         acc: dict[tuple[str, str], list[float]] = {}
         for row in t:
             acc.setdefault((row["system"].removeprefix("fanout-"), row["set"]), []).append(row["ndcg_5"])
@@ -169,13 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
 
     modes = sorted({m for _, m in q_of})
+    sets = [s for s in SETS if any(s in v for v in q_of.values())]
     n_real = 0 if real is None else len(real)
-    head = ("| dim | " + " | ".join(f"{m} {s}" for m in modes for s in SETS)
+    head = ("| dim | " + " | ".join(f"{m} {s}" for m in modes for s in sets)
             + f" | ms/query, bench-en ({n_real} chunks) | ms/query, {args.rows} synthetic | bytes/vector |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for i, d in enumerate(dims):
         run = runs[i] if i < len(runs) else None
-        cells = [f"{q_of.get((run, m), {}).get(s, float('nan')):.3f}" for m in modes for s in SETS]
+        cells = [f"{q_of.get((run, m), {}).get(s, float('nan')):.3f}" for m in modes for s in sets]
         c = cost[d]
         lines.append(f"| {d} | " + " | ".join(cells) + f" | {c['real'] if c['real'] is None else round(c['real'], 2)}"
                      f" | {c['synth']:.2f} | {4 * d} |")

@@ -85,19 +85,28 @@ class ChunkConfig:
 class IndexConfig:
     languages: tuple[str, ...] = ("en", "ru")  # one FTS column (with its stemmer) per language
     default_lang: str = "auto"  # "auto" detects per note (Cyrillic share), or force a language
-    vector_index_min_rows: int = 50000  # below this vector search is brute force (exact, fast enough)
+    # below this vector search is brute force: exact, ~5.6 ms/query at 50k rows (STACK.md); at 100k rows
+    # brute force was ~10x slower than the index below (bench/index_scale.py, same run)
+    vector_index_min_rows: int = 50000
+    # bench/index_scale.py, 100k clustered 768-d rows, 100 queries per call, shared 2-core box: IVF_HNSW_SQ
+    # reached recall@10 1.0 (nprobes 20, refine 2, ef 100) at ~1/10 of brute force's time, 91 MB, built in
+    # 395 s; IVF_RQ built 5x faster but stopped at recall 0.93 (refine 10); IVF_PQ took 10x HNSW's build
+    # time at 20k rows for recall 0.998 (refine 10)
     max_note_mb: float = 20.0  # a note file larger than this is skipped (reason too_large)
     verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
-    # ANN index kind built above vector_index_min_rows (bench/index_scale.py compares them)
     vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
-    vector_partitions: int = 0  # IVF partitions; 0 = rows / 8192
+    vector_partitions: int = 0  # IVF partitions; 0 = sqrt(rows)
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
     hnsw_m: int = 20  # HNSW graph degree
     hnsw_ef_construction: int = 300  # HNSW build beam width
-    nprobes: int = 20  # IVF partitions searched per query (query time)
-    refine_factor: int = 2  # re-rank k x this candidates with exact distances; 0 = off (query time)
-    ef: int = 100  # HNSW search beam width; 0 = Lance's default (query time)
-    vector_dim: int = 0  # Matryoshka size of the searched vectors (768/512/256/128); 0 = the embedder's full size
+    nprobes: int = 20  # IVF partitions searched per query (query time; 50 gave no more recall at 100k)
+    refine_factor: int = 2  # re-rank k x this with exact distances (query time; SQ alone: recall 0.92-0.96)
+    ef: int = 100  # HNSW beam width, at least k x refine_factor; 0 = Lance's default (query time)
+    # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
+    # Full it is: bench/matryoshka.py on the English sets (115 queries), hybrid nDCG@5 base/tricky 768
+    # 0.797/0.804, 512 0.782/0.789, 256 0.779/0.780, 128 0.770/0.722; search cost does not matter below the
+    # vector index threshold. A smaller size only pays where index memory does (1M rows: 3 GB at 768).
+    vector_dim: int = 0
 
     def validate(self) -> None:
         known = {"en", "ru", "de", "fr", "es", "it", "pt"}

@@ -136,7 +136,6 @@ def has_vector_index(tbl) -> bool:
     return VECTOR in index_columns(tbl)
 
 
-ROWS_PER_PARTITION = 8192  # IVF partitions = rows / this unless index.vector_partitions is set
 _VECTOR_INDEXES = {"IVF_PQ": "IvfPq", "IVF_RQ": "IvfRq", "IVF_SQ": "IvfSq", "IVF_FLAT": "IvfFlat",
                    "IVF_HNSW_SQ": "IvfHnswSq", "IVF_HNSW_PQ": "IvfHnswPq"}
 
@@ -146,9 +145,9 @@ def vector_index_params(icfg: IndexConfig, rows: int, dim: int) -> dict[str, Any
     kind = icfg.vector_index_type
     if kind not in _VECTOR_INDEXES:
         raise ValueError(f"index.vector_index_type {kind!r} is unknown; choose one of {sorted(_VECTOR_INDEXES)}")
-    # ~8k rows per partition: k-means training grows with partitions squared (sqrt(rows) partitions took
-    # minutes at 100k rows on 2 cores), and HNSW inside each partition keeps large partitions fast to search
-    parts = icfg.vector_partitions or max(1, min(4096, rows // ROWS_PER_PARTITION))
+    # sqrt(rows) partitions, as measured by bench/index_scale.py (20k and 100k rows); k-means training cost
+    # grows with partitions x sample (256 rows per partition), so very large tables may want fewer
+    parts = icfg.vector_partitions or max(1, min(4096, round(rows ** 0.5)))
     params: dict[str, Any] = {"index_type": kind, "metric": "cosine", "num_partitions": int(parts)}
     if kind.endswith("_PQ"):
         sub = icfg.vector_sub_vectors or max(1, dim // 16)
@@ -359,7 +358,7 @@ class Collection:
                 if icfg.refine_factor:
                     q = q.refine_factor(icfg.refine_factor)
                 if icfg.ef:
-                    q = q.ef(icfg.ef)
+                    q = q.ef(max(icfg.ef, k * max(1, icfg.refine_factor)))  # Lance: ef >= candidates
             res = q.select(select).limit(k).to_arrow()
         if "query_index" not in res.column_names:
             res = res.append_column("query_index", pa.array([0] * res.num_rows, pa.int32()))
