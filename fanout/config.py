@@ -167,9 +167,13 @@ class RunnerConfig:
 @dataclass(frozen=True)
 class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
-    embedder: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=512, batch_size=32))
-    expander: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=8))
-    reranker: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=40))
+    # n_batch / n_ubatch: see configs/local.yaml and bench/kernels.py for what was measured
+    embedder: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=512, batch_size=32, n_batch=512,
+                                                                      n_ubatch=512))
+    expander: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=8, n_batch=512,
+                                                                      n_ubatch=512))
+    reranker: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=40, n_batch=512,
+                                                                      n_ubatch=512))
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
