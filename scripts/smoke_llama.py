@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+import numpy as np
+import pyarrow as pa
 
-from actors._llama import backend_info  # noqa: E402
-from fanout.config import load_config  # noqa: E402
+from actors._llama import backend_info
+from fanout.config import load_config
 
 log = logging.getLogger("smoke")
 # ~300 tokens of plain documentation prose: long enough for the batched (GEMM) quantized kernels
