@@ -161,12 +161,13 @@ def run_py(job: dict, build: str, portable: Path | None, env_extra: dict | None 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(job, f)
     try:
-        p = subprocess.run([sys.executable, __file__, "--worker", f.name], env=env, capture_output=True,
+        # stderr is passed through: the worker prints each measurement there as it goes
+        p = subprocess.run([sys.executable, __file__, "--worker", f.name], env=env, stdout=subprocess.PIPE,
                            text=True, check=False)
     finally:
         os.unlink(f.name)
     if p.returncode != 0:
-        raise SystemExit(f"{build} worker failed (rc {p.returncode}):\n{p.stderr[-2000:]}")
+        raise SystemExit(f"{build} worker failed (rc {p.returncode}); its stderr is above")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 

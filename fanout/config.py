@@ -230,9 +230,15 @@ class RunnerConfig:
 @dataclass(frozen=True)
 class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
-    embedder: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=512, batch_size=32))
-    expander: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=8))
-    reranker: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=40))
+    # n_batch / n_ubatch: bench/kernels.py sweep (configs/local.yaml has the numbers): the embedder is
+    # fastest per token at 512 with one long chunk or <= 8 short texts per decode; 1024/2048 packing was
+    # 15-25% slower. Expander/reranker keep llama-cpp-python's 512/512 (their sweep is not measured yet).
+    embedder: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=512, batch_size=32, n_batch=512,
+                                                                      n_ubatch=512))
+    expander: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=8, n_batch=512,
+                                                                      n_ubatch=512))
+    reranker: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=40, n_batch=512,
+                                                                      n_ubatch=512))
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
