@@ -166,10 +166,10 @@ class FuseConfig:
     bonus_first: float = 0.05  # added once for a page ranked 1st in any list
     bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
     calibrate: bool = True  # multiply a query's scores by its absolute evidence (best cosine / BM25)
-    cos_floor: float = 0.30  # best cosine at or below this: no vector evidence (see configs/local.yaml)
-    cos_full: float = 0.60  # best cosine at or above this: full vector evidence
-    bm25_floor: float = 2.0  # best raw BM25 score at or below this: no full-text evidence
-    bm25_full: float = 12.0  # best raw BM25 score at or above this: full full-text evidence
+    cos_floor: float = 0.20  # best cosine at or below this: no vector evidence (fit: configs/local.yaml)
+    cos_full: float = 0.35  # best cosine at or above this: full vector evidence
+    bm25_floor: float = 0.0  # best raw BM25 score at or below this: no full-text evidence
+    bm25_full: float = 24.0  # best raw BM25 score at or above this: full full-text evidence
 
     def validate(self) -> None:
         _check(self.k > 0, f"fuse.k must be > 0, got {self.k}")
