@@ -85,6 +85,8 @@ class ChunkConfig:
 class IndexConfig:
     languages: tuple[str, ...] = ("en", "ru")  # one FTS column (with its stemmer) per language
     default_lang: str = "auto"  # "auto" detects per note (Cyrillic share), or force a language
+    max_note_mb: float = 20.0  # a note file larger than this is skipped (reason too_large)
+    verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
     # below this vector search is brute force: exact, ~5.6 ms/query at 50k rows (STACK.md); at 100k rows
     # brute force was ~10x slower than the index below (bench/index_scale.py, same run)
     vector_index_min_rows: int = 50000
@@ -92,8 +94,6 @@ class IndexConfig:
     # reached recall@10 1.0 (nprobes 20, refine 2, ef 100) at ~1/10 of brute force's time, 91 MB, built in
     # 395 s; IVF_RQ built 5x faster but stopped at recall 0.93 (refine 10); IVF_PQ took 10x HNSW's build
     # time at 20k rows for recall 0.998 (refine 10)
-    max_note_mb: float = 20.0  # a note file larger than this is skipped (reason too_large)
-    verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
     vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
     vector_partitions: int = 0  # IVF partitions; 0 = sqrt(rows)
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
