@@ -93,6 +93,8 @@ def _print_results(res, fmt: str, explain: bool) -> None:
                 print(f"      {r['_explain']}")
     for e in res.errors.to_pylist():
         print(f"error: {e['field']}: {e['error']}", file=sys.stderr)
+    if res.stats.get("cached_expansions"):
+        print(f"({res.stats['cached_expansions']} used a cached expansion)", file=sys.stderr)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -110,46 +112,62 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from fanout.batch_io import read_rows
+    """Exit 0 when every row was answered, 3 when some rows are error rows (the rest is in --out)."""
+    from fanout.batch_io import check_out
     from fanout.runner import make_runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher
 
     cfg = _cfg(args)
-    n = len(read_rows(args.file))
-    with make_runner(cfg, n_rows=n) as runner:
+    if args.engine:
+        cfg = cfg.replace(runner={"engine": args.engine})
+    check_out(args.out, args.file)  # before any work (and before Ray starts)
+    n = 0 if args.runner is None else 10**9
+    mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
+    tty = sys.stderr.isatty()
+    with make_runner(cfg, n_rows=n, mode=mode) as runner:
         searcher = Searcher(args.db, args.collection, cfg, runner)
-        st = run_batch(args.file, args.out, searcher, _opts(args), args.slice,
-                       on_slice=lambda d, t: print(f"\r{d}/{t} queries", end="", file=sys.stderr))
-    print(file=sys.stderr)
+        st = run_batch(args.file, args.out, searcher, _opts(args), args.slice, progress=tty,
+                       on_slice=(lambda d, t: print(f"\r{d}/{t} queries", end="", file=sys.stderr)) if tty
+                       else None)
+    if tty:
+        print(file=sys.stderr)
     times = " ".join(f"{k} {v:.2f}s" for k, v in st["timings"].items())
+    exp = ", ".join(f"{k} {v}" for k, v in sorted(st["expansion"].items()))
     print(f"{st['queries']} queries ({st['resumed']} resumed), {st['errors']} errors, {st['seconds']:.1f}s "
-          f"-> {args.out}\nstages: {times}")
-    return 0
+          f"-> {args.out}\nexpansion: {exp or 'none'} ({st['cached_expansions']} used a cached expansion)"
+          + (f"\nstages: {times}" if times else f"\nengine: {st['engine']}"))
+    return 3 if st["errors"] else 0
+
+
+def _big_input(path: str, cfg) -> bool:
+    """auto mode: Ray for inputs of at least runner.ray_min_rows rows (counted by a streaming pass)."""
+    from fanout.batch_io import read_input
+
+    if cfg.runner.mode != "auto":
+        return cfg.runner.mode == "ray"
+    if cfg.runner.ray_address or os.environ.get("RAY_ADDRESS"):
+        return True
+    n = 0
+    for t in read_input(path):
+        n += t.num_rows
+        if n >= cfg.runner.ray_min_rows:
+            return True
+    return False
 
 
 def cmd_expand(args: argparse.Namespace) -> int:
-    """Precompute expansions for a query file into the cache (no retrieval)."""
-    from fanout.batch_io import read_rows
-    from fanout.caches import Caches
-    from fanout.db import Collection
+    """Precompute expansions for a query file into the cache (no retrieval); resumable, streaming."""
     from fanout.runner import make_runner
-    from pipelines.expand_queries import expand_queries
-    from pipelines.parse_queries import parse_queries
+    from pipelines.precompute import run_expand
 
     cfg = _cfg(args)
-    rows = read_rows(args.file)
-    queries, errors = parse_queries(rows)
-    col = Collection(Path(args.db), args.collection)
-    caches = Caches(col, "", cfg.models.embed_prompt)
-    t = time.perf_counter()
-    with make_runner(cfg, n_rows=queries.num_rows) as runner:
-        _, stats = expand_queries(queries, {}, runner, cfg, caches, expand=True)
-    print(f"{queries.num_rows} queries expanded in {time.perf_counter() - t:.1f}s: {stats}; "
-          f"{errors.num_rows} bad rows")
-    for e in errors.to_pylist():
-        print(f"error: {e['qid']}: {e['field']}: {e['error']}", file=sys.stderr)
-    return 0
+    mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
+    with make_runner(cfg, n_rows=0, mode=mode) as runner:
+        st = run_expand(args.file, args.db, args.collection, cfg, runner)
+    print(f"{st['queries']} queries in {st['seconds']:.1f}s: {st['expanded']} expanded, {st['cached']} already "
+          f"cached, {st['agent']} had agent variants, {st['errors']} bad rows")
+    return 3 if st["errors"] else 0
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -211,7 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("batch", help="answer a query file (JSONL/parquet/CSV) into --out; resumable")
     p.add_argument("file")
     p.add_argument("--out", required=True, help="results file: .parquet, .jsonl or .csv")
-    p.add_argument("--slice", type=int, default=64, help="queries per resumable part")
+    p.add_argument("--slice", type=int, default=None, help="queries per in-process part (runner.slice_rows)")
+    p.add_argument("--engine", choices=["data", "slices"], default=None,
+                   help="on Ray: one Ray Data pipeline (data, default) or the driver slice loop (slices)")
     _common(p)
     _search_flags(p)
     p.set_defaults(fn=cmd_batch)

@@ -16,12 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from actors._llama import file_sha256, model_path
 from fanout.config import Config
 from fanout.db import SCHEMA_VERSION, Collection
-from fanout.runner import Runner
+from fanout.runner import Runner, model_identity
 from pipelines.chunk_notes import chunk_notes
-from pipelines.embed_chunks import embed_chunks
+from pipelines.embed_chunks import embed_groups
 from pipelines.scan_notes import scan_notes
 from pipelines.write_index import (
     add_fts_columns,
@@ -59,10 +58,10 @@ class IndexSummary:
 
 def index_manifest(cfg: Config, vault: Path) -> dict:
     """What produced an index: a change in any key except `vault` means everything is re-embedded."""
-    path = model_path(cfg, "embedder")
+    name, sha = model_identity(cfg, "embedder")  # the fake backend names itself (configs/fake.yaml)
     return {
         "schema_version": SCHEMA_VERSION,
-        "embedder": {"spec": cfg.models.embedder, "file": path.name, "sha256": file_sha256(path),
+        "embedder": {"spec": cfg.models.embedder, "file": name, "sha256": sha,
                      "prompt": cfg.models.embed_prompt, "n_ctx": cfg.embedder.n_ctx},
         "chunk": dataclasses.asdict(cfg.chunk),
         "languages": list(cfg.index.languages),
@@ -105,6 +104,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     for p in chunks_all["path"].to_pylist():
         per_note[p] = per_note.get(p, 0) + 1
     i = 0
+    groups = []
     while i < len(paths):  # groups of whole notes, about `group` chunks each
         sel: list[str] = []
         n = 0
@@ -112,10 +112,11 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
             sel.append(paths[i])
             n += per_note.get(paths[i], 0)
             i += 1
-        mask = pc.is_in(chunks_all["path"], pa.array(sel, pa.string()))
-        part = chunks_all.filter(mask)
+        groups.append((sel, chunks_all.filter(pc.is_in(chunks_all["path"], pa.array(sel, pa.string())))))
+    # in-process: one embedder call per group; Ray (runner.engine data): one Dataset, groups back in order
+    for sel, part in embed_groups(groups, runner, cfg):
         part_notes = todo.filter(pc.is_in(todo["path"], pa.array(sel, pa.string())))
-        embedded = add_fts_columns(embed_chunks(part, runner), part_notes, cfg.index.languages)
+        embedded = add_fts_columns(part, part_notes, cfg.index.languages)
         write_index(col, embedded, documents_table(part_notes, part), set(sel))
         wrote_any = True
         summary.embedded_chunks += part.num_rows
