@@ -279,7 +279,7 @@ def write_results(parts: Any, out: str | Path) -> dict[str, int]:
     con = duckdb.connect()
     con.register("parts", parts)
     counts = dict(zip(("queries", "errors"), con.execute(
-        "select count(*), count(error) from parts").fetchone()))
+        "select count(*), count(error) from parts").fetchall()[0]))
     with fs.open_output_stream(tmp) as sink:
         if ext == ".jsonl":
             reader = arrow_reader(con, (_QUERY_SQL), 8192)

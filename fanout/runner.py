@@ -320,6 +320,7 @@ class RayRunner(Runner):
         self._ray = ray
         self._tmp: str | None = None
         self._watchdog: subprocess.Popen | None = None
+        self._pools: dict[str, list[Any]] = {}
         self._owns = False
         address = cfg.runner.ray_address or os.environ.get("RAY_ADDRESS", "")
         if not ray.is_initialized():
@@ -339,7 +340,6 @@ class RayRunner(Runner):
                              logging_level="ERROR", object_store_memory=cfg.runner.object_store_mb * 2**20,
                              _temp_dir=self._tmp, configure_logging=False)
             self._owns = True
-        self._pools: dict[str, list[Any]] = {}
 
     def _actors_for(self, role: str) -> list[Any]:
         if role in self._pools:
@@ -466,6 +466,10 @@ class RayRunner(Runner):
         ctx.print_on_execution_start = False
         if hasattr(ctx, "enable_operator_progress_bars"):
             ctx.enable_operator_progress_bars = False
+        if hasattr(ctx, "op_resource_reservation_enabled"):
+            # Ray Data's per-operator reservations split what the actor pools leave free; on a small
+            # cluster the read tasks then get less than one task's CPUs and the job never starts
+            ctx.op_resource_reservation_enabled = False
         if hasattr(ctx, "wait_for_min_actors_s"):  # the fit check above catches most; never wait forever
             ctx.wait_for_min_actors_s = int(self.cfg.runner.placement_timeout_s)
         ctx.verbose_stats_logs = False
@@ -473,11 +477,11 @@ class RayRunner(Runner):
             logging.getLogger(name).setLevel(logging.ERROR)
         specs = fuse_specs(specs)
         self.check_fits(specs)
-        io_cpus = {"num_cpus": 0.1}  # read/write tasks must not wait behind the actor pools (ray#44687)
+        io_cpus = 0.1  # read/write tasks must not wait behind the actor pools (ray#44687)
         if tables is not None:
             ds = ray.data.from_arrow(tables)
         else:
-            ds = ray.data.read_parquet(paths, filesystem=filesystem, ray_remote_args=io_cpus)
+            ds = ray.data.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus)
         for spec in specs:
             ds = ds.map_batches(spec.cls, **self._map_opts(spec))
         return ds
@@ -487,7 +491,7 @@ class RayRunner(Runner):
         """Run the Dataset and write its rows as parquet parts under `out_dir`; returns Ray Data's stats."""
         ds = self.dataset(specs, paths, filesystem, progress)
         try:
-            ds.write_parquet(out_dir, filesystem=filesystem, ray_remote_args={"num_cpus": 0.1})
+            ds.write_parquet(out_dir, filesystem=filesystem, num_cpus=0.1)
         except Exception as e:  # a pool that timed out starting: say why in our words
             if "actor" in str(e).lower() and "time" in str(e).lower():
                 raise RuntimeError(f"{e}; {_pool_list(self.cfg, specs)}") from e

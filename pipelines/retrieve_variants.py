@@ -217,7 +217,7 @@ class Retrieve:
         fused = fuse_rrf(pa.Table.from_pylist(hits, schema=HITS), self.cfg.fuse, ok_qids)
         fused = fused.filter(pa.compute.less_equal(fused["_rank"], self.keep))
         chunks = fetch_chunks(self.col, set(fused["chunk_id"].to_pylist()))
-        qtext = dict(zip(qids, queries))
+        qtext = {q: t for q, t, e in zip(qids, queries, errors) if e is None}  # ok qids are unique
         per_q: dict[str, list[dict]] = defaultdict(list)
         ptoks = self.cfg.rerank.passage_tokens
         for r in fused.to_pylist():
@@ -239,6 +239,7 @@ class Retrieve:
             by_qid: dict[str, list[dict]] = defaultdict(list)
             for h in hits:
                 by_qid[h["qid"]].append({k: v for k, v in h.items() if k != "qid"})
-            batch = _set(batch, "_hits", pa.array([by_qid.get(q, []) for q in qids], pa.list_(HIT)))
+            batch = _set(batch, "_hits", pa.array([by_qid.get(q, []) if e is None else None
+                                                  for q, e in zip(qids, errors)], pa.list_(HIT)))
         drop = [c for c in ("_probe", "vectors") if c in batch.column_names]
         return batch.drop_columns(drop)
