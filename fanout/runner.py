@@ -336,9 +336,18 @@ class RayRunner(Runner):
                     self._tmp = tempfile.mkdtemp(prefix="fanout-ray-", dir="/tmp")
                     atexit.register(self.close)  # a run that dies before close() still removes its temp dir
                     self._watchdog = _start_watchdog(self._tmp)
-                    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                             logging_level="ERROR", object_store_memory=cfg.runner.object_store_mb * 2**20,
-                             _temp_dir=self._tmp, configure_logging=False)
+                    for attempt in (1, 2):  # Ray gives its raylet 30 s; an overloaded box can miss that once
+                        try:
+                            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                                     logging_level="ERROR", configure_logging=False, _temp_dir=self._tmp,
+                                     object_store_memory=cfg.runner.object_store_mb * 2**20)
+                            break
+                        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception here
+                            if attempt == 2 or "timed out during startup" not in str(e):
+                                raise
+                            log.warning("local Ray did not start in time (%s); trying once more", e)
+                            with contextlib.suppress(Exception):
+                                ray.shutdown()
             self._owns = True
 
     def _actors_for(self, role: str) -> list[Any]:
