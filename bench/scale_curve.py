@@ -36,10 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from cluster_2node import LoopbackCluster  # noqa: E402
+from cluster_2node import LoopbackCluster
 
-from fanout.config import load_config  # noqa: E402
-from fanout.runner import RayRunner, Runner  # noqa: E402
+from fanout.config import load_config
+from fanout.runner import RayRunner, Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = ["backup", "snapshot", "vlan", "router", "vpn", "media", "server", "power", "ups", "sourdough", "dal",

@@ -7,8 +7,6 @@ import json
 import logging
 import os
 import sys
-import time
-from pathlib import Path
 
 os.environ.setdefault("LANCEDB_LOG", "error")
 

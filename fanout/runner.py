@@ -342,7 +342,7 @@ class RayRunner(Runner):
                                      logging_level="ERROR", configure_logging=False, _temp_dir=self._tmp,
                                      object_store_memory=cfg.runner.object_store_mb * 2**20)
                             break
-                        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception here
+                        except Exception as e:
                             if attempt == 2 or "timed out during startup" not in str(e):
                                 raise
                             log.warning("local Ray did not start in time (%s); trying once more", e)
