@@ -39,14 +39,14 @@ def write_input(path: Path, n: int, bad: bool) -> None:
 def child(args: argparse.Namespace) -> int:
     os.environ.setdefault("LANCEDB_LOG", "error")
     from fanout.config import load_config
-    from fanout.runner import RayRunner
+    from fanout.runner import RayRunner, Runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher, SearchOptions
 
     cfg = load_config("fake").replace(runner={"object_store_mb": 256}, retriever={"count": 2, "num_cpus": 0.25},
                                       embedder={"num_cpus": 0.25})
     c0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    with RayRunner(cfg) as rr:
+    with (RayRunner(cfg) if args.runner == "ray" else Runner(cfg)) as rr:
         st = run_batch(args.input, args.out, Searcher(args.db, "samples", cfg, rr), SearchOptions(n=5))
     c1 = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"rows": st["queries"], "errors": st["errors"], "wall_s": time.perf_counter() - t0,
@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default="10000,100000")
     ap.add_argument("--db", default=None, help="a fake-profile index of samples/vault (default: built here)")
     ap.add_argument("--phases-only", action="store_true")
+    ap.add_argument("--runner", choices=["ray", "inproc"], default="ray",
+                    help="ray: the Ray Data engine (driver = this process); inproc: the in-process loop")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--input", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
             env.pop("RAY_ADDRESS", None)
             res = subprocess.run([sys.executable, __file__, "--child", "--input", str(inp), "--out", str(out),
-                                  "--db", db], capture_output=True, text=True, env=env, check=False)
+                                  "--db", db, "--runner", args.runner], capture_output=True, text=True, env=env,
+                                 check=False)
             if res.returncode != 0:
                 print(res.stderr[-3000:])
                 return 1
@@ -98,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     kind = "bad rows only (driver phases)" if args.phases_only else "fake-model search"
-    print(f"\n{kind}; Ray Data engine, private local Ray on {os.cpu_count()} cores\n")
+    engine = "Ray Data engine, private local Ray" if args.runner == "ray" else "in-process loop"
+    print(f"\n{kind}; {engine} on {os.cpu_count()} cores\n")
     print("| input rows | wall s | rows/s | driver CPU s | driver CPU ms/row | driver peak RSS MB |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -122,7 +122,7 @@ class EmbedVariants:
                                  for v in vs or [] if v["kind"] in VEC_KINDS]
         items = list(dict.fromkeys((r, t) for w in wanted for _, r, t in w))
         found = self.caches.get_vectors(items) if self.caches and items else {}
-        missing = [x for x in items if x not in found]
+        missing = sorted({x for x in items if x not in found})  # sorted: the same embed batches as before
         new: dict[tuple[str, str], list[float]] = {}
         if missing:
             out = self.runner.map("embedder", pa.table({"text": [t for _, t in missing],
