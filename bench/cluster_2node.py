@@ -338,9 +338,10 @@ def main(argv: list[str] | None = None) -> int:
             problems["2-node cluster"].append(f"embedder not placed on the models node: {where}")
 
         t = time.perf_counter()
-        with CrashingRayRunner(ccfg, at_call=1, delay_s=args.kill_delay) as r:
+        kcfg = ccfg.replace(runner={"engine": "slices"})  # the kill hits the slice runner's own actor pool
+        with CrashingRayRunner(kcfg, at_call=1, delay_s=args.kill_delay) as r:
             setup = time.perf_counter() - t
-            table.append(run_one("2-node + kill", r, ccfg, db, collection, qfile, work / "killed.parquet",
+            table.append(run_one("2-node + kill", r, kcfg, db, collection, qfile, work / "killed.parquet",
                                  args.slice, setup))
             after = r.actor_info("embedder")[0]["pid"]
             killed = r.killed

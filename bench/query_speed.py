@@ -49,7 +49,8 @@ def timed(searcher: Searcher, runner: Runner, rows: list[dict], opts: SearchOpti
 
 def sequential_qmd(searcher: Searcher, rows: list[dict]) -> float:
     """qmd's flow, one query at a time, every model call made (caches off, no prefix reuse)."""
-    searcher.caches = None
+    searcher = Searcher(searcher.db, searcher.collection, searcher.cfg.replace(cache={"enabled": False}),
+                        searcher.runner)
     reranker = searcher.runner.actor("reranker")
     reranker.prefix_reuse = False
     t = time.perf_counter()

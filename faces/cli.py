@@ -302,51 +302,61 @@ def cmd_collection(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
+    """Exit 0 when every row was answered, 3 when some rows are error rows (the rest is in --out)."""
     from faces.common import config_from_args
     from faces.progress import Progress
-    from fanout.batch_io import read_rows
+    from fanout.batch_io import check_out
     from fanout.runner import make_runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher, SearchOptions
 
     cfg = config_from_args(args)
-    n = len(read_rows(args.file))
+    if args.engine:
+        cfg = cfg.replace(runner={"engine": args.engine})
+    check_out(args.out, args.file)  # before any work (and before Ray starts)
     opts = SearchOptions(n=args.n, min_score=args.min_score, expand=args.expand, rerank=args.rerank)
-    with make_runner(cfg, n_rows=n) as runner, Progress("batch", "query") as progress:
+    mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
+    with make_runner(cfg, n_rows=0, mode=mode) as runner, Progress("batch", "query") as progress:
         searcher = Searcher(args.db, args.collection, cfg, runner)
-        st = run_batch(args.file, args.out, searcher, opts, args.slice, on_slice=progress)
+        st = run_batch(args.file, args.out, searcher, opts, args.slice, progress=sys.stderr.isatty(),
+                       on_slice=progress)
     times = " ".join(f"{k} {v:.2f}s" for k, v in st["timings"].items())
+    exp = ", ".join(f"{k} {v}" for k, v in sorted(st["expansion"].items()))
     print(f"{st['queries']} queries ({st['resumed']} resumed), {st['errors']} errors, {st['seconds']:.1f}s "
-          f"-> {args.out}\nstages: {times}")
-    return 0
+          f"-> {args.out}\nexpansion: {exp or 'none'} ({st['cached_expansions']} used a cached expansion)"
+          + (f"\nstages: {times}" if times else f"\nengine: {st['engine']}"))
+    return 3 if st["errors"] else 0
+
+
+def _big_input(path: str, cfg) -> bool:
+    """auto mode: Ray for inputs of at least runner.ray_min_rows rows (counted by a streaming pass)."""
+    from fanout.batch_io import read_input
+
+    if cfg.runner.mode != "auto":
+        return cfg.runner.mode == "ray"
+    if cfg.runner.ray_address or os.environ.get("RAY_ADDRESS"):
+        return True
+    n = 0
+    for t in read_input(path):
+        n += t.num_rows
+        if n >= cfg.runner.ray_min_rows:
+            return True
+    return False
 
 
 def cmd_expand(args: argparse.Namespace) -> int:
-    """Precompute expansions for a query file into the cache (no retrieval)."""
-    import time
-
+    """Precompute expansions for a query file into the cache (no retrieval); resumable, streaming."""
     from faces.common import config_from_args
-    from fanout.batch_io import read_rows
-    from fanout.caches import Caches
-    from fanout.db import Collection
     from fanout.runner import make_runner
-    from pipelines.expand_queries import expand_queries
-    from pipelines.parse_queries import parse_queries
+    from pipelines.precompute import run_expand
 
     cfg = config_from_args(args)
-    rows = read_rows(args.file)
-    queries, errors = parse_queries(rows)
-    col = Collection(args.db, args.collection, cfg)
-    caches = Caches(col, "", cfg.models.embed_prompt)
-    t = time.perf_counter()
-    with make_runner(cfg, n_rows=queries.num_rows) as runner:
-        _, stats = expand_queries(queries, {}, runner, cfg, caches, expand=True)
-    counts = ", ".join(f"{k} {v}" for k, v in stats.items()) if isinstance(stats, dict) else str(stats)
-    print(f"{queries.num_rows} queries expanded in {time.perf_counter() - t:.1f}s ({counts}); "
-          f"{errors.num_rows} bad rows")
-    for e in errors.to_pylist():
-        print(f"error: {e['qid']}: {e['field']}: {e['error']}", file=sys.stderr)
-    return 0
+    mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
+    with make_runner(cfg, n_rows=0, mode=mode) as runner:
+        st = run_expand(args.file, args.db, args.collection, cfg, runner)
+    print(f"{st['queries']} queries in {st['seconds']:.1f}s: {st['expanded']} expanded, {st['cached']} already "
+          f"cached, {st['agent']} had agent variants, {st['errors']} bad rows")
+    return 3 if st["errors"] else 0
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -506,7 +516,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _parser(sub, "batch", "answer a query file (JSONL/parquet/CSV) into --out; resumable")
     p.add_argument("file", help="query rows: {id, query, short_query, rephrased_query, expected_answer, intent}")
     p.add_argument("--out", required=True, help="results file: .parquet, .jsonl or .csv")
-    p.add_argument("--slice", type=positive_int, default=64, help="queries per resumable part")
+    p.add_argument("--slice", type=positive_int, default=None,
+                   help="queries per in-process resumable part (default: config's runner.slice_rows)")
+    p.add_argument("--engine", choices=["data", "slices"], default=None,
+                   help="on Ray: one Ray Data pipeline (data, default) or the driver slice loop (slices)")
     _db(p)
     _engine(p)
     _ranking(p, explain=False)

@@ -1,9 +1,15 @@
 """Persistent caches as Lance tables next to the index: expansions, query vectors, rerank scores.
 
 Each row is keyed by a sha256 of everything that determines its value (model file hash, prompt version,
-text), so a model or prompt change misses instead of serving stale values. Upserts use `merge_insert` on the
-key (no duplicates). duckdb reads them through Arrow: `duckdb.sql("select * from t")` with
-`t = Caches(...).table("expansions")`.
+text), so a model or prompt change misses instead of serving stale values.
+
+Many readers, one writer: workers read directly (`key IN (...)` on a BTREE index over `key`) and never
+write; they return new cache rows (`*_rows` build them) and ONE writer commits them (`commit`): deduped by
+key within the batch, inserted only where the key is missing (`merge_insert`, insert-if-not-matched), under
+an exclusive file lock per table so that two jobs on one machine never both insert a new key (Lance's
+optimistic commits can: lance-format/lance#4585). A reader that meets duplicates an older version left
+takes one of them instead of reading them as misses. duckdb reads them through Arrow:
+`duckdb.sql("select * from t")` with `t = Caches(...).table("expansions")`.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,6 +47,25 @@ def _quote(keys: list[str]) -> str:
     return ", ".join(f"'{k}'" for k in keys)  # keys are hex digests: nothing to escape
 
 
+@contextlib.contextmanager
+def table_lock(db_dir: Path | str, table: str) -> Iterator[None]:
+    """Exclusive lock of one cache table across processes on this machine (no-op for object-store URIs,
+    where one writer per job plus dedupe-on-read is the guarantee)."""
+    if "://" in str(db_dir):
+        yield
+        return
+    import fcntl
+
+    path = Path(db_dir) / f".{table}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 class Caches:
     """The caches of one collection (tables `<collection>_cache_<name>`)."""
 
@@ -49,6 +76,7 @@ class Caches:
         self.dim = dim
         self.hits: dict[str, int] = {}
         self.misses: dict[str, int] = {}
+        self.commits: dict[str, int] = {}
 
     def _name(self, name: str) -> str:
         return f"{self.col.name}_cache_{name}"
@@ -70,25 +98,42 @@ class Caches:
         uniq = sorted(set(keys))
         for i in range(0, len(uniq), 500):
             part = uniq[i:i + 500]
-            res = tbl.search().where(f"key IN ({_quote(part)})").select(["key", *columns]).limit(len(part))
+            # no limit: an older version may hold duplicates of a key, which must not push others out
+            res = tbl.search().where(f"key IN ({_quote(part)})").select(["key", *columns]).limit(None)
             for r in res.to_arrow().to_pylist():
-                found[r["key"]] = r
+                found.setdefault(r["key"], r)
         self.hits[name] = self.hits.get(name, 0) + sum(k in found for k in keys)
         self.misses[name] = self.misses.get(name, 0) + sum(k not in found for k in keys)
         return found
 
     def _put(self, name: str, rows: pa.Table) -> None:
+        self.commit(name, rows)
+
+    def commit(self, name: str, rows: pa.Table, optimize_every: int = 20) -> int:
+        """Insert the rows whose key is not in the table yet (deduped by key); returns rows inserted."""
         if rows.num_rows == 0:
-            return
+            return 0
+        rows = _dedupe(rows)
         n = self._name(name)
-        if not self.col.has(n):
-            try:
-                self.col.db.create_table(n, data=rows)
-                return
-            except (ValueError, OSError):  # created concurrently: fall through to an upsert
-                pass
-        tbl = self.col.table(n)
-        tbl.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+        with table_lock(self.col.db_dir, n):
+            if not self.col.has(n):
+                try:
+                    self.col.db.create_table(n, data=rows)
+                    with contextlib.suppress(Exception):
+                        self.col.table(n).create_scalar_index("key")  # BTREE: `key IN` lookups, merges
+                    return rows.num_rows
+                except (ValueError, OSError):  # created by an older, unlocked writer: fall through
+                    pass
+            tbl = self.col.table(n)
+            with contextlib.suppress(Exception):
+                tbl.checkout_latest()
+            rows = rows.cast(tbl.schema) if rows.schema != tbl.schema else rows
+            res = tbl.merge_insert("key").when_not_matched_insert_all().execute(rows)
+            self.commits[name] = self.commits.get(name, 0) + 1
+            if optimize_every and self.commits[name] % optimize_every == 0:
+                with contextlib.suppress(Exception):  # folds new rows into the key index, compacts
+                    tbl.optimize()
+        return int(getattr(res, "num_inserted_rows", rows.num_rows) or 0)
 
     # -- query vectors ---------------------------------------------------------------------------------
     def _vkey(self, role: str, text: str) -> str:
@@ -99,20 +144,15 @@ class Caches:
         found = self._get("qvec", list(keys), ["vector"])
         return {keys[k]: v["vector"] for k, v in found.items()}
 
+    def vector_rows(self, vectors: dict[tuple[str, str], list[float]]) -> list[dict]:
+        """Cache rows for new query vectors (not written: the writer commits them)."""
+        now = time.time()
+        return [{"key": self._vkey(r, t), "text": t, "role": r, "model": self.embed_model,
+                 "vector": list(v), "created": now} for (r, t), v in vectors.items()]
+
     def put_vectors(self, vectors: dict[tuple[str, str], list[float]]) -> None:
-        if not vectors:
-            return
-        items = list(vectors.items())
-        dim = len(items[0][1])
-        rows = pa.table({
-            "key": [self._vkey(r, t) for (r, t), _ in items],
-            "text": [t for (_, t), _ in items], "role": [r for (r, _), _ in items],
-            "model": [self.embed_model] * len(items),
-            "vector": pa.FixedSizeListArray.from_arrays(
-                pa.array([x for _, v in items for x in v], pa.float32()), dim),
-            "created": [time.time()] * len(items),
-        })
-        self._put("qvec", rows)
+        if vectors:
+            self.commit("qvec", qvec_table(self.vector_rows(vectors)))
 
     # -- expansions ------------------------------------------------------------------------------------
     def get_expansions(self, model: str, version: str, queries: list[tuple[str, str | None]]
@@ -121,14 +161,18 @@ class Caches:
         found = self._get("expansions", list(keys), ["variants", "source"])
         return {keys[k]: (json.loads(v["variants"]), v["source"]) for k, v in found.items()}
 
-    def put_expansions(self, model: str, version: str, rows: list[dict]) -> None:
-        """rows: {query, intent, variants: [{kind, text}], source}."""
+    @staticmethod
+    def expansion_rows(model: str, version: str, rows: list[dict]) -> list[dict]:
+        """rows: {query, intent, variants: [{kind, text}], source} -> cache rows (not written)."""
         now = time.time()
-        data = [{"key": cache_key("exp", model, version, r["query"], r["intent"]), "query": r["query"],
+        return [{"key": cache_key("exp", model, version, r["query"], r["intent"]), "query": r["query"],
                  "intent": r["intent"], "model": model, "prompt_version": version,
                  "variants": json.dumps(r["variants"], ensure_ascii=False), "source": r["source"],
                  "created": now} for r in rows]
-        self._put("expansions", pa.Table.from_pylist(data, schema=SCHEMAS["expansions"]))
+
+    def put_expansions(self, model: str, version: str, rows: list[dict]) -> None:
+        self.commit("expansions", pa.Table.from_pylist(self.expansion_rows(model, version, rows),
+                                                       schema=SCHEMAS["expansions"]))
 
     # -- rerank scores ---------------------------------------------------------------------------------
     def get_rerank(self, model: str, triples: list[tuple[str, str | None, str]]
@@ -138,13 +182,44 @@ class Caches:
         found = self._get("rerank", list(keys), ["score"])
         return {keys[k]: v["score"] for k, v in found.items()}
 
-    def put_rerank(self, model: str, scores: dict[tuple[str, str | None, str], float]) -> None:
+    @staticmethod
+    def rerank_rows(model: str, scores: dict[tuple[str, str | None, str], float]) -> list[dict]:
         now = time.time()
-        data = [{"key": cache_key("rr", model, q, i, p), "query": q, "intent": i,
+        return [{"key": cache_key("rr", model, q, i, p), "query": q, "intent": i,
                  "passage_hash": hashlib.sha256(p.encode()).hexdigest()[:16], "model": model, "score": s,
                  "created": now} for (q, i, p), s in scores.items()]
-        self._put("rerank", pa.Table.from_pylist(data, schema=SCHEMAS["rerank"]))
+
+    def put_rerank(self, model: str, scores: dict[tuple[str, str | None, str], float]) -> None:
+        self.commit("rerank", pa.Table.from_pylist(self.rerank_rows(model, scores), schema=SCHEMAS["rerank"]))
 
     def stats(self) -> dict[str, Any]:
         return {"hits": dict(self.hits), "misses": dict(self.misses)}
 
+
+
+QVEC_ROW = pa.struct([("key", pa.string()), ("text", pa.string()), ("role", pa.string()), ("model", pa.string()),
+                      ("vector", pa.list_(pa.float32())), ("created", pa.float64())])
+ROW_TYPES = {"qvec": QVEC_ROW,
+             "expansions": pa.struct(list(SCHEMAS["expansions"])),
+             "rerank": pa.struct(list(SCHEMAS["rerank"]))}
+NEW_COLUMNS = {"qvec": "_new_qvec", "expansions": "_new_exp", "rerank": "_new_rr"}  # per-query list columns
+
+
+def qvec_table(rows: list[dict] | pa.Table) -> pa.Table:
+    """Query-vector cache rows as a table whose `vector` is fixed-size (the Lance vector column type)."""
+    t = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=pa.schema(list(QVEC_ROW)))
+    if t.num_rows == 0 or pa.types.is_fixed_size_list(t.schema.field("vector").type):
+        return t
+    vec = t.column("vector").combine_chunks()
+    dim = len(vec[0].as_py())
+    fixed = pa.FixedSizeListArray.from_arrays(vec.flatten(), dim)
+    return t.set_column(t.schema.get_field_index("vector"), "vector", fixed)
+
+
+def _dedupe(rows: pa.Table) -> pa.Table:
+    """First row per key."""
+    keys = rows.column("key").to_pylist()
+    first: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    return rows if len(first) == len(keys) else rows.take(pa.array(sorted(first.values())))

@@ -34,6 +34,24 @@ class ModelsConfig:
     reranker: str = "pypi:qwen2.5-coder-0.5b-instruct-q4_k_m"  # yes/no LLM reranker (Qwen3-Reranker style)
     embed_prompt: Literal["embeddinggemma", "qwen3", "e5", "none"] = "embeddinggemma"  # prompt format
     cache_dir: str = ""  # where models are provisioned; "" = $FANOUT_CACHE or ~/.cache/fanout
+    backend: Literal["llama", "fake"] = "llama"  # llama: GGUF models; fake: actors/fake.py stand-ins (tests)
+
+    def validate(self) -> None:
+        _check(self.backend in ("llama", "fake"),
+               f"models.backend must be one of ['fake', 'llama'], got {self.backend!r}")
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    dim: int = 64  # vector size of the fake embedder (hashed bag of words, unit length)
+    embed_sleep_s: float = 0.0  # seconds the fake embedder sleeps per text (stands in for model latency)
+    expand_sleep_s: float = 0.0  # seconds the fake expander sleeps per query
+    rerank_sleep_s: float = 0.0  # seconds the fake reranker sleeps per (query, passage) pair
+
+    def validate(self) -> None:
+        _check(self.dim >= 2, f"fake.dim must be >= 2, got {self.dim}")
+        for k in ("embed_sleep_s", "expand_sleep_s", "rerank_sleep_s"):
+            _check(getattr(self, k) >= 0, f"fake.{k} must be >= 0, got {getattr(self, k)}")
 
 
 @dataclass(frozen=True)
@@ -45,7 +63,8 @@ class ActorConfig:
     batch_size: int = 32  # rows per actor call (the embedder: also texts per llama embed() call)
     n_batch: int = 0  # tokens per llama_decode call (0 = n_ctx); the embedder packs short texts up to this
     n_ubatch: int = 0  # tokens per compute ubatch (0 = n_batch); embedding models need n_ubatch >= n_batch
-    n_gpu_layers: int = 0  # -1 = offload all layers when a GPU is present
+    n_gpu_layers: int = 0  # -1 = offload all layers; != 0 also makes each Ray actor ask for num_gpus
+    num_gpus: float = 1.0  # GPUs each Ray actor reserves when n_gpu_layers != 0 (fractional shares a GPU)
 
     def validate(self, role: str) -> None:
         _check(self.count >= 1, f"{role}.count must be >= 1, got {self.count}")
@@ -137,7 +156,7 @@ class ProbeConfig:
 
 @dataclass(frozen=True)
 class ExpandConfig:
-    enabled: bool = True  # run the local expander when the caller gave no variants
+    enabled: bool = False  # generate missing expansions with the local LLM (cached ones are always used)
     max_tokens: int = 200  # generation budget
     temperature: float = 0.0  # 0 = greedy, deterministic (so caches and tests are stable)
     prompt_version: str = "v1"  # part of the cache key: bump when the prompt or grammar changes
@@ -147,8 +166,8 @@ class ExpandConfig:
 @dataclass(frozen=True)
 class RetrieveConfig:
     k: int = 20  # hits per list
-    fts_boost_title: float = 4.0  # BM25 column boosts: title + aliases
-    fts_boost_heading: float = 2.0  # heading path
+    fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, configs/local.yaml)
+    fts_boost_heading: float = 1.0  # heading path
     fts_boost_body: float = 1.0  # chunk text
     lanes: tuple[str, ...] = ("fts", "vec", "alias")  # which lanes run (ablations turn some off)
     hyde_prompt: Literal["query", "document"] = "document"  # embed hyde lines with the document prompt
@@ -162,7 +181,7 @@ class FuseConfig:
     w_vec: float = 1.0  # weight of vec variants (paraphrases)
     w_hyde: float = 1.0  # weight of hyde variants (answer-shaped sentences)
     w_alias: float = 2.0  # weight of the exact title/alias lane
-    fts_scale: float = 1.0  # multiplies the weight of every full-text list (tunes BM25 against vectors)
+    fts_scale: float = 0.5  # multiplies the weight of every full-text list (English sweep, configs/local.yaml)
     bonus_first: float = 0.05  # added once for a page ranked 1st in any list
     bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
     calibrate: bool = True  # multiply a query's scores by its absolute evidence (best cosine / BM25)
@@ -191,6 +210,7 @@ class RerankConfig:
 @dataclass(frozen=True)
 class CacheConfig:
     enabled: bool = True  # persist expansions, query vectors and rerank scores next to the index
+    optimize_every: int = 20  # the cache writer compacts a cache table (and its key index) every N commits
 
 
 @dataclass(frozen=True)
@@ -221,24 +241,37 @@ class RunnerConfig:
     model_resource: str = ""  # custom resource that model actors require (pins them to model nodes)
     placement_timeout_s: float = 60.0  # fail fast when actors cannot be placed
     max_retries: int = 2  # an actor killed mid-batch is restarted and its batch retried
+    # on Ray: "data" runs a batch/expand/index job as ONE Ray Data pipeline (every stage fans out);
+    # "slices" is the pre-Ray-Data loop (the driver runs the stages, only model calls go to actors): benches
+    engine: Literal["data", "slices"] = "data"
+    slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
 
     def validate(self) -> None:
         _check(self.mode in ("auto", "inproc", "ray"),
                f"runner.mode must be one of ['auto', 'inproc', 'ray'], got {self.mode!r}")
+        _check(self.engine in ("data", "slices"),
+               f"runner.engine must be one of ['data', 'slices'], got {self.engine!r}")
+        _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
 
 
 @dataclass(frozen=True)
 class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
+    fake: FakeConfig = field(default_factory=FakeConfig)
     # n_batch / n_ubatch: bench/kernels.py sweep (configs/local.yaml has the numbers): the embedder is
     # fastest per token at 512 with one long chunk or <= 8 short texts per decode; 1024/2048 packing was
     # 15-25% slower. Expander/reranker keep llama-cpp-python's 512/512 (their sweep is not measured yet).
-    embedder: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=512, batch_size=32, n_batch=512,
+    embedder: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=512, batch_size=8, n_batch=512,
                                                                       n_ubatch=512))
-    expander: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=8, n_batch=512,
-                                                                      n_ubatch=512))
-    reranker: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=1024, batch_size=40, n_batch=512,
-                                                                      n_ubatch=512))
+    expander: ActorConfig = field(default_factory=lambda: ActorConfig(num_cpus=0.5, n_ctx=1024, batch_size=8,
+                                                                      n_batch=512, n_ubatch=512))
+    reranker: ActorConfig = field(default_factory=lambda: ActorConfig(num_cpus=0.5, n_ctx=1024, batch_size=40,
+                                                                      n_batch=512, n_ubatch=512))
+    # the retrieval pool (Ray Data): CPU actors that each open the collection once and run parse, probe,
+    # cache lookups, full text + vectors + alias lanes, fusion and formatting; batch_size = queries per call
+    retriever: ActorConfig = field(default_factory=lambda: ActorConfig(count=1, num_cpus=0.25, batch_size=64))
+    # the cache writer (Ray Data): ONE actor commits the rows the workers return, deduped by key
+    writer: ActorConfig = field(default_factory=lambda: ActorConfig(count=1, num_cpus=0.25, batch_size=256))
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -251,8 +284,10 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
 
     def validate(self) -> Config:
-        for role in ("embedder", "expander", "reranker"):
+        for role in ("embedder", "expander", "reranker", "retriever", "writer"):
             getattr(self, role).validate(role)
+        self.models.validate()
+        self.fake.validate()
         self.chunk.validate()
         self.index.validate()
         self.fuse.validate()

@@ -401,11 +401,16 @@ class Collection:
         handles are reopened and derived state (`memo`) is dropped. Returns the checked manifest.
         """
         manifest = self.require()
-        want = {k: v for k, v in (manifest.get("tables") or {}).items()
-                if k in (self.chunks_name, self.documents_name)}
+        self.pin({k: v for k, v in (manifest.get("tables") or {}).items()
+                  if k in (self.chunks_name, self.documents_name)})
+        return manifest
+
+    def pin(self, want: dict[str, int]) -> None:
+        """Check out exactly these chunks/documents versions (what `refresh` read from the manifest, or what
+        an earlier stage of the same batch pinned: see `pin_batch`); derived state is dropped on a change."""
         with self._lock:
             if want and want == self._pinned:
-                return manifest
+                return
             tables: dict[str, Any] = {}
             for name in (self.chunks_name, self.documents_name):
                 with self.guard(name):
@@ -413,8 +418,11 @@ class Collection:
                     if name in want and tbl.version != want[name]:
                         tbl.checkout(want[name])
                 tables[name] = tbl
-            self._tables, self._pinned, self.derived = tables, want, {}
-        return manifest
+            self._tables, self._pinned, self.derived = tables, dict(want), {}
+
+    @property
+    def pinned(self) -> dict[str, int]:
+        return dict(self._pinned)
 
     def memo(self, key: str, build):
         """Derived state (built from the pinned tables) kept until `refresh` moves to other versions."""
@@ -460,3 +468,29 @@ class Collection:
                         for i in bad_vector_rows(batch.column("vector")):
                             damaged.add(batch.column("path")[int(i)].as_py())
         return rows, sorted(p for p in damaged if p is not None)
+
+
+INDEX_VERSIONS = "_index"  # batch column: the table versions the first index stage pinned (JSON)
+
+
+def tag_batch(col: Collection, batch: pa.Table) -> pa.Table:
+    """Pin the manifest's versions (`refresh`) and record them in the batch, so every later stage of this
+    batch reads the same index, wherever it runs."""
+    col.refresh()
+    tag = json.dumps(col.pinned, sort_keys=True)
+    arr = pa.array([tag] * batch.num_rows, pa.string())
+    if INDEX_VERSIONS in batch.column_names:
+        return batch.set_column(batch.column_names.index(INDEX_VERSIONS), INDEX_VERSIONS, arr)
+    return batch.append_column(INDEX_VERSIONS, arr)
+
+
+def pin_batch(col: Collection, batch: pa.Table) -> None:
+    """Check out the versions an earlier stage recorded in the batch (`tag_batch`); else the manifest's.
+    A batch re-blocked from rows of two index runs (a re-index during a Ray job) reads the newer one."""
+    tags = batch.column(INDEX_VERSIONS).drop_null().unique().to_pylist() \
+        if INDEX_VERSIONS in batch.column_names and batch.num_rows else []
+    if not tags:
+        col.refresh()
+        return
+    versions = [json.loads(t) for t in tags]
+    col.pin(max(versions, key=lambda v: sorted(v.values())))

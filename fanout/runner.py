@@ -1,18 +1,31 @@
-"""Runners: how actor calls are executed. The only module that imports Ray.
+"""Runners: how stages and actor calls are executed. The only module that imports Ray.
 
-Stages call `runner.map(role, table)`; the in-process runner holds one instance per role and loops over
-batches, the Ray runner holds `count` Ray actors per role and fans batches out over them. Nothing else differs.
+A pipeline is a list of `StageSpec`s (a callable class over pa.Table plus its constructor kwargs and the
+config section that sizes its pool). Three executors run the same list:
+
+- `Runner.pipeline(specs)`: the in-process loop (single queries, MCP, tests, small batches); model stages
+  call `runner.map(role, table)` on actors held by the runner (one instance per role).
+- `RayRunner.pipeline(specs)`: the same loop in the driver with model calls fanned out to Ray actors (the
+  pre-Ray-Data engine, `runner.engine: slices`; kept for comparison in bench/scale_curve.py).
+- `RayRunner.run_dataset(specs, ...)`: ONE Ray Data Dataset: read parquet -> `map_batches` per stage (each an
+  actor pool sized by its config section) -> write parquet parts (or stream small rows back).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Self
 
 import pyarrow as pa
@@ -22,27 +35,149 @@ from fanout.config import Config
 log = logging.getLogger(__name__)
 
 
-# Model roles by import path: the base names the actor classes but never imports them at module level
-# (layers point one way: actors sit above the runner); the class is imported where the actor lives.
-ROLES = {
-    "embedder": "actors.embedder:Embedder",
-    "expander": "actors.expander:QueryExpander",
-    "reranker": "actors.reranker:Reranker",
+# Model roles by import path, per `models.backend`: the base names the actor classes but never imports them
+# at module level (layers point one way: actors sit above the runner); the class is imported where the
+# actor lives.
+BACKENDS = {
+    "llama": {
+        "embedder": "actors.embedder:Embedder",
+        "expander": "actors.expander:QueryExpander",
+        "reranker": "actors.reranker:Reranker",
+    },
+    "fake": {
+        "embedder": "actors.fake:FakeEmbedder",
+        "expander": "actors.fake:FakeExpander",
+        "reranker": "actors.fake:FakeReranker",
+    },
 }
+ROLES = BACKENDS["llama"]
 
 
-def actor_class(role: str) -> type:
+def actor_class(role: str, backend: str = "llama") -> type:
     """The class for a role, imported lazily (model libraries load only where an actor lives)."""
     import importlib
 
-    if role not in ROLES:
-        raise ValueError(f"unknown actor role {role!r}; choose one of {sorted(ROLES)}")
-    mod, name = ROLES[role].split(":")
+    roles = BACKENDS.get(backend)
+    if roles is None:
+        raise ValueError(f"unknown models.backend {backend!r}; choose one of {sorted(BACKENDS)}")
+    if role not in roles:
+        raise ValueError(f"unknown actor role {role!r}; choose one of {sorted(roles)}")
+    mod, name = roles[role].split(":")
     return getattr(importlib.import_module(mod), name)
+
+
+def model_identity(cfg: Config, role: str, provision: bool = True) -> tuple[str, str]:
+    """(file name, sha256) of a role's model, without loading it; the fake backend names itself.
+
+    `provision=False`: never download or assemble a missing model (ModelError instead).
+    """
+    if cfg.models.backend == "fake":
+        dim = f"-dim{cfg.fake.dim}" if role == "embedder" else ""
+        return f"fake-{role}", f"fake-{role}-v1{dim}"
+    from fanout.models import file_sha256, resolve_model
+
+    path = resolve_model(getattr(cfg.models, role), Path(cfg.models.cache_dir) if cfg.models.cache_dir else None,
+                         provision=provision)
+    return path.name, file_sha256(path)
+
+
+def model_id(cfg: Config, role: str, provision: bool = True) -> str:
+    """Cache identity of a role's model: file name and hash prefix (no model load)."""
+    name, sha = model_identity(cfg, role, provision)
+    return f"{name}@{sha[:16]}"
 
 
 def _batches(table: pa.Table, size: int) -> list[pa.Table]:
     return [table.slice(i, size) for i in range(0, table.num_rows, size)] or [table]
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of a pipeline: `cls(**kwargs)` once per worker, then `instance(table) -> table` per batch.
+
+    `pool` names the config section (an ActorConfig) that sizes the stage's Ray Data actor pool: `count`,
+    `num_cpus`, `num_gpus` (when `n_gpu_layers` is set), `batch_size`. A stage with a model `role` gets the
+    runner as `runner=` in-process (so the runner's actors are reused) and builds its own in a Ray worker.
+    `batch_rows` overrides the rows (queries) per call; `single` forces one actor (the cache writer).
+    """
+
+    cls: type
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    pool: str = "retriever"
+    role: str | None = None
+    batch_rows: int | None = None
+    single: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.cls.__name__
+
+
+class Chain:
+    """Consecutive CPU stages of one pool run as ONE Ray Data actor pool (fewer pools, fewer CPUs held):
+    `stages` is a list of (class, kwargs); each is built once per actor and called in order."""
+
+    def __init__(self, stages: list[tuple[type, dict[str, Any]]]):
+        self.stages = [cls(**kw) for cls, kw in stages]
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        for stage in self.stages:
+            table = stage(table)
+        return table
+
+
+def fuse_specs(specs: list[StageSpec]) -> list[StageSpec]:
+    """Merge runs of consecutive non-model, non-single stages of the same pool into one Chain stage."""
+    out: list[StageSpec] = []
+    run: list[StageSpec] = []
+
+    def close() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            out.append(StageSpec(Chain, {"stages": [(s.cls, s.kwargs) for s in run]}, pool=run[0].pool,
+                                 batch_rows=run[0].batch_rows))
+        run.clear()
+
+    for s in specs:
+        if s.role or s.single:
+            close()
+            out.append(s)
+        else:
+            if run and run[-1].pool != s.pool:
+                close()
+            run.append(s)
+    close()
+    return out
+
+
+class Pipeline:
+    """Stage instances built once; `__call__(table)` runs them in order and times each (in-process loop)."""
+
+    def __init__(self, specs: list[StageSpec], runner: Runner):
+        self.specs = specs
+        self.stages = []
+        for s in specs:
+            kw = dict(s.kwargs)
+            if s.role:
+                kw["runner"] = runner
+            self.stages.append(s.cls(**kw))
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        for spec, stage in zip(self.specs, self.stages):
+            t = time.perf_counter()
+            table = stage(table)
+            self.seconds[spec.name] = self.seconds.get(spec.name, 0.0) + time.perf_counter() - t
+        return table
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per-stage counters (datatrove's stat_update): each stage's `stats` dict."""
+        return {spec.name: dict(getattr(stage, "stats", {})) for spec, stage in zip(self.specs, self.stages)}
+
+    def run(self, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        for t in tables:
+            yield self(t)
 
 
 class Runner:
@@ -59,7 +194,7 @@ class Runner:
     def actor(self, role: str) -> Any:
         if role not in self._actors:
             t = time.perf_counter()
-            self._actors[role] = actor_class(role)(self.cfg)
+            self._actors[role] = actor_class(role, self.cfg.models.backend)(self.cfg)
             self.seconds[f"load_{role}"] = time.perf_counter() - t
         return self._actors[role]
 
@@ -84,6 +219,10 @@ class Runner:
         """An attribute of the role's actor (e.g. the embedder's model sha); loads the actor if needed."""
         return getattr(self.actor(role), attr)
 
+    def pipeline(self, specs: list[StageSpec]) -> Pipeline:
+        """The in-process executor of a stage list (model calls through this runner's actors)."""
+        return Pipeline(specs, self)
+
     def close(self) -> None:
         self._actors.clear()
 
@@ -98,7 +237,7 @@ class _Host:
     """Ray actor body: builds the role's class inside the worker and forwards calls."""
 
     def __init__(self, role: str, cfg: Config):
-        self.impl = actor_class(role)(cfg)
+        self.impl = actor_class(role, cfg.models.backend)(cfg)
 
     def ready(self) -> bool:
         return True
@@ -123,6 +262,52 @@ def _show(resources: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(keep.items())) + "}"
 
 
+def _placement(cfg: Config, section: str, model: bool) -> dict[str, Any]:
+    """Ray options that place one actor of a pool: GPUs when `n_gpu_layers` is set, the model resource."""
+    acfg = getattr(cfg, section)
+    opts: dict[str, Any] = {}
+    if acfg.n_gpu_layers:
+        opts["num_gpus"] = acfg.num_gpus
+    if model and cfg.runner.model_resource:
+        opts["resources"] = {cfg.runner.model_resource: 1e-3}
+    return opts
+
+
+# Runs beside a driver that started a private local Ray: when the driver dies (even kill -9) its end of the
+# pipe closes, and this process kills what is left of that Ray (every process whose command line names the
+# private temp dir) and removes the dir, so nothing outlives the driver by more than a few seconds.
+_WATCHDOG = r"""
+import os, shutil, signal, sys, time
+tmp = sys.argv[1]
+sys.stdin.read()
+def ours():
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != os.getpid():
+            try:
+                if tmp in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace"):
+                    out.append(int(p))
+            except OSError:
+                pass
+    return out
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for p in ours():
+        try:
+            os.kill(p, sig)
+        except OSError:
+            pass
+    deadline = time.time() + 2
+    while ours() and time.time() < deadline:
+        time.sleep(0.1)
+shutil.rmtree(tmp, ignore_errors=True)
+"""
+
+
+def _start_watchdog(tmp: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, tmp], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 class RayRunner(Runner):
     """Ray runner: attaches to `runner.ray_address` / $RAY_ADDRESS, else starts a quiet private local Ray."""
 
@@ -134,6 +319,8 @@ class RayRunner(Runner):
 
         self._ray = ray
         self._tmp: str | None = None
+        self._watchdog: subprocess.Popen | None = None
+        self._pools: dict[str, list[Any]] = {}
         self._owns = False
         address = cfg.runner.ray_address or os.environ.get("RAY_ADDRESS", "")
         if not ray.is_initialized():
@@ -148,11 +335,20 @@ class RayRunner(Runner):
                 else:
                     self._tmp = tempfile.mkdtemp(prefix="fanout-ray-", dir="/tmp")
                     atexit.register(self.close)  # a run that dies before close() still removes its temp dir
-                    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                             logging_level="ERROR", object_store_memory=cfg.runner.object_store_mb * 2**20,
-                             _temp_dir=self._tmp, configure_logging=False)
+                    self._watchdog = _start_watchdog(self._tmp)
+                    for attempt in (1, 2):  # Ray gives its raylet 30 s; an overloaded box can miss that once
+                        try:
+                            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                                     logging_level="ERROR", configure_logging=False, _temp_dir=self._tmp,
+                                     object_store_memory=cfg.runner.object_store_mb * 2**20)
+                            break
+                        except Exception as e:
+                            if attempt == 2 or "timed out during startup" not in str(e):
+                                raise
+                            log.warning("local Ray did not start in time (%s); trying once more", e)
+                            with contextlib.suppress(Exception):
+                                ray.shutdown()
             self._owns = True
-        self._pools: dict[str, list[Any]] = {}
 
     def _actors_for(self, role: str) -> list[Any]:
         if role in self._pools:
@@ -161,8 +357,7 @@ class RayRunner(Runner):
         acfg = getattr(self.cfg, role)
         opts: dict[str, Any] = {"num_cpus": acfg.num_cpus, "max_restarts": self.cfg.runner.max_retries,
                                 "max_task_retries": self.cfg.runner.max_retries}
-        if self.cfg.runner.model_resource:
-            opts["resources"] = {self.cfg.runner.model_resource: 1e-3}
+        opts.update(_placement(self.cfg, role, model=True))
         cls = ray.remote(_Host)
         handles = [cls.options(**opts).remote(role, self.cfg) for _ in range(acfg.count)]
         t = time.perf_counter()
@@ -176,10 +371,10 @@ class RayRunner(Runner):
         self._pools[role] = handles
         return handles
 
-    def _placement_error(self, role: str) -> RuntimeError:
+    def _placement_error(self, role: str, model: bool = True) -> RuntimeError:
         """What was asked, what the cluster has, and the likely fix (Ray itself would just wait forever)."""
         ray, rcfg, acfg = self._ray, self.cfg.runner, getattr(self.cfg, role)
-        res = rcfg.model_resource
+        res = rcfg.model_resource if model else ""
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         need = f"{acfg.count} x num_cpus={acfg.num_cpus:g}" + (f" on nodes with resource {res!r}" if res else "")
         fit = [n for n in nodes if n["Resources"].get("CPU", 0) >= acfg.num_cpus
@@ -187,6 +382,9 @@ class RayRunner(Runner):
         if res and not any(n["Resources"].get(res, 0) > 0 for n in nodes):
             fix = (f"no node offers resource {res!r}: start model nodes with "
                    f"`ray start ... --resources='{{\"{res}\": 1}}'` or set runner.model_resource: \"\"")
+        elif acfg.n_gpu_layers and not any(n["Resources"].get("GPU", 0) >= acfg.num_gpus for n in nodes):
+            fix = (f"{role}.n_gpu_layers is set, so each actor asks for {acfg.num_gpus:g} GPU, and no node has "
+                   f"one: set {role}.n_gpu_layers: 0 or add GPU nodes")
         elif not fit:
             fix = f"no node has {acfg.num_cpus:g} CPUs{' and ' + repr(res) if res else ''}: lower {role}.num_cpus"
         elif acfg.count > (room := sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in fit)):
@@ -223,6 +421,94 @@ class RayRunner(Runner):
         """Per actor of the role: its worker pid, node id and assigned resources (where placement put it)."""
         return self._ray.get([h.where.remote() for h in self._actors_for(role)])
 
+    # -- Ray Data: one Dataset per job ----------------------------------------------------------------
+    def check_fits(self, specs: list[StageSpec]) -> None:
+        """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever).
+
+        Each pool must fit on the nodes that offer what one of its actors asks for, and all pools together
+        must fit in the cluster's CPUs; otherwise the same message as for the model actors is raised.
+        """
+        ray = self._ray
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        total_cpu = sum(n["Resources"].get("CPU", 0) for n in nodes)
+        want = 0.0
+        for spec in specs:
+            acfg = getattr(self.cfg, spec.pool)
+            count = 1 if spec.single else acfg.count
+            opts = _placement(self.cfg, spec.pool, model=spec.role is not None)
+            res = next(iter(opts.get("resources", {})), "")
+            fit = [n for n in nodes if n["Resources"].get("CPU", 0) >= acfg.num_cpus
+                   and n["Resources"].get("GPU", 0) >= opts.get("num_gpus", 0)
+                   and (not res or n["Resources"].get(res, 0) > 0)]
+            room = sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in fit)
+            if count > room:
+                raise self._placement_error(spec.pool, model=spec.role is not None)
+            want += count * acfg.num_cpus
+        want += 0.2  # a read and a write task
+        if want > total_cpu + 1e-9:
+            raise RuntimeError(
+                f"the pipeline's actor pools ask for {want:g} CPUs together ({', '.join(_pool_list(self.cfg, specs))})"
+                f" but the cluster has {total_cpu:g}: Ray Data would wait forever. Lower the pools' count or "
+                f"num_cpus (fractional is fine: sleep-bound or GPU actors need little CPU), or add nodes.")
+
+    def _map_opts(self, spec: StageSpec) -> dict[str, Any]:
+        import ray.data
+
+        acfg = getattr(self.cfg, spec.pool)
+        opts: dict[str, Any] = {
+            "batch_format": "pyarrow", "batch_size": spec.batch_rows or acfg.batch_size,
+            "fn_constructor_kwargs": spec.kwargs, "num_cpus": acfg.num_cpus,
+            "compute": ray.data.ActorPoolStrategy(size=1 if spec.single else acfg.count),
+        }
+        opts.update(_placement(self.cfg, spec.pool, model=spec.role is not None))
+        return opts
+
+    def dataset(self, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
+                progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False) -> Any:
+        """ONE Dataset: read parquet `paths` (or `tables` held by the driver) -> map_batches per stage (actor
+        pools). Lazy: nothing runs until it is written or iterated."""
+        import ray.data
+
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.preserve_order = preserve_order
+        ctx.enable_progress_bars = progress  # a bar only on a TTY; no INFO flood otherwise
+        ctx.print_on_execution_start = False
+        if hasattr(ctx, "enable_operator_progress_bars"):
+            ctx.enable_operator_progress_bars = False
+        if hasattr(ctx, "op_resource_reservation_enabled"):
+            # Ray Data's per-operator reservations split what the actor pools leave free; on a small
+            # cluster the read tasks then get less than one task's CPUs and the job never starts
+            ctx.op_resource_reservation_enabled = False
+        if hasattr(ctx, "wait_for_min_actors_s"):  # the fit check above catches most; never wait forever
+            ctx.wait_for_min_actors_s = int(self.cfg.runner.placement_timeout_s)
+        ctx.verbose_stats_logs = False
+        for name in ("ray.data", "ray.data._internal"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        specs = fuse_specs(specs)
+        self.check_fits(specs)
+        io_cpus = 0.1  # read/write tasks must not wait behind the actor pools (ray#44687)
+        if tables is not None:
+            ds = ray.data.from_arrow(tables)
+        else:
+            ds = ray.data.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus)
+        for spec in specs:
+            ds = ds.map_batches(spec.cls, **self._map_opts(spec))
+        return ds
+
+    def run_dataset(self, specs: list[StageSpec], paths: list[str], out_dir: str, filesystem: Any = None,
+                    progress: bool = False) -> str:
+        """Run the Dataset and write its rows as parquet parts under `out_dir`; returns Ray Data's stats."""
+        ds = self.dataset(specs, paths, filesystem, progress)
+        try:
+            ds.write_parquet(out_dir, filesystem=filesystem, num_cpus=0.1)
+        except Exception as e:  # a pool that timed out starting: say why in our words
+            if "actor" in str(e).lower() and "time" in str(e).lower():
+                raise RuntimeError(f"{e}; {_pool_list(self.cfg, specs)}") from e
+            raise
+        with contextlib.suppress(Exception):
+            return ds.stats()
+        return ""
+
     def kill_actor(self, role: str, index: int = 0) -> None:
         """Kill one actor as a crash would: Ray restarts it and retries its in-flight calls (max_retries)."""
         self._ray.kill(self._actors_for(role)[index], no_restart=False)
@@ -239,6 +525,20 @@ class RayRunner(Runner):
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
             atexit.unregister(self.close)
+        if self._watchdog is not None:  # it wakes on the closed pipe, finds nothing left, exits
+            with contextlib.suppress(OSError):
+                self._watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=5)
+            self._watchdog = None
+
+
+def _pool_list(cfg: Config, specs: list[StageSpec]) -> list[str]:
+    out = []
+    for spec in specs:
+        a = getattr(cfg, spec.pool)
+        out.append(f"{spec.name}: {1 if spec.single else a.count} x num_cpus={a.num_cpus:g} ({spec.pool})")
+    return out
 
 
 def make_runner(cfg: Config, n_rows: int = 0, mode: str | None = None) -> Runner:

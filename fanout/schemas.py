@@ -95,3 +95,27 @@ RESULTS = pa.schema([
     ("_explain", pa.string()),  # JSON: every list's rank and score for this page
 ])
 
+
+# -- one row per query: the table that flows through the search stages ------------------------------------
+# The input rows: `_row` (1-based position in the input, stable across resumes), `id` (given, or `row-<n>`),
+# `raw` (the row as JSON text, parsed by ParseQueries in the worker), `_error` (a line the reader could not
+# parse), `_dup` (the first row holding the same id, when this row repeats it).
+INPUT_ROWS = pa.schema([("_row", pa.int64()), ("id", pa.string()), ("raw", pa.string()),
+                        ("_error", pa.string()), ("_dup", pa.int64())])
+
+VARIANT = pa.struct([("vid", pa.int32()), ("kind", pa.string()), ("text", pa.string()), ("source", pa.string())])
+PAGE = pa.struct([("path", pa.string()), ("chunk_id", pa.string()), ("_score", pa.float64())])
+HIT = pa.struct([(f.name, f.type) for f in HITS if f.name != "qid"])
+QVEC = pa.struct([("vid", pa.int32()), ("vector", pa.list_(pa.float32()))])
+CANDIDATE = pa.struct([("path", pa.string()), ("chunk_id", pa.string()), ("title", pa.string()),
+                       ("heading", pa.string()), ("snippet", pa.string()), ("passage", pa.string()),
+                       ("_rrf", pa.float64()), ("_norm", pa.float64()), ("_rank", pa.int32()),
+                       ("score", pa.float64()), ("_rerank", pa.float64())])
+RESULT = pa.struct([(f.name, f.type) for f in RESULTS if f.name != "qid"])
+
+# what the last stage leaves per query (the parts a batch job writes)
+ANSWERS = pa.schema([
+    ("_row", pa.int64()), ("qid", pa.string()), ("query", pa.string()), ("error", pa.string()),
+    ("field", pa.string()), ("expansion", pa.string()),  # agent | cache | model | fallback | probe_skip | none
+    ("variants", pa.list_(VARIANT)), ("results", pa.list_(RESULT)),
+])

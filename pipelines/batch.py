@@ -1,77 +1,212 @@
-"""Pipeline: a query file -> a results file, in resumable parts.
+"""Job: a query file -> a results file, resumable, streaming.
 
-Queries go through the search pipeline in slices; each finished slice is written as a parquet part (tmp +
-rename) under `<out>.parts/`. A killed run (even kill -9) restarts, reads which query ids the parts hold,
-and does only the rest; the final file is assembled in input order without duplicates, then the parts are
-removed.
+    check_out -> stage the input (`OUT.parts/input/`: positions, ids, rows as JSON; duplicate ids marked by
+    one duckdb pass) -> todo = staged rows whose `_row` no part holds yet -> the search stages, either
+    in-process (a loop over slices, each written as a part: tmp + rename) or as ONE Ray Data Dataset
+    (read_parquet -> map_batches per stage -> write_parquet parts) -> the parts streamed into OUT in input
+    order (duckdb over a pyarrow dataset) -> `OUT.parts/` removed.
+
+Resume (kill -9, then the same command): a done-row filter on our own parts, not Ray Data checkpointing
+(README "Resume" says why). A part is one parquet file, complete or unreadable (no footer); unreadable
+ones are deleted and their rows redone. Memory stays flat: the driver never holds the input, the ids or the
+results as Python lists; counting and ordering are columnar passes.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from fanout.batch_io import FLAT, flat_rows, read_rows, write_table
+from fanout.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
+from fanout.schemas import ANSWERS, INPUT_ROWS
 from pipelines.search import Searcher, SearchOptions
 
 log = logging.getLogger(__name__)
+TODO_FILE_ROWS = 1024  # rows per todo file (Ray Data reads one file per task)
 
 
-def parts_dir(out: Path) -> Path:
-    return out.with_name(out.name + ".parts")
+def parts_dir(out: str | Path) -> str:
+    return str(out) + ".parts"
 
 
-def done_parts(pdir: Path) -> tuple[pa.Table, set[str]]:
-    files = sorted(pdir.glob("part-*.parquet"))
-    if not files:
-        return FLAT.empty_table(), set()
-    table = pa.concat_tables([pq.read_table(f, schema=FLAT) for f in files])
-    return table, set(table["qid"].to_pylist())
+def _files(fs: pafs.FileSystem, path: str) -> list[str]:
+    info = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
+    return sorted(f.path for f in info if f.type == pafs.FileType.File and f.path.endswith(".parquet"))
 
 
-def row_id(row: dict, n: int) -> str:
-    rid = row.get("id", row.get("qid")) if isinstance(row, dict) else None
-    return str(rid) if rid is not None and str(rid) != "" else f"row-{n}"
+def _input_identity(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
+    info = fs.get_file_info(path)
+    return {"path": path, "size": info.size, "mtime": info.mtime.timestamp() if info.mtime else None}
+
+
+def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str) -> int:
+    """Write the input as INPUT_ROWS parquet under `pdir/input/` once (reused on resume); returns rows.
+
+    A staged input made from a different file (size or mtime changed) is an error: the positions would
+    not match the parts.
+    """
+    ifs, ipath = filesystem(in_uri)
+    ident = _input_identity(ifs, ipath)
+    meta = f"{pdir}/job.json"
+    if fs.get_file_info(meta).type == pafs.FileType.File:
+        with fs.open_input_stream(meta) as f:
+            old = json.loads(f.read().decode())
+        if old.get("input") != ident:
+            raise ValueError(f"{pdir!r} holds the parts of another input ({old.get('input', {}).get('path')}, "
+                             f"changed since); delete that folder to start over, or restore the input")
+        if old.get("staged") is not None:
+            return int(old["staged"])
+    fs.create_dir(f"{pdir}/input", recursive=True)
+    for f in _files(fs, f"{pdir}/input"):
+        fs.delete_file(f)
+    n = 0
+    for k, table in enumerate(read_input(in_uri)):
+        pq.write_table(table, f"{pdir}/input/chunk-{k:06d}.parquet", filesystem=fs)
+        n += table.num_rows
+    with fs.open_output_stream(meta) as f:
+        f.write(json.dumps({"input": ident, "staged": n}).encode())
+    return n
+
+
+def drop_broken_parts(fs: pafs.FileSystem, rdir: str) -> int:
+    """Delete result parts that do not read (a write cut by kill -9); their rows are redone."""
+    bad = 0
+    for f in _files(fs, rdir):
+        try:
+            with fs.open_input_file(f) as fh:
+                pq.read_metadata(fh)
+        except Exception:  # noqa: BLE001 - truncated, empty or foreign: redo its rows
+            fs.delete_file(f)
+            bad += 1
+    for info in fs.get_file_info(pafs.FileSelector(rdir, allow_not_found=True, recursive=True)):
+        if info.type == pafs.FileType.File and not info.path.endswith(".parquet"):
+            fs.delete_file(info.path)  # our own .tmp files of an interrupted in-process write
+    return bad
+
+
+def write_todo(fs: pafs.FileSystem, pdir: str) -> tuple[list[str], int]:
+    """The staged rows no part holds yet, with `_dup` set for a repeated id (first row kept), as parquet
+    files of TODO_FILE_ROWS under `pdir/todo/`; returns (files, rows). One duckdb pass, no Python lists."""
+    import duckdb
+    import pyarrow.dataset as pads
+
+    tdir = f"{pdir}/todo"
+    fs.delete_dir_contents(tdir, missing_dir_ok=True)
+    fs.create_dir(tdir, recursive=True)
+    con = duckdb.connect()
+    con.register("staged", pads.dataset(_files(fs, f"{pdir}/input"), schema=INPUT_ROWS, filesystem=fs,
+                                        format="parquet"))
+    done = _files(fs, f"{pdir}/results")
+    con.register("done", pads.dataset(done, schema=ANSWERS, filesystem=fs, format="parquet") if done
+                 else pa.table({"_row": pa.array([], pa.int64())}))
+    reader = arrow_reader(con, ("""
+        select s._row, s.id, s.raw, s._error, case when d.first_row <> s._row then d.first_row end as _dup
+        from staged s
+        left join (select id, min(_row) as first_row from staged group by id having count(*) > 1) d using (id)
+        where s._row not in (select _row from done)
+        order by s._row"""), TODO_FILE_ROWS)
+    files, n, buf = [], 0, []
+    rows_in_buf = 0
+
+    def flush() -> None:
+        nonlocal buf, rows_in_buf
+        if rows_in_buf:
+            t = pa.Table.from_batches(buf).cast(INPUT_ROWS)
+            path = f"{tdir}/todo-{len(files):06d}.parquet"
+            pq.write_table(t, path, filesystem=fs)
+            files.append(path)
+        buf, rows_in_buf = [], 0
+
+    for batch in reader:
+        buf.append(batch)
+        rows_in_buf += batch.num_rows
+        n += batch.num_rows
+        if rows_in_buf >= TODO_FILE_ROWS:
+            flush()
+    flush()
+    con.close()
+    return files, n
+
+
+def _iter_todo(fs: pafs.FileSystem, files: list[str], rows: int):
+    for f in files:
+        with fs.open_input_file(f) as fh:
+            for b in pq.ParquetFile(fh).iter_batches(batch_size=rows):
+                yield pa.Table.from_batches([b]).cast(INPUT_ROWS)
+
+
+def _write_part(fs: pafs.FileSystem, rdir: str, answers: pa.Table) -> None:
+    first = answers["_row"][0].as_py()
+    table = answers.select(ANSWERS.names).cast(ANSWERS)
+    tmp = f"{rdir}/.part-{first:012d}.tmp"
+    pq.write_table(table, tmp, filesystem=fs)
+    fs.move(tmp, f"{rdir}/part-{first:012d}.parquet")
+
+
+def job_stats(parts: Any) -> dict[str, Any]:
+    """How the answered queries were expanded, counted over the parts (columnar)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("parts", parts)
+    exp = dict(con.execute("select expansion, count(*) from parts where expansion is not null "
+                           "group by 1").fetchall())
+    con.close()
+    return {"expansion": exp, "cached_expansions": int(exp.get("cache", 0))}
 
 
 def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opts: SearchOptions,
-              slice_size: int = 64, on_slice: Callable[[int, int], None] | None = None) -> dict:
-    """Answer every query of `in_path` into `out_path`; returns counters and stage timings."""
-    out = Path(out_path)
-    rows = read_rows(in_path)
-    for n, r in enumerate(rows, 1):  # give id-less rows their stable positional id once
-        if isinstance(r, dict) and row_id(r, n).startswith("row-"):
-            r["id"] = f"row-{n}"
-    ids = [row_id(r, n) for n, r in enumerate(rows, 1)]
+              slice_size: int | None = None, on_slice: Callable[[int, int], None] | None = None,
+              progress: bool = False) -> dict:
+    """Answer every query of `in_path` into `out_path`; returns counters and stage timings.
+
+    The engine follows the searcher's runner: in-process (or `runner.engine: slices` on Ray) loops over
+    slices in the driver; a Ray runner with `runner.engine: data` runs ONE Ray Data Dataset.
+    """
+    cfg, runner = searcher.cfg, searcher.runner
+    check_out(out_path, in_path)
+    slice_size = slice_size or cfg.runner.slice_rows
+    fs, out = filesystem(out_path)
     pdir = parts_dir(out)
-    pdir.mkdir(parents=True, exist_ok=True)
-    _, done = done_parts(pdir)
-    todo = [r for r, i in zip(rows, ids) if i not in done]
-    resumed = len(rows) - len(todo)
-    if resumed:
-        log.info("resuming: %d of %d queries already answered", resumed, len(rows))
-    timings: dict[str, float] = {}
+    rdir = f"{pdir}/results"
     t0 = time.perf_counter()
-    start = len(list(pdir.glob("part-*.parquet")))
-    for k, i in enumerate(range(0, len(todo), slice_size)):
-        part = todo[i:i + slice_size]
-        res = searcher.search(part, opts)
-        for name, s in res.timings.items():
-            timings[name] = timings.get(name, 0.0) + s
-        tmp = pdir / f".part-{start + k:06d}.tmp"
-        pq.write_table(flat_rows(res.results, res.errors), tmp)
-        tmp.replace(pdir / f"part-{start + k:06d}.parquet")
-        if on_slice:
-            on_slice(min(i + slice_size, len(todo)), len(todo))
-    table, _ = done_parts(pdir)
-    write_table(table, out, order=list(dict.fromkeys(ids)))
-    shutil.rmtree(pdir, ignore_errors=True)
-    n_err = int(pa.compute.sum(pa.compute.is_valid(table["error"])).as_py() or 0)
-    return {"queries": len(rows), "resumed": resumed, "errors": n_err,
-            "seconds": time.perf_counter() - t0, "timings": timings}
+    total = stage_input(in_path, fs, pdir)
+    fs.create_dir(rdir, recursive=True)
+    broken = drop_broken_parts(fs, rdir)
+    if broken:
+        log.info("%d unreadable parts removed (their rows are redone)", broken)
+    files, todo = write_todo(fs, pdir)
+    resumed = total - todo
+    if resumed:
+        log.info("resuming: %d of %d queries already answered", resumed, total)
+    timings: dict[str, float] = {}
+    engine = "data" if runner.kind == "ray" and cfg.runner.engine == "data" else "loop"
+    if todo and engine == "data":
+        specs = searcher.stages(opts)
+        stats_text = runner.run_dataset(specs, files, rdir, filesystem=fs, progress=progress)
+        log.debug("Ray Data stats:\n%s", stats_text)
+    elif todo:
+        pipe = searcher.pipeline(opts)
+        before = dict(pipe.seconds)
+        done = 0
+        for table in _iter_todo(fs, files, slice_size):
+            _write_part(fs, rdir, pipe(table))
+            done += table.num_rows
+            if on_slice:
+                on_slice(done, todo)
+        timings = {k: v - before.get(k, 0.0) for k, v in pipe.seconds.items()}
+    parts = parts_dataset(fs, rdir)
+    counts = write_results(parts, out_path)
+    st = job_stats(parts)
+    fs.delete_dir(pdir)
+    return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "engine": engine,
+            "seconds": time.perf_counter() - t0, "timings": timings, **st}
+

@@ -63,16 +63,28 @@ def old_vectors(col: Collection, max_rows: int = 2_000_000) -> dict[str, list[fl
             if i not in bad and txt is not None}
 
 
-def embed_reusing(chunks: pa.Table, runner: Runner, reuse: dict[str, list[float]]) -> tuple[pa.Table, int]:
-    """CHUNKS -> (CHUNKS + vector, how many vectors came from `reuse`); the rest go to the embedder."""
+def split_reused(chunks: pa.Table, reuse: dict[str, list[float]]) -> pa.Table:
+    """The chunks whose embed_text has no reusable vector: what still goes to the embedder."""
     if not reuse or chunks.num_rows == 0:
-        return embed_chunks(chunks, runner), 0
+        return chunks
+    return chunks.filter(pa.array([t not in reuse for t in chunks["embed_text"].to_pylist()]))
+
+
+def embed_reusing(chunks: pa.Table, runner: Runner | None, reuse: dict[str, list[float]],
+                  fresh: pa.Table | None = None) -> tuple[pa.Table, int]:
+    """CHUNKS -> (CHUNKS + vector, how many vectors came from `reuse`); the rest go to the embedder, or come
+    embedded already as `fresh` (split_reused's rows + vector, in order: the Ray Data index path)."""
+    if not reuse or chunks.num_rows == 0:
+        return (fresh if fresh is not None else embed_chunks(chunks, runner)), 0
     texts = chunks["embed_text"].to_pylist()
     known = np.array([t in reuse for t in texts])
     if not known.any():
-        return embed_chunks(chunks, runner), 0
+        return (fresh if fresh is not None else embed_chunks(chunks, runner)), 0
     fresh_idx = np.flatnonzero(~known)
-    fresh = embed_chunks(chunks.take(pa.array(fresh_idx)), runner) if len(fresh_idx) else None
+    if fresh is None:
+        fresh = embed_chunks(chunks.take(pa.array(fresh_idx)), runner) if len(fresh_idx) else None
+    elif not len(fresh_idx):
+        fresh = None
     dim = len(next(iter(reuse.values())))
     if fresh is not None:
         dim = fresh.schema.field("vector").type.list_size

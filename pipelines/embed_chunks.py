@@ -1,10 +1,15 @@
-"""Stage: embed chunks with the Embedder actor(s), through whichever runner is in use."""
+"""Stage: embed chunks with the Embedder actor(s): in-process, through the runner's actors, or as a Ray
+Data Dataset whose embedder actor pool streams the groups back in order (`embed_groups`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pyarrow as pa
 
-from fanout.runner import Runner
+from fanout.config import Config
+from fanout.runner import Runner, StageSpec
 
 
 def embed_chunks(chunks: pa.Table, runner: Runner) -> pa.Table:
@@ -21,3 +26,45 @@ def embed_chunks(chunks: pa.Table, runner: Runner) -> pa.Table:
     out = runner.map("embedder", batch)
     back = pa.compute.sort_indices(out["i"])
     return chunks.append_column("vector", out["vector"].take(back))
+
+
+class EmbedChunks:
+    """Model stage (Ray Data): CHUNKS rows (+ `_group`) -> + `vector`."""
+
+    def __init__(self, cfg: Config, runner: Runner | None = None):
+        self.runner = runner or Runner(cfg)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return embed_chunks(batch, self.runner)
+
+
+def embed_groups(groups: list[Any], runner: Runner, cfg: Config) -> Iterator[tuple[Any, pa.Table]]:
+    """(key, chunks) groups -> (key, chunks + vector), in order. On a Ray runner with `runner.engine: data`
+    the groups are ONE Dataset (embedder actor pool, order preserved) so every embedder actor is busy while
+    the caller writes the groups that came back; otherwise one runner call per group."""
+    if runner.kind != "ray" or cfg.runner.engine != "data" or not groups:
+        for key, chunks in groups:
+            yield key, embed_chunks(chunks, runner)
+        return
+    tables = [c.append_column("_group", pa.array([g] * c.num_rows, pa.int64()))
+              for g, (_, c) in enumerate(groups) if c.num_rows]
+    keys = [k for k, _ in groups]
+    sizes = [c.num_rows for _, c in groups]
+    spec = StageSpec(EmbedChunks, {"cfg": cfg}, pool="embedder", role="embedder")
+    ds = runner.dataset([spec], tables=tables, preserve_order=True)
+    g, buf, have = 0, [], 0
+    while g < len(groups) and sizes[g] == 0:
+        yield keys[g], groups[g][1]
+        g += 1
+    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        buf.append(batch)
+        have += batch.num_rows
+        while g < len(groups) and have >= sizes[g]:
+            t = pa.concat_tables(buf)
+            yield keys[g], t.slice(0, sizes[g]).drop_columns(["_group"])
+            rest = t.slice(sizes[g])
+            buf, have = [rest], rest.num_rows
+            g += 1
+            while g < len(groups) and sizes[g] == 0:
+                yield keys[g], groups[g][1]
+                g += 1

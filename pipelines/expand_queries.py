@@ -2,79 +2,124 @@
 
 Order of sources per query: agent variants (no model call) > expansions cache > QueryExpander actor (a small
 local LLM under a GBNF grammar; its lines are filtered and fall back deterministically inside the actor).
-A query whose BM25 probe was decisive, or any query when expansion is off, keeps only the original.
+A query whose BM25 probe was decisive keeps only the original. A cached expansion is ALWAYS used when
+present; `expand.enabled` (or `--expand/--no-expand`) only decides whether a missing one is generated.
+Workers never write the cache: new expansions leave as `_new_exp` rows for the one cache writer.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pyarrow as pa
 
-from actors._llama import model_id
-from fanout.caches import Caches
+from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
-from fanout.runner import Runner
-from fanout.schemas import VARIANTS
+from fanout.db import Collection
+from fanout.models import ModelError
+from fanout.runner import Runner, model_id
+from fanout.schemas import VARIANT
 from fanout.text import detect_lang
 
 log = logging.getLogger(__name__)
+SOURCES = ("agent", "probe_skip", "cache", "model", "fallback", "none")
 
 
-def expand_queries(queries: pa.Table, skip: dict[str, bool], runner: Runner, cfg: Config,
-                   caches: Caches | None = None, expand: bool | None = None) -> tuple[pa.Table, dict]:
-    """QUERIES -> (VARIANTS, counters). `expand` overrides cfg.expand.enabled (e.g. `--no-expand`)."""
-    expand = cfg.expand.enabled if expand is None else expand
-    stats = {"agent": 0, "probe_skip": 0, "cache": 0, "model": 0, "fallback": 0, "none": 0}
-    out: dict[str, list[dict]] = {}
-    pending: list[dict] = []
-    for q in queries.to_pylist():
-        qid = q["qid"]
-        out[qid] = [{"qid": qid, "vid": 0, "kind": "orig", "text": q["query"], "source": "query"}]
-        if q["variants"]:
-            stats["agent"] += 1
-            out[qid] += [{"qid": qid, "kind": v["kind"], "text": v["text"], "source": "agent"}
-                         for v in q["variants"]]
-        elif skip.get(qid):
-            stats["probe_skip"] += 1
-        elif not expand:
-            stats["none"] += 1
-        else:
-            pending.append(q)
-    if pending:
-        model = model_id(cfg, "expander")
-        version = cfg.expand.prompt_version
-        cached = caches.get_expansions(model, version, [(q["query"], q["intent"]) for q in pending]) \
-            if caches else {}
-        todo = []
-        for q in pending:
-            hit = cached.get((q["query"], q["intent"]))
-            if hit is None:
-                todo.append(q)
+class ExpandQueries:
+    """Stage: + `expansion` (where the variants came from) and `variants` numbered from 0 (the original).
+
+    `generate`: call the expander for queries with no agent variants and no cached expansion (a model
+    stage then: its pool is `expander`); otherwise those queries keep only the original.
+    """
+
+    def __init__(self, cfg: Config, db: str, collection: str, generate: bool = False, runner: Runner | None = None):
+        self.cfg = cfg
+        self.generate = generate
+        col = Collection(db, collection, cfg)
+        self.caches = Caches(col, "", cfg.models.embed_prompt) if cfg.cache.enabled else None
+        self._model: str | None = None
+        self.runner = (runner or Runner(cfg)) if generate else None
+        self.stats: dict[str, int] = {k: 0 for k in SOURCES}
+
+    @property
+    def model(self) -> str | None:
+        """The expander's cache identity; None when its file is absent and nothing may be generated (then no
+        cached expansion of it can be checked either)."""
+        if self._model is None:
+            try:
+                self._model = model_id(self.cfg, "expander", provision=self.generate)
+            except ModelError:
+                if self.generate:
+                    raise
+                return None
+        return self._model
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        cfg = self.cfg
+        rows = batch.select([c for c in ("qid", "query", "intent", "variants", "error") if c in batch.column_names]
+                            ).to_pylist()
+        skip = batch.column("skip_expansion").to_pylist() if "skip_expansion" in batch.column_names \
+            else [False] * batch.num_rows
+        source: list[str | None] = [None] * len(rows)
+        variants: list[list[dict]] = [[] for _ in rows]
+        pending: list[int] = []
+        for i, r in enumerate(rows):
+            if r.get("error") is not None:
                 continue
-            stats["cache"] += 1
-            out[q["qid"]] += [{"qid": q["qid"], **v, "source": "cache"} for v in hit[0]]
-        if todo:
-            batch = pa.table({"qid": [q["qid"] for q in todo], "query": [q["query"] for q in todo],
-                              "intent": pa.array([q["intent"] for q in todo], pa.string()),
-                              "lang": [detect_lang(q["query"]) for q in todo]})
-            res = runner.map("expander", batch)
-            new = []
-            by_qid = {q["qid"]: q for q in todo}
-            for r in res.to_pylist():
-                src = r["source"]
-                stats["model" if src == "model" else "fallback"] += 1
-                variants = [{"kind": v["kind"], "text": v["text"]} for v in r["variants"] or []]
-                out[r["qid"]] += [{"qid": r["qid"], **v, "source": src} for v in variants]
-                q = by_qid[r["qid"]]
-                if not r.get("error"):  # never cache a model error
-                    new.append({"query": q["query"], "intent": q["intent"], "variants": variants, "source": src})
-            if caches:
-                caches.put_expansions(model, version, new)
-    rows = []
-    for qid, vs in out.items():
-        for vid, v in enumerate(vs):
-            rows.append({**v, "vid": vid})
-    if stats["fallback"]:
-        log.info("expansion fell back for %d queries", stats["fallback"])
-    return pa.Table.from_pylist(rows, schema=VARIANTS), stats
+            variants[i] = [{"kind": "orig", "text": r["query"], "source": "query"}]
+            if r["variants"]:
+                source[i] = "agent"
+                variants[i] += [{"kind": v["kind"], "text": v["text"], "source": "agent"} for v in r["variants"]]
+            elif skip[i]:
+                source[i] = "probe_skip"
+            else:
+                pending.append(i)
+        new_rows: list[list[dict]] = [[] for _ in rows]
+        if pending:
+            version = cfg.expand.prompt_version
+            keys = [(rows[i]["query"], rows[i]["intent"]) for i in pending]
+            model = self.model
+            cached = self.caches.get_expansions(model, version, keys) if self.caches and model else {}
+            todo = []
+            for i, key in zip(pending, keys):
+                hit = cached.get(key)
+                if hit is not None:
+                    source[i] = "cache"
+                    variants[i] += [{**v, "source": "cache"} for v in hit[0]]
+                elif self.generate:
+                    todo.append(i)
+                else:
+                    source[i] = "none"
+            if todo:
+                self._expand(rows, todo, source, variants, new_rows)
+        for i, s in enumerate(source):
+            if s is not None:
+                self.stats[s] += 1
+        numbered = [[{"vid": k, **v} for k, v in enumerate(vs)] for vs in variants]
+        cols = {"expansion": pa.array(source, pa.string()), "variants": pa.array(numbered, pa.list_(VARIANT)),
+                NEW_COLUMNS["expansions"]: pa.array(new_rows, pa.list_(ROW_TYPES["expansions"]))}
+        for name, arr in cols.items():
+            if name in batch.column_names:
+                batch = batch.set_column(batch.schema.get_field_index(name), name, arr)
+            else:
+                batch = batch.append_column(name, arr)
+        return batch
+
+    def _expand(self, rows: list[dict[str, Any]], todo: list[int], source: list, variants: list,
+                new_rows: list) -> None:
+        table = pa.table({"qid": [rows[i]["qid"] for i in todo], "query": [rows[i]["query"] for i in todo],
+                          "intent": pa.array([rows[i]["intent"] for i in todo], pa.string()),
+                          "lang": [detect_lang(rows[i]["query"]) for i in todo]})
+        res = self.runner.map("expander", table).to_pylist()
+        for i, r in zip(todo, res):
+            src = "model" if r["source"] == "model" else "fallback"
+            source[i] = src
+            got = [{"kind": v["kind"], "text": v["text"]} for v in r["variants"] or []]
+            variants[i] += [{**v, "source": src} for v in got]
+            if not r.get("error"):  # never cache a model error
+                new_rows[i] = Caches.expansion_rows(self.model, self.cfg.expand.prompt_version, [
+                    {"query": rows[i]["query"], "intent": rows[i]["intent"], "variants": got, "source": src}])
+        n_fb = sum(source[i] == "fallback" for i in todo)
+        if n_fb:
+            log.info("expansion fell back for %d queries", n_fb)

@@ -1,4 +1,5 @@
-"""Stage: ranked pages -> RESULTS rows (path, title, heading, snippet, score; `_explain` on request)."""
+"""Stage: ranked candidates -> each query's `results` (rank, path, title, heading, snippet, score; `_explain`
+on request): the top `n` pages scoring at least `min_score`."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from collections import defaultdict
 import pyarrow as pa
 
 from fanout.db import Collection
-from fanout.schemas import RESULTS
-from pipelines.rerank_candidates import best_passage
+from fanout.schemas import RESULT
 
 
 def fetch_chunks(col: Collection, chunk_ids: set[str]) -> dict[str, dict]:
@@ -28,30 +28,41 @@ def fetch_chunks(col: Collection, chunk_ids: set[str]) -> dict[str, dict]:
     return out
 
 
-def format_results(ranked: pa.Table, chunks: dict[str, dict], queries: dict[str, dict], n: int,
-                   min_score: float = 0.0, hits: pa.Table | None = None, snippet_tokens: int = 60) -> pa.Table:
-    """Top `n` pages per query with score >= min_score. `ranked` has qid, path, chunk_id, _rrf, score."""
-    explain: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    if hits is not None:
-        for h in hits.to_pylist():
-            explain[(h["qid"], h["path"])].append(
-                {"vid": h["vid"], "kind": h["kind"], "lane": h["lane"], "rank": h["_rank"],
-                 "score": round(h["_score"], 4)})
+def format_results(cands: list[dict], n: int, min_score: float = 0.0, hits: list[dict] | None = None) -> list[dict]:
+    """One query's result rows from its ranked candidates; `hits` (its lists' entries) adds `_explain`."""
+    explain: dict[str, list[dict]] = defaultdict(list)
+    for h in hits or []:
+        explain[h["path"]].append({"vid": h["vid"], "kind": h["kind"], "lane": h["lane"], "rank": h["_rank"],
+                                   "score": round(h["_score"], 4)})
     rows = []
-    count: dict[str, int] = defaultdict(int)
-    for r in ranked.to_pylist():
-        qid = r["qid"]
-        if count[qid] >= n or r["score"] < min_score:
+    for c in cands:
+        if len(rows) >= n or c["score"] < min_score:
             continue
-        count[qid] += 1
-        c = chunks.get(r["chunk_id"], {"title": r["path"], "heading": "", "text": ""})
-        snip = " ".join(best_passage(c["text"], queries[qid]["query"], snippet_tokens).split())
         rows.append({
-            "qid": qid, "rank": count[qid], "path": r["path"], "title": c["title"], "heading": c["heading"],
-            "snippet": snip[:300], "score": round(float(r["score"]), 4), "_rrf": r["_rrf"],
-            "_rerank": r.get("_rerank"),
-            "_explain": json.dumps({"lists": explain[(qid, r["path"])], "rrf": round(r["_rrf"], 5),
-                                    "fused_rank": r["_rank"], "rerank": r.get("_rerank")},
+            "rank": len(rows) + 1, "path": c["path"], "title": c["title"], "heading": c["heading"],
+            "snippet": c["snippet"], "score": round(float(c["score"]), 4), "_rrf": c["_rrf"],
+            "_rerank": c["_rerank"],
+            "_explain": json.dumps({"lists": explain[c["path"]], "rrf": round(c["_rrf"], 5),
+                                    "fused_rank": c["_rank"], "rerank": c["_rerank"]},
                                    ensure_ascii=False) if hits is not None else None,
         })
-    return pa.Table.from_pylist(rows, schema=RESULTS)
+    return rows
+
+
+class FormatResults:
+    """Stage: `candidates` (+ `_hits`) -> `results`; drops the columns only the stages needed."""
+
+    def __init__(self, n: int = 10, min_score: float = 0.0, explain: bool = False):
+        self.n, self.min_score, self.explain = n, min_score, explain
+        self.stats: dict[str, int] = {"queries": 0, "results": 0}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        cands = batch.column("candidates").to_pylist()
+        hits = batch.column("_hits").to_pylist() if self.explain and "_hits" in batch.column_names \
+            else [None] * batch.num_rows
+        results = [format_results(c, self.n, self.min_score, h if self.explain else None) if c is not None
+                   else [] for c, h in zip(cands, hits)]
+        self.stats["queries"] += sum(c is not None for c in cands)
+        self.stats["results"] += sum(len(r) for r in results)
+        batch = batch.append_column("results", pa.array(results, pa.list_(RESULT)))
+        return batch.drop_columns([c for c in ("candidates", "_hits", "skip_expansion") if c in batch.column_names])

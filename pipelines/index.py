@@ -17,16 +17,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from actors._llama import file_sha256, model_path
 from fanout import db as fdb
 from fanout import storage
 from fanout.config import Config
 from fanout.db import SCHEMA_VERSION, Collection
 from fanout.integrity import IndexStateError, parse_manifest
-from fanout.runner import Runner
+from fanout.runner import Runner, model_identity
 from fanout.vault import resolve_vault
-from pipelines.check_vectors import check_vectors, embed_reusing, old_vectors
+from pipelines.check_vectors import check_vectors, embed_reusing, old_vectors, split_reused
 from pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
+from pipelines.embed_chunks import embed_groups
 from pipelines.scan_notes import IGNORED, scan_notes
 from pipelines.write_index import (
     add_fts_columns,
@@ -80,10 +80,10 @@ DERIVED_KEYS = ("vault", "stats", "vectors", "vector_index", "scalar_indexes", "
 
 def index_manifest(cfg: Config, vault: Path) -> dict:
     """What produced an index: a change in any key except DERIVED_KEYS means everything is re-embedded."""
-    path = model_path(cfg, "embedder")
+    name, sha = model_identity(cfg, "embedder")  # the fake backend names itself (configs/fake.yaml)
     return {
         "schema_version": SCHEMA_VERSION,
-        "embedder": {"spec": cfg.models.embedder, "file": path.name, "sha256": file_sha256(path),
+        "embedder": {"spec": cfg.models.embedder, "file": name, "sha256": sha,
                      "prompt": cfg.models.embed_prompt, "n_ctx": cfg.embedder.n_ctx},
         "chunk": {**dataclasses.asdict(cfg.chunk), "version": CHUNKER_VERSION},
         "languages": list(cfg.index.languages),
@@ -170,6 +170,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         per_note[p] = per_note.get(p, 0) + 1
     i = 0
     failed: list[dict] = []
+    groups = []
     while i < len(paths):  # groups of whole notes, about `group` chunks each
         sel: list[str] = []
         n = 0
@@ -177,9 +178,12 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
             sel.append(paths[i])
             n += per_note.get(paths[i], 0)
             i += 1
-        mask = pc.is_in(chunks_all["path"], pa.array(sel, pa.string()))
-        part = chunks_all.filter(mask)
-        vectors, reused = embed_reusing(part, runner, reuse)
+        part = chunks_all.filter(pc.is_in(chunks_all["path"], pa.array(sel, pa.string())))
+        groups.append(((sel, part), split_reused(part, reuse)))
+    # in-process: one embedder call per group; Ray (runner.engine data): one Dataset, groups back in order;
+    # chunks whose embedded text is unchanged since the last index keep their vectors (never re-embedded)
+    for (sel, part), fresh in embed_groups(groups, runner, cfg):
+        vectors, reused = embed_reusing(part, None, reuse, fresh)
         vectors, bad = check_vectors(vectors)  # a note with a NaN/inf/zero vector is not written at all
         failed += bad
         ok = [p for p in sel if p not in {b["path"] for b in bad}]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout.schemas import ERRORS, QUERIES
+from fanout.schemas import ERRORS, QUERIES, VARIANT
 
 FIELD_KINDS = {"short_query": "lex", "rephrased_query": "vec", "expected_answer": "hyde"}
 SEARCH_TYPES = ("lex", "vec", "hyde")
@@ -118,3 +118,60 @@ def parse_queries(rows: list[dict[str, Any]] | pa.Table) -> tuple[pa.Table, pa.T
         except RowError as e:
             bad.append({"qid": qid, "field": e.field, "error": f"row {n}: {e}"})
     return pa.Table.from_pylist(good, schema=QUERIES), pa.Table.from_pylist(bad, schema=ERRORS)
+
+
+PARSED = pa.schema([("_row", pa.int64()), ("qid", pa.string()), ("query", pa.string()), ("intent", pa.string()),
+                    ("variants", pa.list_(VARIANT)), ("error", pa.string()), ("field", pa.string())])
+
+
+class ParseQueries:
+    """Stage: INPUT_ROWS (`_row`, `id`, `raw` JSON, `_error`, `_dup`) -> one parsed row per query.
+
+    A bad row keeps its place with `error` and `field` set (later stages pass it through untouched). An id
+    seen earlier in the same table, or marked `_dup` by the job's whole-input pass, is an error row.
+    """
+
+    def __init__(self, cfg: Any = None):
+        del cfg
+        self.stats: dict[str, int] = {"rows": 0, "parsed": 0, "dropped_bad_row": 0, "dropped_duplicate_id": 0}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        cols = set(batch.column_names)
+        n = batch.num_rows
+        rows = batch.column("_row").to_pylist()
+        ids = batch.column("id").to_pylist()
+        raws = batch.column("raw").to_pylist()
+        errs = batch.column("_error").to_pylist() if "_error" in cols else [None] * n
+        dups = batch.column("_dup").to_pylist() if "_dup" in cols else [None] * n
+        out = []
+        seen: dict[str, int] = {}
+        for pos, qid, raw, err, dup in zip(rows, ids, raws, errs, dups):
+            rec = {"_row": pos, "qid": qid, "query": None, "intent": None, "variants": [],
+                   "error": None, "field": None}
+            first = dup if dup is not None else seen.get(qid)
+            if first is not None and first != pos:
+                rec.update(error=f"duplicate id {qid!r} (row {pos}; first on row {first}); ids must be unique",
+                           field="id")
+                self.stats["dropped_duplicate_id"] += 1
+                out.append(rec)
+                continue
+            seen.setdefault(qid, pos)
+            try:
+                if err is not None:
+                    raise RowError("", err)
+                row = json.loads(raw)
+                if not isinstance(row, dict):
+                    raise RowError("", f"row {pos} is not an object: {str(raw)[:80]}")
+                p = parse_row(row)
+                rec.update(query=p["query"], intent=p["intent"],
+                           variants=[{"vid": None, "kind": v["kind"], "text": v["text"], "source": "agent"}
+                                     for v in p["variants"]])
+                self.stats["parsed"] += 1
+            except RowError as e:
+                msg = str(e)
+                rec.update(error=msg if err is not None or msg.startswith("row ") else f"row {pos}: {msg}",
+                           field=e.field)
+                self.stats["dropped_bad_row"] += 1
+            out.append(rec)
+        self.stats["rows"] += n
+        return pa.Table.from_pylist(out, schema=PARSED)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from fanout.config import Config
-from fanout.db import Collection
-from fanout.schemas import HITS
+from fanout.db import Collection, tag_batch
+from fanout.schemas import HITS, PAGE
 from pipelines.retrieve_variants import fts_page_lists, hit_rows
 
 
@@ -42,3 +42,27 @@ def probe_bm25(queries: pa.Table, col: Collection, cfg: Config) -> tuple[pa.Tabl
         skip = cfg.probe.enabled and strong_signal(pages, cfg.probe.min_top, cfg.probe.min_gap)
         flags.append({"qid": qid, "skip_expansion": skip, "top": top, "gap": top - second})
     return pa.Table.from_pylist(hits, schema=HITS), pa.Table.from_pylist(flags)
+
+
+class ProbeBM25:
+    """Stage: + `_probe` (the original query's BM25 page list, reused by Retrieve) and `skip_expansion`."""
+
+    def __init__(self, cfg: Config, db: str, collection: str):
+        self.cfg = cfg
+        self.col = Collection(db, collection, cfg)
+        self.stats: dict[str, int] = {"queries": 0, "skip_expansion": 0}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        batch = tag_batch(self.col, batch)  # one consistent index version for this batch's every stage
+        ok = [i for i, e in enumerate(batch.column("error").to_pylist()) if e is None]
+        texts = batch.column("query").to_pylist()
+        lists = fts_page_lists(self.col, [texts[i] for i in ok], self.cfg) if ok else []
+        probe: list[list[dict] | None] = [None] * batch.num_rows
+        skip = [False] * batch.num_rows
+        for i, pages in zip(ok, lists):
+            probe[i] = pages
+            skip[i] = self.cfg.probe.enabled and strong_signal(pages, self.cfg.probe.min_top, self.cfg.probe.min_gap)
+        self.stats["queries"] += len(ok)
+        self.stats["skip_expansion"] += sum(skip)
+        batch = batch.append_column("_probe", pa.array(probe, pa.list_(PAGE)))
+        return batch.append_column("skip_expansion", pa.array(skip, pa.bool_()))

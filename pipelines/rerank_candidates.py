@@ -15,10 +15,11 @@ import logging
 
 import pyarrow as pa
 
-from actors._llama import model_id
-from fanout.caches import Caches
+from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
-from fanout.runner import Runner
+from fanout.db import Collection
+from fanout.runner import Runner, model_id
+from fanout.schemas import CANDIDATE
 from fanout.text import est_tokens, stem_key, terms
 
 log = logging.getLogger(__name__)
@@ -49,34 +50,64 @@ def blend_weight(rank: int, bands: tuple[float, float, float]) -> float:
     return bands[0] if rank <= 3 else bands[1] if rank <= 10 else bands[2]
 
 
-def rerank_candidates(fused: pa.Table, passages: dict[tuple[str, str], str], queries: dict[str, dict],
-                      runner: Runner, cfg: Config, caches: Caches | None = None) -> pa.Table:
-    """fused + `_rerank` + `score`, re-sorted per query. `passages[(qid, path)]` is each page's passage."""
+def blend(cands: list[dict], scores: dict[tuple[str, str | None, str], float | None], query: str,
+          intent: str | None, cfg: Config) -> list[dict]:
+    """One query's candidates with `_rerank` and the blended `score`, re-sorted (reranked window first)."""
     rc = cfg.rerank
-    rows = fused.to_pylist()
-    top = [r for r in rows if r["_rank"] <= rc.top_n]
-    pairs = {(queries[r["qid"]]["query"], queries[r["qid"]].get("intent"), passages[(r["qid"], r["path"])])
-             for r in top}
-    model = model_id(cfg, "reranker")
-    scores = caches.get_rerank(model, list(pairs)) if caches else {}
-    missing = [k for k in pairs if k not in scores]
-    if missing:
-        batch = pa.table({"query": [q for q, _, _ in missing],
-                          "intent": pa.array([i for _, i, _ in missing], pa.string()),
-                          "passage": [p for _, _, p in missing]})
-        res = runner.map("reranker", batch)
-        new = dict(zip(missing, res["_rerank"].to_pylist()))
-        if caches:  # a failed pair (null score) is not cached: it is retried next time
-            caches.put_rerank(model, {k: v for k, v in new.items() if v is not None})
-        scores.update(new)
     out = []
-    for r in rows:
-        q = queries[r["qid"]]
-        if r["_rank"] <= rc.top_n:
-            s = scores[(q["query"], q.get("intent"), passages[(r["qid"], r["path"])])]
-            w = blend_weight(r["_rank"], rc.blend) if s is not None else 1.0  # no score: fused only
-            out.append({**r, "_rerank": s, "score": w * r["_norm"] + (1 - w) * (s or 0.0)})
+    for c in cands:
+        if c["_rank"] <= rc.top_n:
+            s = scores.get((query, intent, c["passage"]))
+            w = blend_weight(c["_rank"], rc.blend) if s is not None else 1.0  # no score: fused only
+            out.append({**c, "_rerank": s, "score": w * c["_norm"] + (1 - w) * (s or 0.0)})
         else:  # below the reranked window: fused order, after every reranked page
-            out.append({**r, "_rerank": None, "score": blend_weight(r["_rank"], rc.blend) * r["_norm"]})
-    out.sort(key=lambda r: (r["qid"], r["_rank"] > rc.top_n, -r["score"], r["_rank"]))
-    return pa.Table.from_pylist(out)
+            out.append({**c, "_rerank": None, "score": blend_weight(c["_rank"], rc.blend) * c["_norm"]})
+    out.sort(key=lambda r: (r["_rank"] > rc.top_n, -r["score"], r["_rank"]))
+    return out
+
+
+class RerankCandidates:
+    """Model stage: score each query's top `rerank.top_n` candidates by their passage and blend (see above).
+
+    Scores come from the rerank cache when present (read directly); the missing (query, intent, passage)
+    pairs go to the reranker in one runner call per batch; new scores leave as `_new_rr` rows.
+    """
+
+    def __init__(self, cfg: Config, db: str, collection: str, runner: Runner | None = None):
+        self.cfg = cfg
+        self.runner = runner or Runner(cfg)
+        col = Collection(db, collection, cfg)
+        self.caches = Caches(col, "", cfg.models.embed_prompt) if cfg.cache.enabled else None
+        self.model = model_id(cfg, "reranker")
+        self.stats: dict[str, int] = {"pairs": 0, "cached": 0, "scored": 0}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        rc = self.cfg.rerank
+        rows = batch.select(["query", "intent", "error", "candidates"]).to_pylist()
+        pairs: dict[tuple[str, str | None, str], int] = {}
+        for i, r in enumerate(rows):
+            if r["error"] is None:
+                for c in r["candidates"] or []:
+                    if c["_rank"] <= rc.top_n:
+                        pairs.setdefault((r["query"], r["intent"], c["passage"]), i)
+        scores = self.caches.get_rerank(self.model, list(pairs)) if self.caches and pairs else {}
+        missing = [k for k in pairs if k not in scores]
+        new_rows: list[list[dict]] = [[] for _ in rows]
+        if missing:
+            res = self.runner.map("reranker", pa.table({
+                "query": [q for q, _, _ in missing], "intent": pa.array([i for _, i, _ in missing], pa.string()),
+                "passage": [p for _, _, p in missing]}))
+            new = dict(zip(missing, res["_rerank"].to_pylist()))
+            scores.update(new)
+            if self.caches:  # a failed pair (null score) is not cached: it is retried next time
+                for k, v in new.items():
+                    if v is not None:
+                        new_rows[pairs[k]] += Caches.rerank_rows(self.model, {k: v})
+        self.stats["pairs"] += len(pairs)
+        self.stats["cached"] += len(pairs) - len(missing)
+        self.stats["scored"] += len(missing)
+        cands = [blend(r["candidates"] or [], scores, r["query"], r["intent"], self.cfg)
+                 if r["error"] is None else None for r in rows]
+        i = batch.schema.get_field_index("candidates")
+        batch = batch.set_column(i, "candidates", pa.array(cands, pa.list_(CANDIDATE)))
+        return batch.append_column(NEW_COLUMNS["rerank"], pa.array(new_rows, pa.list_(ROW_TYPES["rerank"])))

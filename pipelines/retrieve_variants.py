@@ -1,8 +1,10 @@
-"""Stage: route each variant to its lanes and collect page-level ranked lists (HITS).
+"""Stages: embed the variants (EmbedVariants), then retrieve, fuse and fetch (Retrieve).
 
 Routing (qmd): `lex` -> full-text only; `vec`/`hyde` -> vectors only; the original query -> both. Plus an
-exact title/alias lane for the original query and `lex` variants (OHS, trip2g-alias). All query vectors of a
-batch are embedded in as few calls as possible and searched as ONE batched LanceDB vector search.
+exact title/alias lane for the original query and `lex` variants (OHS, trip2g-alias). The vectors of a
+batch's variants are read from the cache or embedded in as few calls as possible (EmbedVariants, a model
+stage); Retrieve then runs the full-text lists, ONE batched LanceDB vector search and the alias lane, fuses
+them (fuse_rrf), keeps each query's top pages and fetches their chunks for titles, snippets and passages.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from collections import defaultdict
 
 import pyarrow as pa
 
-from fanout.caches import Caches
+from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
-from fanout.db import Collection, fts_columns
-from fanout.runner import Runner
-from fanout.schemas import HITS
+from fanout.db import Collection, fts_columns, pin_batch
+from fanout.runner import Runner, model_identity
+from fanout.schemas import CANDIDATE, HIT, HITS, QVEC
 from fanout.text import nfc
+from pipelines.fuse_rrf import fuse_rrf, sent_lists
 
 FTS_KINDS = ("orig", "lex")
 VEC_KINDS = ("orig", "vec", "hyde")
@@ -85,52 +88,164 @@ def hit_rows(qid: str, vid: int, kind: str, lane: str, pages: list[dict]) -> lis
              "_rank": i, "_score": p["_score"]} for i, p in enumerate(pages, 1)]
 
 
-def embed_variants(variants: pa.Table, runner: Runner, caches: Caches | None, cfg: Config) -> dict[int, list]:
-    """Vectors for the vector-lane rows of `variants`, keyed by row index; cached per (model, prompt, text)."""
-    rows = [(i, v) for i, v in enumerate(variants.to_pylist()) if v["kind"] in VEC_KINDS]
-    role_of = {"hyde": cfg.retrieve.hyde_prompt}
-    keyed = [(i, role_of.get(v["kind"], "query"), v["text"]) for i, v in rows]
-    found = caches.get_vectors([(r, t) for _, r, t in keyed]) if caches else {}
-    missing = sorted({(r, t) for _, r, t in keyed if (r, t) not in found})
-    if missing:
-        batch = pa.table({"text": [t for _, t in missing], "role": [r for r, _ in missing]})
-        out = runner.map("embedder", batch)
-        new = dict(zip(missing, out["vector"].to_pylist()))
-        if caches:
-            caches.put_vectors(new)
-        found.update(new)
-    return {i: found[(r, t)] for i, r, t in keyed}
+def _set(batch: pa.Table, name: str, arr: pa.Array) -> pa.Table:
+    if name in batch.column_names:
+        return batch.set_column(batch.schema.get_field_index(name), name, arr)
+    return batch.append_column(name, arr)
 
 
-def retrieve_variants(variants: pa.Table, col: Collection, runner: Runner, cfg: Config,
-                      caches: Caches | None = None, probe_hits: pa.Table | None = None) -> pa.Table:
-    """VARIANTS -> HITS. `probe_hits` (the original queries' BM25 lists) are reused, not searched again."""
-    k = cfg.retrieve.k
-    rows = variants.to_pylist()
-    out: list[dict] = []
-    done_fts = set()
-    lanes = set(cfg.retrieve.lanes)
-    if probe_hits is not None and probe_hits.num_rows and "fts" in lanes:
-        out.extend(probe_hits.to_pylist())
-        done_fts = {(h["qid"], h["vid"]) for h in out}
-    fts_rows = [v for v in rows if "fts" in lanes and v["kind"] in FTS_KINDS and (v["qid"], v["vid"]) not in done_fts]
-    for v, pages in zip(fts_rows, fts_page_lists(col, [v["text"] for v in fts_rows], cfg)):
-        out.extend(hit_rows(v["qid"], v["vid"], v["kind"], "fts", pages))
-    vecs = embed_variants(variants, runner, caches, cfg) if "vec" in lanes else {}
-    if vecs:
-        order = sorted(vecs)
-        res = col.vector_search_many([vecs[i] for i in order], k * 3, ["path", "chunk_id"])
-        by_q: dict[int, list[dict]] = defaultdict(list)
-        for r in sorted(res.to_pylist(), key=lambda r: (r["query_index"], r["_distance"])):
-            r["_sim"] = 1.0 - float(r["_distance"])
-            by_q[int(r["query_index"])].append(r)
-        for qi, i in enumerate(order):
-            v = rows[i]
-            out.extend(hit_rows(v["qid"], v["vid"], v["kind"], "vec", to_pages(by_q[qi], k, "_sim")))
-    if "alias" in lanes:
-        amap = alias_map(col)
-        for v in rows:
-            if v["kind"] in ALIAS_KINDS and (paths := amap.get(alias_key(v["text"]))):
-                pages = [{"path": p, "chunk_id": f"{p}#0", "_score": 1.0} for p in paths[:k]]
-                out.extend(hit_rows(v["qid"], v["vid"], v["kind"], "alias", pages))
-    return pa.Table.from_pylist(out, schema=HITS)
+class EmbedVariants:
+    """Model stage: + `vectors` (one per vector-lane variant: `vid`, `vector`) and `_new_qvec` cache rows.
+
+    Vectors come from the query-vector cache when present (read directly); the rest are embedded in one
+    runner call per batch, each distinct (prompt role, text) once.
+    """
+
+    def __init__(self, cfg: Config, db: str, collection: str, runner: Runner | None = None):
+        self.cfg = cfg
+        self.runner = runner or Runner(cfg)
+        col = Collection(db, collection, cfg)
+        sha = model_identity(cfg, "embedder")[1]
+        self.caches = Caches(col, sha, cfg.models.embed_prompt) if cfg.cache.enabled else None
+        self.stats: dict[str, int] = {"texts": 0, "cached": 0, "embedded": 0}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        n = batch.num_rows
+        errors = batch.column("error").to_pylist()
+        variants = batch.column("variants").to_pylist()
+        role_of = {"hyde": self.cfg.retrieve.hyde_prompt}
+        wanted: list[list[tuple[int, str, str]]] = [[] for _ in range(n)]
+        if "vec" in self.cfg.retrieve.lanes:
+            for i, vs in enumerate(variants):
+                if errors[i] is None:
+                    wanted[i] = [(v["vid"], role_of.get(v["kind"], "query"), v["text"])
+                                 for v in vs or [] if v["kind"] in VEC_KINDS]
+        items = list(dict.fromkeys((r, t) for w in wanted for _, r, t in w))
+        found = self.caches.get_vectors(items) if self.caches and items else {}
+        missing = sorted({x for x in items if x not in found})  # sorted: the same embed batches as before
+        new: dict[tuple[str, str], list[float]] = {}
+        if missing:
+            out = self.runner.map("embedder", pa.table({"text": [t for _, t in missing],
+                                                        "role": [r for r, _ in missing]}))
+            new = dict(zip(missing, out["vector"].to_pylist()))
+            found.update(new)
+        self.stats["texts"] += sum(len(w) for w in wanted)
+        self.stats["cached"] += len(items) - len(missing)
+        self.stats["embedded"] += len(missing)
+        vectors = [[{"vid": vid, "vector": found[(r, t)]} for vid, r, t in w] for w in wanted]
+        new_rows: list[list[dict]] = [[] for _ in range(n)]
+        if new and self.caches:  # each new vector leaves once, with the first query that asked for it
+            owner: dict[tuple[str, str], int] = {}
+            for i, w in enumerate(wanted):
+                for _, r, t in w:
+                    owner.setdefault((r, t), i)
+            for key, vec in new.items():
+                new_rows[owner[key]] += self.caches.vector_rows({key: vec})
+        batch = _set(batch, "vectors", pa.array(vectors, pa.list_(QVEC)))
+        return _set(batch, NEW_COLUMNS["qvec"], pa.array(new_rows, pa.list_(ROW_TYPES["qvec"])))
+
+
+class Retrieve:
+    """Stage: full-text + vector + alias lanes -> fuse_rrf -> top `keep` pages per query with their chunk's
+    title, heading and snippet (and the rerank passage when `rerank`) as `candidates`; `_hits` (every list's
+    entries) when `explain`. Opens the collection once."""
+
+    def __init__(self, cfg: Config, db: str, collection: str, keep: int = 10, rerank: bool = False,
+                 explain: bool = False):
+        self.cfg = cfg
+        self.col = Collection(db, collection, cfg)
+        self.keep, self.rerank, self.explain = keep, rerank, explain
+        self.stats: dict[str, int] = {"queries": 0, "fts_lists": 0, "vec_lists": 0, "alias_lists": 0}
+
+    def hits(self, batch: pa.Table) -> list[dict]:
+        """Every list's page hits for the batch, in the order fusion reads them (orig full text, lex full
+        text, vectors, alias; variants in order within each)."""
+        cfg, k, lanes = self.cfg, self.cfg.retrieve.k, set(self.cfg.retrieve.lanes)
+        rows = batch.select(["qid", "error", "variants"]).to_pylist()
+        probe = batch.column("_probe").to_pylist() if "_probe" in batch.column_names else [None] * len(rows)
+        vectors = batch.column("vectors").to_pylist() if "vectors" in batch.column_names else [None] * len(rows)
+        ok = [i for i, r in enumerate(rows) if r["error"] is None]
+        out: list[dict] = []
+        fts_todo: list[tuple[str, dict]] = []
+        if "fts" in lanes:
+            for i in ok:
+                qid = rows[i]["qid"]
+                for v in rows[i]["variants"]:
+                    if v["kind"] == "orig" and probe[i] is not None:
+                        out.extend(hit_rows(qid, v["vid"], "orig", "fts", probe[i]))
+                    elif v["kind"] in FTS_KINDS:
+                        fts_todo.append((qid, v))
+            for (qid, v), pages in zip(fts_todo, fts_page_lists(self.col, [v["text"] for _, v in fts_todo], cfg)):
+                out.extend(hit_rows(qid, v["vid"], v["kind"], "fts", pages))
+            self.stats["fts_lists"] += len(fts_todo)
+        if "vec" in lanes:
+            order: list[tuple[str, dict]] = []
+            vecs = []
+            for i in ok:
+                kinds = {v["vid"]: v for v in rows[i]["variants"]}
+                for x in vectors[i] or []:
+                    order.append((rows[i]["qid"], kinds[x["vid"]]))
+                    vecs.append(x["vector"])
+            if vecs:
+                res = self.col.vector_search_many(vecs, k * 3, ["path", "chunk_id"])
+                by_q: dict[int, list[dict]] = defaultdict(list)
+                for r in sorted(res.to_pylist(), key=lambda r: (r["query_index"], r["_distance"])):
+                    r["_sim"] = 1.0 - float(r["_distance"])
+                    by_q[int(r["query_index"])].append(r)
+                for qi, (qid, v) in enumerate(order):
+                    out.extend(hit_rows(qid, v["vid"], v["kind"], "vec", to_pages(by_q[qi], k, "_sim")))
+            self.stats["vec_lists"] += len(vecs)
+        if "alias" in lanes:
+            amap = alias_map(self.col)
+            for i in ok:
+                for v in rows[i]["variants"]:
+                    if v["kind"] in ALIAS_KINDS and (paths := amap.get(alias_key(v["text"]))):
+                        pages = [{"path": p, "chunk_id": f"{p}#0", "_score": 1.0} for p in paths[:k]]
+                        out.extend(hit_rows(rows[i]["qid"], v["vid"], v["kind"], "alias", pages))
+                        self.stats["alias_lists"] += 1
+        return out
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from pipelines.format_results import fetch_chunks
+        from pipelines.rerank_candidates import best_passage
+
+        pin_batch(self.col, batch)  # the index versions ProbeBM25 pinned for this batch (one consistent read)
+        hits = self.hits(batch)
+        qids = batch.column("qid").to_pylist()
+        errors = batch.column("error").to_pylist()
+        queries = batch.column("query").to_pylist()
+        ok_qids = [q for q, e in zip(qids, errors) if e is None]
+        sent = sent_lists(pa.Table.from_pylist(
+            [{"qid": q, "vid": v["vid"], "kind": v["kind"]}
+             for q, e, vs in zip(qids, errors, batch.column("variants").to_pylist()) if e is None for v in vs or []],
+            schema=pa.schema([("qid", pa.string()), ("vid", pa.int32()), ("kind", pa.string())])),
+            self.cfg.retrieve.lanes)
+        fused = fuse_rrf(pa.Table.from_pylist(hits, schema=HITS), self.cfg.fuse, ok_qids, sent)
+        fused = fused.filter(pa.compute.less_equal(fused["_rank"], self.keep))
+        chunks = fetch_chunks(self.col, set(fused["chunk_id"].to_pylist()))
+        qtext = {q: t for q, t, e in zip(qids, queries, errors) if e is None}  # ok qids are unique
+        per_q: dict[str, list[dict]] = defaultdict(list)
+        ptoks = self.cfg.rerank.passage_tokens
+        for r in fused.to_pylist():
+            c = chunks.get(r["chunk_id"], {"title": r["path"], "heading": "", "text": ""})
+            q = qtext[r["qid"]]
+            snip = " ".join(best_passage(c["text"], q, 60).split())[:300]
+            passage = None
+            if self.rerank:
+                head = " > ".join(x for x in (c["title"], c["heading"]) if x)
+                passage = head + "\n" + best_passage(c["text"], q, ptoks)
+            per_q[r["qid"]].append({"path": r["path"], "chunk_id": r["chunk_id"], "title": c["title"],
+                                    "heading": c["heading"], "snippet": snip, "passage": passage,
+                                    "_rrf": r["_rrf"], "_norm": r["_norm"], "_rank": r["_rank"],
+                                    "score": r["_norm"], "_rerank": None})
+        self.stats["queries"] += len(ok_qids)
+        cands = [per_q.get(q, []) if e is None else None for q, e in zip(qids, errors)]
+        batch = _set(batch, "candidates", pa.array(cands, pa.list_(CANDIDATE)))
+        if self.explain:
+            by_qid: dict[str, list[dict]] = defaultdict(list)
+            for h in hits:
+                by_qid[h["qid"]].append({k: v for k, v in h.items() if k != "qid"})
+            batch = _set(batch, "_hits", pa.array([by_qid.get(q, []) if e is None else None
+                                                  for q, e in zip(qids, errors)], pa.list_(HIT)))
+        drop = [c for c in ("_probe", "vectors") if c in batch.column_names]
+        return batch.drop_columns(drop)

@@ -1,32 +1,36 @@
-"""Pipeline: a batch of queries -> ranked pages.
+"""Composition: a batch of queries -> ranked pages, as an ordered list of stages (data, not logic).
 
-parse_queries -> probe_bm25 -> expand_queries -> retrieve_variants -> fuse_rrf -> rerank_candidates ->
-format_results. The runner (in-process or Ray) only decides where the model actors live.
+    ParseQueries -> ProbeBM25 -> ExpandQueries -> EmbedVariants -> Retrieve [-> RerankCandidates]
+    -> FormatResults -> WriteCaches
+
+One row per query flows through; nested columns carry what the next stage needs (variants, vectors,
+candidates, results; new cache rows for the one writer). `Searcher.search(rows)` runs the list with the
+in-process loop (`Runner.pipeline`); a batch job hands the same list to Ray Data (`RayRunner.dataset`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from actors._llama import file_sha256, model_path
-from fanout.caches import Caches
+from fanout.batch_io import rows_table
 from fanout.config import Config
 from fanout.db import Collection
 from fanout.integrity import IndexStateError
-from fanout.runner import Runner
-from pipelines.expand_queries import expand_queries
-from pipelines.format_results import fetch_chunks, format_results
-from pipelines.fuse_rrf import fuse_rrf, sent_lists
-from pipelines.parse_queries import parse_queries
-from pipelines.probe_bm25 import probe_bm25
-from pipelines.rerank_candidates import best_passage, rerank_candidates
-from pipelines.retrieve_variants import retrieve_variants
+from fanout.runner import Pipeline, Runner, StageSpec, model_identity
+from fanout.schemas import ERRORS, RESULTS, VARIANTS
+from pipelines.expand_queries import SOURCES, ExpandQueries
+from pipelines.format_results import FormatResults
+from pipelines.parse_queries import ParseQueries
+from pipelines.probe_bm25 import ProbeBM25
+from pipelines.rerank_candidates import RerankCandidates
+from pipelines.retrieve_variants import EmbedVariants, Retrieve
+from pipelines.write_caches import WriteCaches
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,7 @@ log = logging.getLogger(__name__)
 class SearchOptions:
     n: int = 10  # pages per query
     min_score: float = 0.0  # drop pages scoring below this
-    expand: bool | None = None  # None = cfg.expand.enabled
+    expand: bool | None = None  # generate missing expansions? None = cfg.expand.enabled (cached ones: always)
     rerank: bool | None = None  # None = cfg.rerank.enabled
     explain: bool = False  # add every list's rank and score to each result
 
@@ -49,80 +53,130 @@ class SearchOutput:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOptions = SearchOptions()
+                  ) -> list[StageSpec]:
+    """The query pipeline for these options. Model stages name their role; the rest run in the retrieval
+    pool (cfg.retriever) and the cache writer in a single actor (cfg.writer)."""
+    rerank = cfg.rerank.enabled if opts.rerank is None else opts.rerank
+    expand = cfg.expand.enabled if opts.expand is None else opts.expand
+    keep = max(opts.n, cfg.rerank.top_n if rerank else opts.n)
+    db = str(db) if "://" in str(db) else str(Path(db).resolve())
+    ix = {"cfg": cfg, "db": db, "collection": collection}
+    specs = [
+        StageSpec(ParseQueries, {"cfg": cfg}),
+        StageSpec(ProbeBM25, ix),
+        StageSpec(ExpandQueries, {**ix, "generate": expand}, **({"pool": "expander", "role": "expander"}
+                                                               if expand else {})),
+        StageSpec(EmbedVariants, ix, pool="embedder", role="embedder"),
+        StageSpec(Retrieve, {**ix, "keep": keep, "rerank": rerank, "explain": opts.explain}),
+    ]
+    if rerank:
+        specs.append(StageSpec(RerankCandidates, ix, pool="reranker", role="reranker"))
+    specs += [
+        StageSpec(FormatResults, {"n": opts.n, "min_score": opts.min_score, "explain": opts.explain}),
+        StageSpec(WriteCaches, ix, pool="writer", single=True),
+    ]
+    return specs
+
+
+def check_index(col: Collection, cfg: Config) -> dict[str, Any]:
+    """The index's manifest, after checking that it was embedded with the configured model and prompt."""
+    manifest = col.require()
+    emb = manifest.get("embedder", {})
+    name, sha = model_identity(cfg, "embedder")
+    if emb.get("sha256") != sha or emb.get("prompt") != cfg.models.embed_prompt:
+        raise IndexStateError(
+            f"index {col.name!r} was embedded with {emb.get('file')} ({emb.get('prompt')} prompt) but the "
+            f"config names {name} ({cfg.models.embed_prompt}); re-run `fanout index` or use that model")
+    return manifest
+
+
+def flatten(answers: pa.Table, column: str, schema: pa.Schema) -> pa.Table:
+    """A list<struct> column of the per-query rows as a flat table with the query's `qid` in front."""
+    lists = answers.column(column)
+    flat = pc.list_flatten(lists)
+    if len(flat) == 0:
+        return schema.empty_table()
+    qid = answers.column("qid").take(pc.list_parent_indices(lists))
+    cols = {"qid": qid}
+    flat = flat.combine_chunks() if isinstance(flat, pa.ChunkedArray) else flat
+    for f in schema:
+        if f.name != "qid":
+            cols[f.name] = flat.field(f.name)
+    return pa.table(cols).cast(schema)
+
+
+def output(answers: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(RESULTS, ERRORS, VARIANTS) from the per-query rows the pipeline leaves."""
+    bad = answers.filter(pc.is_valid(answers["error"]))
+    errors = pa.table({"qid": bad["qid"], "field": pc.fill_null(bad["field"], ""), "error": bad["error"]},
+                      schema=ERRORS)
+    return flatten(answers, "results", RESULTS), errors, flatten(answers, "variants", VARIANTS)
+
+
+def answer_stats(answers: pa.Table) -> dict[str, Any]:
+    """Counters read off the per-query rows (the same columnar pass serves a whole job's parts)."""
+    exp = {k: 0 for k in SOURCES}
+    for r in pc.value_counts(answers["expansion"].drop_null()).to_pylist() if answers.num_rows else []:
+        exp[r["values"]] = r["counts"]
+    n_err = int(pc.sum(pc.is_valid(answers["error"])).as_py() or 0)
+    return {"queries": answers.num_rows - n_err, "errors": n_err, "expansion": exp,
+            "probe_skipped": exp["probe_skip"], "cached_expansions": exp["cache"]}
+
+
 class Searcher:
-    """Holds one collection, its caches and a runner; `search(rows)` answers a batch."""
+    """Holds one collection, a runner and the stage list per options; `search(rows)` answers a batch."""
 
     def __init__(self, db_dir: str | Path, collection: str, cfg: Config, runner: Runner):
         self.cfg = self.base_cfg = cfg
+        self.db = db_dir
+        self.collection = collection
         self.col = Collection(db_dir, collection, cfg)
-        path = model_path(cfg, "embedder")
-        self.model_file, self.model_sha = path.name, file_sha256(path)
-        self.check_index(self.col.require())
         self.runner = runner
-        self.caches = Caches(self.col, self.model_sha, cfg.models.embed_prompt) if cfg.cache.enabled else None
+        self._pipes: dict[SearchOptions, Pipeline] = {}
+        self.refresh()
 
-    def check_index(self, manifest: dict) -> None:
-        """The index must come from the configured embedder; its full-text languages win over the config's."""
-        emb, cfg = manifest["embedder"], self.base_cfg
-        if emb["sha256"] != self.model_sha or emb["prompt"] != cfg.models.embed_prompt:
-            raise IndexStateError(
-                f"index {self.col.name!r} was embedded with {emb['file']} ({emb['prompt']} prompt) but the config "
-                f"names {self.model_file} ({cfg.models.embed_prompt}); re-run `fanout index` or use that model")
-        langs = tuple(manifest["languages"])
-        if langs != tuple(self.cfg.index.languages):
+    def refresh(self) -> None:
+        """Pin the manifest's table versions (Collection.refresh) and re-check it: the index must come from
+        the configured embedder, and its full-text languages win over the config's (a warning says so).
+        Each batch's first index stage pins again (db.tag_batch), so a long-lived Searcher (MCP, serve)
+        never mixes two index runs within a request."""
+        self.manifest = check_index(self.col, self.base_cfg)
+        self.col.refresh()
+        langs, cfg = tuple(self.manifest["languages"]), self.base_cfg
+        want = cfg if langs == tuple(cfg.index.languages) else cfg.replace(index={"languages": langs})
+        if want != self.cfg:
             if langs != tuple(cfg.index.languages):
                 log.warning("index %r has full-text languages %s, the config says %s: searching the index's "
                             "(re-index to change them)", self.col.name, list(langs), list(cfg.index.languages))
-            self.cfg = cfg.replace(index={"languages": langs})
+            self.cfg, self._pipes = want, {}
 
-    def refresh(self) -> None:
-        """Start of every request: pin one consistent set of table versions (Collection.refresh) and re-check
-        the manifest, so a long-lived Searcher never mixes two index runs."""
-        self.check_index(self.col.refresh())
+    def stages(self, opts: SearchOptions = SearchOptions()) -> list[StageSpec]:
+        return search_stages(self.cfg, self.db, self.collection, opts)
+
+    def pipeline(self, opts: SearchOptions = SearchOptions()) -> Pipeline:
+        """The in-process executor for these options, built once (stages open the collection once)."""
+        if opts not in self._pipes:
+            self._pipes[opts] = self.runner.pipeline(self.stages(opts))
+        return self._pipes[opts]
+
+    def cache_stats(self) -> dict[str, dict[str, int]]:
+        hits: dict[str, int] = {}
+        misses: dict[str, int] = {}
+        for pipe in self._pipes.values():
+            for stage in pipe.stages:
+                c = getattr(stage, "caches", None)
+                for src, dst in ((getattr(c, "hits", {}), hits), (getattr(c, "misses", {}), misses)):
+                    for k, v in src.items():
+                        dst[k] = dst.get(k, 0) + v
+        return {"hits": hits, "misses": misses}
 
     def search(self, rows: list[dict] | pa.Table, opts: SearchOptions = SearchOptions()) -> SearchOutput:
-        self.refresh()
-        cfg, col, t = self.cfg, self.col, {}
-        clock = time.perf_counter()
-
-        def lap(name: str) -> None:
-            nonlocal clock
-            now = time.perf_counter()
-            t[name] = t.get(name, 0.0) + now - clock
-            clock = now
-
-        queries, errors = parse_queries(rows)
-        lap("parse")
-        qmap = {q["qid"]: q for q in queries.select(["qid", "query", "intent"]).to_pylist()}
-        probe_hits, flags = probe_bm25(queries, col, cfg)
-        skip = dict(zip(flags["qid"].to_pylist(), flags["skip_expansion"].to_pylist())) if flags.num_rows else {}
-        lap("probe")
-        variants, exp_stats = expand_queries(queries, skip, self.runner, cfg, self.caches, opts.expand)
-        lap("expand")
-        hits = retrieve_variants(variants, col, self.runner, cfg, self.caches, probe_hits)
-        lap("retrieve")
-        fused = fuse_rrf(hits, cfg.fuse, list(qmap), sent_lists(variants, cfg.retrieve.lanes))
-        lap("fuse")
-        rerank = cfg.rerank.enabled if opts.rerank is None else opts.rerank
-        keep = max(opts.n, cfg.rerank.top_n if rerank else opts.n)
-        fused = fused.filter(pa.compute.less_equal(fused["_rank"], keep))
-        chunks = fetch_chunks(col, set(fused["chunk_id"].to_pylist()))
-        lap("fetch")
-        if rerank and fused.num_rows:
-            passages = {}
-            for r in fused.select(["qid", "path", "chunk_id"]).to_pylist():
-                c = chunks.get(r["chunk_id"], {"text": "", "title": r["path"], "heading": ""})
-                head = " > ".join(x for x in (c["title"], c["heading"]) if x)
-                passages[(r["qid"], r["path"])] = head + "\n" + best_passage(
-                    c["text"], qmap[r["qid"]]["query"], cfg.rerank.passage_tokens)
-            ranked = rerank_candidates(fused, passages, qmap, self.runner, cfg, self.caches)
-        else:
-            ranked = fused.append_column("score", fused["_norm"])
-        lap("rerank")
-        results = format_results(ranked, chunks, qmap, opts.n, opts.min_score,
-                                 hits if opts.explain else None)
-        lap("format")
-        stats = {"queries": queries.num_rows, "errors": errors.num_rows, "expansion": exp_stats,
-                 "probe_skipped": int(sum(skip.values())),
-                 "cache": self.caches.stats() if self.caches else {}}
-        return SearchOutput(results, errors, variants, t, stats)
+        pipe = self.pipeline(opts)
+        table = rows if isinstance(rows, pa.Table) and "raw" in rows.column_names else rows_table(rows)
+        before = dict(pipe.seconds)
+        answers = pipe(table)
+        timings = {k: v - before.get(k, 0.0) for k, v in pipe.seconds.items()}
+        results, errors, variants = output(answers)
+        stats = {**answer_stats(answers), "cache": self.cache_stats(), "stages": pipe.stats()}
+        return SearchOutput(results, errors, variants, timings, stats)

@@ -82,8 +82,9 @@ def test_actor_killed_mid_batch_on_the_model_node_changes_nothing(bench, cluster
         expected = _run(bench, r, small_cfg, tiny_db, queries, tmp_path / "inproc.parquet")
     assert set(expected["qid"].to_pylist()) == {q["id"] for q in QUERIES}
 
+    # the slice engine: its model actors are the runner's own pool, which this test kills and Ray restarts
     ccfg = small_cfg.replace(runner={"ray_address": cluster.address, "model_resource": "models",
-                                     "placement_timeout_s": 90.0, "max_retries": 2})
+                                     "placement_timeout_s": 90.0, "max_retries": 2, "engine": "slices"})
     # two slices of 3 queries: the embedder actor dies 0.2 s into the second slice's calls
     with bench.CrashingRayRunner(ccfg, at_call=1, delay_s=0.2) as rr:
         got = _run(bench, rr, ccfg, tiny_db, queries, tmp_path / "cluster.parquet")

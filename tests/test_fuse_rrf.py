@@ -12,7 +12,7 @@ def hits(rows):
 
 
 def test_original_lists_count_double_and_bonus_applies_once():
-    cfg = FuseConfig(k=60, w_original=2.0, w_lex=1.0, bonus_first=0.05, bonus_top3=0.02)
+    cfg = FuseConfig(k=60, w_original=2.0, w_lex=1.0, fts_scale=1.0, bonus_first=0.05, bonus_top3=0.02)
     t = hits([
         ("q", 0, "orig", "fts", "A", "A#0", 1, 9.0),
         ("q", 0, "orig", "fts", "B", "B#1", 2, 5.0),

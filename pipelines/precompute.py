@@ -1,0 +1,128 @@
+"""Job: precompute expansions of a query log into the cache (`fanout expand LOG`).
+
+    ParseQueries -> ExpandQueries(generate) -> WriteCaches -> KeepColumns
+
+The input is staged as a batch job stages it (positions, ids; under `<db>/.jobs/expand-<hash>/`, removed at
+the end); queries already in the cache are skipped by ExpandQueries; the one writer commits new expansions
+batch by batch, so the cache itself is the resume state: a killed job, run again, generates only what is
+still missing. On the Ray runner it is ONE Ray Data Dataset; the driver only counts the small rows that come
+back (a bar on a TTY, a periodic log line otherwise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fanout.batch_io import filesystem
+from fanout.config import Config
+from fanout.runner import Runner, StageSpec
+from pipelines.batch import _iter_todo, stage_input, write_todo
+from pipelines.expand_queries import SOURCES, ExpandQueries
+from pipelines.parse_queries import ParseQueries
+from pipelines.write_caches import WriteCaches
+
+log = logging.getLogger(__name__)
+
+
+class KeepColumns:
+    """Stage: only the named columns go on (what the driver counts)."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return batch.select([n for n in self.names if n in batch.column_names])
+
+
+def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
+    ix = {"cfg": cfg, "db": db, "collection": collection}
+    return [
+        StageSpec(ParseQueries, {"cfg": cfg}),
+        StageSpec(ExpandQueries, {**ix, "generate": True}, pool="expander", role="expander"),
+        StageSpec(WriteCaches, ix, pool="writer", single=True),
+        StageSpec(KeepColumns, {"names": ["_row", "expansion", "error"]}, pool="writer"),
+    ]
+
+
+class Progress:
+    """A tqdm bar on a TTY; otherwise one log line every `every_s` seconds."""
+
+    def __init__(self, total: int, tty: bool, every_s: float = 10.0, unit: str = "query"):
+        self.total, self.done, self.every_s = total, 0, every_s
+        self.t0 = self.last = time.monotonic()
+        self.bar = None
+        if tty and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit=unit, leave=False)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif time.monotonic() - self.last >= self.every_s:
+            self.last = time.monotonic()
+            rate = self.done / max(1e-9, self.last - self.t0)
+            log.warning("expand: %d/%d queries (%.0f/s)", self.done, self.total, rate)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_expand(in_path: str | Path, db: str | Path, collection: str, cfg: Config, runner: Runner,
+               progress: bool | None = None, on_batch: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Expand every query of `in_path` that the cache does not hold yet; returns counters."""
+    db = str(db) if "://" in str(db) else str(Path(db).resolve())
+    fs, dbpath = filesystem(db)
+    key = hashlib.sha256(str(in_path).encode()).hexdigest()[:12]
+    pdir = f"{dbpath}/.jobs/expand-{collection}-{key}"
+    t0 = time.perf_counter()
+    fs.delete_dir_contents(f"{pdir}/results", missing_dir_ok=True)
+    try:
+        with fs.open_input_stream(f"{pdir}/job.json"):
+            pass
+    except OSError:
+        fs.delete_dir_contents(pdir, missing_dir_ok=True)
+    try:
+        stage_input(in_path, fs, pdir)
+    except ValueError:  # the log changed since a killed run: stage it again (the cache keeps what was done)
+        fs.delete_dir_contents(pdir, missing_dir_ok=True)
+        stage_input(in_path, fs, pdir)
+    files, todo = write_todo(fs, pdir)
+    counts = {k: 0 for k in SOURCES} | {"errors": 0}
+    bar = Progress(todo, sys.stderr.isatty() if progress is None else progress)
+    specs = expand_stages(cfg, db, collection)
+
+    def add(t: pa.Table) -> None:
+        counts["errors"] += int(pc.sum(pc.is_valid(t["error"])).as_py() or 0)
+        for r in pc.value_counts(t["expansion"].drop_null()).to_pylist() if t.num_rows else []:
+            counts[r["values"]] += r["counts"]
+        bar.update(t.num_rows)
+        if on_batch:
+            on_batch(bar.done, todo)
+
+    try:
+        if todo and runner.kind == "ray" and cfg.runner.engine == "data":
+            ds = runner.dataset(specs, files, filesystem=fs, progress=False)
+            for t in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                add(t)
+        elif todo:
+            pipe = runner.pipeline(specs)
+            for t in _iter_todo(fs, files, cfg.expander.batch_size * max(1, cfg.expander.count)):
+                add(pipe(t))
+    finally:
+        bar.close()
+    fs.delete_dir(pdir)
+    return {"queries": todo, "expanded": counts["model"] + counts["fallback"], "cached": counts["cache"],
+            "agent": counts["agent"], "errors": counts["errors"], "seconds": time.perf_counter() - t0,
+            "sources": counts}

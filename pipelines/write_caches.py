@@ -1,0 +1,51 @@
+"""Stage: the ONE cache writer. Commits the cache rows the workers returned (`_new_qvec`, `_new_exp`,
+`_new_rr`), deduped by key, in one commit per table per batch, and drops those columns.
+
+On Ray Data it is a single-actor stage at the end of the Dataset; in the in-process loop it runs at the end
+of each batch. Workers only read the caches, so concurrent workers never insert the same key twice, and
+`Caches.commit` locks each table so two jobs on one machine do not either.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+
+from fanout.caches import NEW_COLUMNS, SCHEMAS, Caches, qvec_table
+from fanout.config import Config
+from fanout.db import Collection
+
+log = logging.getLogger(__name__)
+
+
+def new_rows(batch: pa.Table, column: str) -> pa.Table | None:
+    """The list<struct> column's rows as one flat table (None when absent or empty)."""
+    if column not in batch.column_names:
+        return None
+    flat = pa.compute.list_flatten(batch.column(column))
+    if len(flat) == 0:
+        return None
+    return pa.Table.from_struct_array(flat) if hasattr(pa.Table, "from_struct_array") else \
+        pa.Table.from_batches([pa.RecordBatch.from_struct_array(flat.combine_chunks())])
+
+
+class WriteCaches:
+    """Stage: commit new cache rows; the batch leaves without the `_new_*` columns."""
+
+    def __init__(self, cfg: Config, db: str, collection: str):
+        self.cfg = cfg
+        self.caches = Caches(Collection(db, collection, cfg), "", cfg.models.embed_prompt) \
+            if cfg.cache.enabled else None
+        self.stats: dict[str, int] = {f"{name}_rows": 0 for name in NEW_COLUMNS} | \
+            {f"{name}_inserted": 0 for name in NEW_COLUMNS}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        for name, column in NEW_COLUMNS.items():
+            rows = new_rows(batch, column)
+            if rows is None or self.caches is None:
+                continue
+            rows = qvec_table(rows) if name == "qvec" else rows.select(SCHEMAS[name].names).cast(SCHEMAS[name])
+            self.stats[f"{name}_rows"] += rows.num_rows
+            self.stats[f"{name}_inserted"] += self.caches.commit(name, rows, self.cfg.cache.optimize_every)
+        return batch.drop_columns([c for c in NEW_COLUMNS.values() if c in batch.column_names])
