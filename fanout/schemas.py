@@ -119,3 +119,9 @@ ANSWERS = pa.schema([
     ("field", pa.string()), ("expansion", pa.string()),  # agent | cache | model | fallback | probe_skip | none
     ("variants", pa.list_(VARIANT)), ("results", pa.list_(RESULT)),
 ])
+
+# Routing (qmd): which variant kinds each lane searches. lex -> full text only; vec/hyde -> vectors only; the
+# original query -> both; the exact title/alias lane takes the original and lex. One place, read by
+# retrieval (what is searched) and fusion (what a query was sent to).
+LANE_KINDS: dict[str, tuple[str, ...]] = {"fts": ("orig", "lex"), "vec": ("orig", "vec", "hyde"),
+                                          "alias": ("orig", "lex")}

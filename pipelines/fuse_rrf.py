@@ -22,11 +22,10 @@ from collections import defaultdict
 import pyarrow as pa
 
 from fanout.config import FuseConfig
-from fanout.schemas import FUSED
-from pipelines.retrieve_variants import ALIAS_KINDS, FTS_KINDS, VEC_KINDS
+from fanout.schemas import FUSED, LANE_KINDS
 
 SENT = pa.schema([("qid", pa.string()), ("vid", pa.int32()), ("kind", pa.string()), ("lane", pa.string())])
-_ROUTES = {"fts": FTS_KINDS, "vec": VEC_KINDS, "alias": ALIAS_KINDS}
+_ROUTES = LANE_KINDS
 
 
 def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:

@@ -18,13 +18,13 @@ from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
 from fanout.db import Collection, fts_columns, pin_batch
 from fanout.runner import Runner, model_identity
-from fanout.schemas import CANDIDATE, HIT, HITS, QVEC
+from fanout.schemas import CANDIDATE, HIT, HITS, LANE_KINDS, QVEC
 from fanout.text import nfc
 from pipelines.fuse_rrf import fuse_rrf, sent_lists
 
-FTS_KINDS = ("orig", "lex")
-VEC_KINDS = ("orig", "vec", "hyde")
-ALIAS_KINDS = ("orig", "lex")
+FTS_KINDS = LANE_KINDS["fts"]
+VEC_KINDS = LANE_KINDS["vec"]
+ALIAS_KINDS = LANE_KINDS["alias"]
 _NON_WORD = re.compile(r"[^\w\s'-]+", re.UNICODE)
 
 
