@@ -11,7 +11,7 @@ import pytest
 
 from faces.analyze import EXAMPLES, connect
 from faces.cli import main
-from fanout.batch_io import FLAT, write_table
+from fanout.batch_io import FLAT
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,28 @@ def test_batch_output_examples(tmp_path, ext):
         {"qid": "q1", "rank": 2, "path": "B.md", "title": "B", "heading": "", "snippet": "b", "score": 0.5},
         {"qid": "q2", "field": "query", "error": "`query` is empty"}], schema=FLAT)
     out = tmp_path / f"answers{ext}"
-    write_table(flat, out)
+    write_batch_output(flat, out)
     con, _ = connect(out)
     assert con.sql(EXAMPLES["batch"][0]).fetchall() == [("q1", 2, 0.9)]
+
+
+def write_batch_output(flat: pa.Table, out) -> None:
+    """A file in `fanout batch`'s output formats (fanout.batch_io.write_results): parquet/CSV one row per
+    page plus one per bad query; JSONL one line per query with its results (and error)."""
+    import json
+
+    import pyarrow.csv as pcsv
+
+    if out.suffix == ".parquet":
+        pq.write_table(flat, out)
+    elif out.suffix == ".csv":
+        pcsv.write_csv(flat, out)
+    else:
+        by_q: dict = {}
+        for r in flat.to_pylist():
+            q = by_q.setdefault(r["qid"], {"id": r["qid"], "results": []})
+            if r["error"]:
+                q.update(error=r["error"], field=r["field"])
+            else:
+                q["results"].append({k: r[k] for k in ("rank", "path", "title", "heading", "snippet", "score")})
+        out.write_text("".join(json.dumps(q) + "\n" for q in by_q.values()), encoding="utf-8")
