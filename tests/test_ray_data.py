@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 def fake_cfg():
     from fanout.config import load_config
 
-    return load_config("fake").replace(runner={"object_store_mb": 128})
+    return load_config("fake").replace(runner={"object_store_mb": 128, "engine": "data"})
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_kill_9_of_a_ray_batch_resumes_to_the_same_output_and_leaves_nothing(tmp
 
     slow = tmp_path / "slow.yaml"
     slow.write_text("extends: fake\nfake:\n  embed_sleep_s: 0.004\nretriever:\n  batch_size: 16\n"
-                    "runner:\n  object_store_mb: 128\n")
+                    "runner:\n  object_store_mb: 128\n  engine: data\n")
     q = _write(tmp_path / "q.jsonl", _queries(600))
     expected = tmp_path / "expected.jsonl"
     with Runner(fake_cfg) as r:
@@ -183,7 +183,7 @@ def test_ray_data_equals_in_process_with_real_models_on_the_sample_vault(tmp_pat
     db = tmp_path / "db"
     index_vault(ROOT / "samples" / "vault", db, "samples", cfg, runner)
     q = ROOT / "samples" / "queries.jsonl"
-    nocache = cfg.replace(cache={"enabled": False}, runner={"object_store_mb": 128},
+    nocache = cfg.replace(cache={"enabled": False}, runner={"object_store_mb": 128, "engine": "data"},
                           embedder={"num_cpus": 0.5})
     run_batch(q, tmp_path / "a.jsonl", Searcher(db, "samples", nocache, runner), SearchOptions(n=5))
     with RayRunner(nocache) as rr:
