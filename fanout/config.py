@@ -242,8 +242,10 @@ class RunnerConfig:
     placement_timeout_s: float = 60.0  # fail fast when actors cannot be placed
     max_retries: int = 2  # an actor killed mid-batch is restarted and its batch retried
     # on Ray: "data" runs a batch/expand/index job as ONE Ray Data pipeline (every stage fans out);
-    # "slices" is the pre-Ray-Data loop (the driver runs the stages, only model calls go to actors): benches
-    engine: Literal["data", "slices"] = "data"
+    # "slices" is the pre-Ray-Data loop (the driver runs the stages, only model calls go to actors).
+    # Default "slices" until the data engine is verified: on the shared 2-core box (load 15-25) its actor
+    # pools started but no rows flowed (issue-9 report, 2026-12-01)
+    engine: Literal["data", "slices"] = "slices"
     slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
 
     def validate(self) -> None:
