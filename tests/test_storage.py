@@ -128,10 +128,13 @@ def _no_model_file(tmp_path, monkeypatch, request):
     if "slow" in request.keywords:
         return
     import pipelines.index as pi
+    import pipelines.search as ps
 
-    fake = tmp_path / "fake-embedder.gguf"
-    fake.write_bytes(b"fake")
-    monkeypatch.setattr(pi, "model_path", lambda cfg, role: fake)
+    def ident(cfg, role, provision=True):  # the manifest's embedder identity, as a stand-in file would give
+        return "fake-embedder.gguf", "fake-embedder-sha"
+
+    monkeypatch.setattr(pi, "model_identity", ident)
+    monkeypatch.setattr(ps, "model_identity", ident)
 
 
 @pytest.fixture

@@ -52,10 +52,11 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
     from pipelines.optimize_tables import optimize_tables
     from pipelines.search import Searcher
 
-    fake = tmp_path / "fake.gguf"
-    fake.write_bytes(b"fake")
-    monkeypatch.setattr(pi, "model_path", lambda c, r: fake)
-    monkeypatch.setattr(ps, "model_path", lambda c, r: fake)
+    def ident(c, r, provision=True):  # the manifest's embedder identity, as a stand-in file would give
+        return "fake.gguf", "fake-sha"
+
+    monkeypatch.setattr(pi, "model_identity", ident)
+    monkeypatch.setattr(ps, "model_identity", ident)
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(k, raising=False)
     scfg = cfg.replace(storage={"endpoint": s3, "region": "us-east-1", "access_key_id": "testing",
