@@ -102,8 +102,11 @@ class RetrieveConfig:
     fts_boost_title: float = 4.0  # BM25 column boosts: title + aliases
     fts_boost_heading: float = 2.0  # heading path
     fts_boost_body: float = 1.0  # chunk text
-    lanes: tuple[str, ...] = ("fts", "vec", "alias")  # which lanes run (ablations turn some off)
+    lanes: tuple[str, ...] = ("fts", "vec", "alias")  # which lanes run: + title_vec, heading_vec (issue 11)
     hyde_prompt: Literal["query", "document"] = "document"  # embed hyde lines with the document prompt
+    title_role: Literal["query", "document"] = "document"  # embedder prompt for title/alias/heading vectors
+    heading_text: Literal["heading", "breadcrumb"] = "breadcrumb"  # embed "title > heading" or the heading alone
+    title_kinds: tuple[str, ...] = ("orig",)  # variant kinds whose vectors search the title/heading lanes
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,8 @@ class FuseConfig:
     w_vec: float = 1.0  # weight of vec variants (paraphrases)
     w_hyde: float = 1.0  # weight of hyde variants (answer-shaped sentences)
     w_alias: float = 2.0  # weight of the exact title/alias lane
+    w_title_vec: float = 1.0  # weight of the query-vector-vs-title/alias-vectors lane (retrieve_titles)
+    w_heading_vec: float = 1.0  # weight of the query-vector-vs-heading-vectors lane (retrieve_titles)
     fts_scale: float = 1.0  # multiplies the weight of every full-text list (tunes BM25 against vectors)
     bonus_first: float = 0.05  # added once for a page ranked 1st in any list
     bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
@@ -173,8 +178,11 @@ class Config:
         self.chunk.validate()
         self.index.validate()
         self.fuse.validate()
-        bad = set(self.retrieve.lanes) - {"fts", "vec", "alias"}
-        _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: ['alias', 'fts', 'vec']")
+        allowed = {"fts", "vec", "alias", "title_vec", "heading_vec"}
+        bad = set(self.retrieve.lanes) - allowed
+        _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: {sorted(allowed)}")
+        bad = set(self.retrieve.title_kinds) - {"orig", "vec", "hyde"}
+        _check(not bad, f"retrieve.title_kinds: unknown kinds {sorted(bad)}; allowed: ['hyde', 'orig', 'vec']")
         self.runner.validate()
         return self
 

@@ -21,6 +21,8 @@ from fanout.schemas import FUSED
 def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
     if lane == "alias":
         return cfg.w_alias
+    if lane in ("title_vec", "heading_vec"):
+        return cfg.w_title_vec if lane == "title_vec" else cfg.w_heading_vec
     w = {"orig": cfg.w_original, "lex": cfg.w_lex, "vec": cfg.w_vec, "hyde": cfg.w_hyde}[kind]
     return w * cfg.fts_scale if lane == "fts" else w
 

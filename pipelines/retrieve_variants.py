@@ -12,12 +12,14 @@ from collections import defaultdict
 
 import pyarrow as pa
 
+from actors._llama import model_id
 from fanout.caches import Caches
 from fanout.config import Config
 from fanout.db import Collection, fts_columns
 from fanout.runner import Runner
 from fanout.schemas import HITS
 from fanout.text import nfc
+from pipelines.retrieve_titles import TITLE_LANES, title_lane_hits
 
 FTS_KINDS = ("orig", "lex")
 VEC_KINDS = ("orig", "vec", "hyde")
@@ -115,8 +117,8 @@ def retrieve_variants(variants: pa.Table, col: Collection, runner: Runner, cfg: 
     fts_rows = [v for v in rows if "fts" in lanes and v["kind"] in FTS_KINDS and (v["qid"], v["vid"]) not in done_fts]
     for v, pages in zip(fts_rows, fts_page_lists(col, [v["text"] for v in fts_rows], cfg)):
         out.extend(hit_rows(v["qid"], v["vid"], v["kind"], "fts", pages))
-    vecs = embed_variants(variants, runner, caches, cfg) if "vec" in lanes else {}
-    if vecs:
+    vecs = embed_variants(variants, runner, caches, cfg) if lanes & {"vec", *TITLE_LANES} else {}
+    if vecs and "vec" in lanes:
         order = sorted(vecs)
         res = col.vector_search_many([vecs[i] for i in order], k * 3, ["path", "chunk_id"])
         by_q: dict[int, list[dict]] = defaultdict(list)
@@ -126,6 +128,9 @@ def retrieve_variants(variants: pa.Table, col: Collection, runner: Runner, cfg: 
         for qi, i in enumerate(order):
             v = rows[i]
             out.extend(hit_rows(v["qid"], v["vid"], v["kind"], "vec", to_pages(by_q[qi], k, "_sim")))
+    if lanes & set(TITLE_LANES) and vecs:
+        out.extend(title_lane_hits([(rows[i], vecs[i]) for i in sorted(vecs)], col, runner, cfg,
+                                   model_id(cfg, "embedder")))
     if "alias" in lanes:
         amap = alias_map(col)
         for v in rows:
