@@ -89,8 +89,8 @@ def ensure_index(corpus: Path, db: Path, lang: str, cfg: Config, runner) -> None
 
 def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
     from faces.bench_data import corpus_dir, load_agent_fields, load_queries, read_agent_fields
-    from fanout.runner import make_runner
     from faces.score_runs import per_query_metrics, write_run
+    from fanout.runner import make_runner
     from pipelines.search import Searcher, SearchOptions
 
     out = Path(args.out)
@@ -147,7 +147,6 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 
 
 def main_eval(args: argparse.Namespace) -> int:
-    from fanout.config import load_config
     from faces.bootstrap_ci import set_intervals
     from faces.report_eval import (
         plot_sets,
@@ -157,6 +156,7 @@ def main_eval(args: argparse.Namespace) -> int:
         with_intervals,
     )
     from faces.score_runs import summarize
+    from fanout.config import load_config
 
     if args.score is not None:
         print(score_runs_cli(args.score, args.bench, n_boot=args.n_boot, include_published=False))

@@ -93,7 +93,10 @@ class ExpandConfig:
     max_tokens: int = 200  # generation budget
     temperature: float = 0.0  # 0 = greedy, deterministic (so caches and tests are stable)
     prompt_version: str = "v1"  # part of the cache key: bump when the prompt or grammar changes
-    max_variants: int = 6  # lines kept after filtering
+    max_variants: int = 6  # lines kept after filtering (qmd format)
+    format: Literal["qmd", "fields"] = "qmd"  # qmd lex/vec/hyde lines, or the agent's three fields
+    titles_in_prompt: bool = False  # fields format: list the collection's page titles in the prompt
+    max_titles: int = 1000  # at most this many titles in the prompt (fewer when they do not fit n_ctx)
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,8 @@ class Config:
         self.chunk.validate()
         self.index.validate()
         self.fuse.validate()
+        _check(self.expand.format in ("qmd", "fields"),
+               f"expand.format must be one of ['fields', 'qmd'], got {self.expand.format!r}")
         allowed = {"fts", "vec", "alias", "title_vec", "heading_vec"}
         bad = set(self.retrieve.lanes) - allowed
         _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: {sorted(allowed)}")

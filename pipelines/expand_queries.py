@@ -7,11 +7,13 @@ A query whose BM25 probe was decisive, or any query when expansion is off, keeps
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pyarrow as pa
 
 from actors._llama import model_id
+from actors.expander import prompt_key
 from fanout.caches import Caches
 from fanout.config import Config
 from fanout.runner import Runner
@@ -43,7 +45,7 @@ def expand_queries(queries: pa.Table, skip: dict[str, bool], runner: Runner, cfg
             pending.append(q)
     if pending:
         model = model_id(cfg, "expander")
-        version = cfg.expand.prompt_version
+        version = prompt_key(cfg.expand)
         cached = caches.get_expansions(model, version, [(q["query"], q["intent"]) for q in pending]) \
             if caches else {}
         todo = []
@@ -58,6 +60,9 @@ def expand_queries(queries: pa.Table, skip: dict[str, bool], runner: Runner, cfg
             batch = pa.table({"qid": [q["qid"] for q in todo], "query": [q["query"] for q in todo],
                               "intent": pa.array([q["intent"] for q in todo], pa.string()),
                               "lang": [detect_lang(q["query"]) for q in todo]})
+            if caches:  # the index the queries are for: the fields prompt takes its language and titles
+                spec = json.dumps({"db": str(caches.col.db_dir.resolve()), "name": caches.col.name})
+                batch = batch.append_column("collection", pa.array([spec] * len(todo), pa.string()))
             res = runner.map("expander", batch)
             new = []
             by_qid = {q["qid"]: q for q in todo}

@@ -5,9 +5,10 @@ query vector and the page's title or one of its aliases (an alias's last path se
 ranks pages by their best heading (`title > heading` when `retrieve.heading_text` is "breadcrumb"). A strong
 agent's short_query is usually the page's title; these lanes find it by meaning when the words differ.
 
-The vectors live in a small table `<collection>_titles` (key, path, kind, text, vector), built on first use
-from the documents and chunks tables and kept in step incrementally: a row's key hashes the embedder, the
-prompt role and the text, so only new titles/headings are embedded and a model change re-embeds all of them.
+The vectors live in a small table `<collection>_titles` (key, setting, path, chunk_id, kind, text, vector),
+built on first use from the documents and chunks tables and kept in step incrementally: `setting` hashes the
+embedder file, its prompt format, the prompt role and the heading text form, a row's key hashes the setting and
+the row, so only new titles/headings are embedded, removed ones are deleted, and a model change embeds anew.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from pipelines.chunk_notes import _HEADING, scan_lines
 log = logging.getLogger(__name__)
 
 TITLE_LANES = {"title_vec": ("title", "alias"), "heading_vec": ("heading",)}  # lane -> row kinds it searches
-TITLES = pa.schema([("key", pa.string()), ("path", pa.string()), ("chunk_id", pa.string()), ("kind", pa.string()),
-                    ("text", pa.string())])
+TITLES = pa.schema([("key", pa.string()), ("setting", pa.string()), ("path", pa.string()),
+                    ("chunk_id", pa.string()), ("kind", pa.string()), ("text", pa.string())])
+
+
+_READY: set[tuple] = set()  # (db, collection, setting, documents version, chunks version) checked in step
 
 
 def titles_name(col: Collection) -> str:
@@ -62,46 +66,55 @@ def title_texts(col: Collection, heading_text: str = "breadcrumb") -> list[dict]
         names = [c["heading"].split(" > ")[-1]] if c["heading"] else []
         names += [m.group(2).strip() for ln in scan_lines(c["text"] or "")
                   if not ln.in_fence and (m := _HEADING.match(ln.text)) and len(m.group(1)) > 1]
+        t = title_of.get(c["path"], "")
         for h in names:
-            t = title_of.get(c["path"], "")
+            if h.casefold() == t.casefold():  # an H1 that repeats the title is the title row already
+                continue
             add(c["path"], "heading", f"{t} > {h}" if heading_text == "breadcrumb" and t else h, c["chunk_id"])
     return rows
 
 
-def ensure_titles(col: Collection, runner: Runner, cfg: Config, embed_model: str) -> pa.Table:
-    """The titles table with vectors, embedding only rows whose key is not stored yet; cached on `col`."""
+def title_setting(cfg: Config, embed_model: str) -> str:
+    """What the vectors depend on besides the text: rows of other settings stay in the table, unused."""
     r = cfg.retrieve
-    memo_key = (embed_model, cfg.models.embed_prompt, r.title_role, r.heading_text)
-    memo = getattr(col, "_titles_memo", None)
-    if memo is not None and memo[0] == memo_key:
-        return memo[1]
-    wanted = title_texts(col, r.heading_text)
+    return cache_key("titles", embed_model, cfg.models.embed_prompt, r.title_role, r.heading_text)[:16]
+
+
+def ensure_titles(col: Collection, runner: Runner, cfg: Config, embed_model: str) -> str:
+    """Bring the titles table in step with the collection for this setting; embed only new rows.
+
+    Returns the setting id to filter searches on. Checked once per process for each version of the
+    collection's documents and chunks tables (a re-index in a long-lived process is seen).
+    """
+    setting = title_setting(cfg, embed_model)
+    state = (str(col.db_dir.resolve()), col.name, setting, col.table(col.documents_name).version,
+             col.table(col.chunks_name).version)
+    if state in _READY:
+        return setting
+    wanted = title_texts(col, cfg.retrieve.heading_text)
     for w in wanted:
-        w["key"] = cache_key("title", embed_model, cfg.models.embed_prompt, r.title_role, w["kind"], w["text"])
+        w["key"] = cache_key(setting, w["path"], w["kind"], w["text"])
+        w["setting"] = setting
     name = titles_name(col)
     stored = col.table(name).to_arrow() if col.has(name) else None
-    have = {} if stored is None else dict(zip(stored["key"].to_pylist(), range(stored.num_rows)))
-    missing = [w for w in wanted if w["key"] not in have]
+    mine = set() if stored is None else {k for k, st in zip(stored["key"].to_pylist(),
+                                                             stored["setting"].to_pylist()) if st == setting}
+    want_keys = {w["key"] for w in wanted}
+    missing = [w for w in wanted if w["key"] not in mine]
+    stale = mine - want_keys
     if missing:
         log.info("embedding %d titles/headings of %s", len(missing), col.name)
         out = runner.map("embedder", pa.table({"text": [w["text"] for w in missing],
-                                               "role": [r.title_role] * len(missing)}))
+                                               "role": [cfg.retrieve.title_role] * len(missing)}))
         new = pa.Table.from_pylist(missing, schema=TITLES).append_column("vector", out["vector"])
-    else:
-        new = None
-    keys = [w["key"] for w in wanted]
-    if missing or stored is None or stored.num_rows != len(set(keys)):
-        parts = [new] if new is not None else []
-        if stored is not None:
-            keep = [i for k, i in have.items() if k in set(keys)]
-            parts.insert(0, stored.take(keep).select([*TITLES.names, "vector"]))
-        table = pa.concat_tables(parts, promote_options="default") if parts else None
-        if table is not None:
-            col.drop(name)
-            col.db.create_table(name, data=table)
-    table = col.table(name).to_arrow()
-    col._titles_memo = (memo_key, table)
-    return table
+        if stored is None:
+            col.db.create_table(name, data=new)
+        else:
+            col.table(name).add(new)
+    if stale:
+        col.table(name).delete("key IN (" + ", ".join(f"'{k}'" for k in sorted(stale)) + ")")  # hex keys
+    _READY.add(state)
+    return setting
 
 
 def title_lane_hits(qvecs: list[tuple[dict, list[float]]], col: Collection, runner: Runner, cfg: Config,
@@ -112,12 +125,13 @@ def title_lane_hits(qvecs: list[tuple[dict, list[float]]], col: Collection, runn
     qvecs = [(v, q) for v, q in qvecs if v["kind"] in kinds]
     if not lanes or not qvecs:
         return []
-    ensure_titles(col, runner, cfg, embed_model)
+    setting = ensure_titles(col, runner, cfg, embed_model)
     tbl = col.table(titles_name(col))
     k = cfg.retrieve.k
     out: list[dict] = []
     for lane in lanes:
-        where = " OR ".join(f"kind = '{kd}'" for kd in TITLE_LANES[lane])
+        kinds_in = ", ".join(f"'{kd}'" for kd in TITLE_LANES[lane])
+        where = f"setting = '{setting}' AND kind IN ({kinds_in})"
         vectors = [q for _, q in qvecs]
         q = tbl.search(vectors if len(vectors) > 1 else vectors[0]).distance_type("cosine")
         res = q.where(where, prefilter=True).select(["path", "chunk_id", "text"]).limit(k * 4).to_arrow().to_pylist()
