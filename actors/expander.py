@@ -73,24 +73,30 @@ FIELD_KIND = {"short_query": "lex", "rephrased_query": "vec", "expected_answer":
 _FIELD_LINE = re.compile(r"^(short_query|rephrased_query|expected_answer): (\S.*)$")
 
 
-def _fields_system(lang: str) -> str:
+# The Russian prompt: the MCP server's field descriptions translated.
+_RU_DESC = {
+    "short_query": "название функции или настройки так, как его пишет заголовок страницы справки: одно-три "
+                   "слова. Не список через запятую и не слова из вопроса.",
+    "rephrased_query": "тот же вопрос другими словами, одним вопросом.",
+    "expected_answer": "одно-два предложения, которые могли бы стоять в самой заметке, в виде утверждения, как "
+                       "пишут документацию (не «в документации должно быть объяснено...»).",
+}
+
+
+def _fields_system(lang: str, fields: tuple[str, ...]) -> str:
     """The fields prompt: the MCP server's own field descriptions (Russian: the same text translated)."""
+    n = len(fields)
     if lang == "ru":
+        count = {1: "одной строкой", 2: "ровно двумя строками", 3: "ровно тремя строками"}[n]
         return ("Ты пишешь поля поиска для вопроса к базе знаний (справка или личные заметки). База знаний на "
-                "русском языке: пиши short_query и expected_answer по-русски, на каком бы языке ни был вопрос. "
-                "Ответь ровно тремя строками в таком порядке:\n"
-                "short_query: название функции или настройки так, как его пишет заголовок страницы справки: "
-                "одно-три слова. Не список через запятую и не слова из вопроса.\n"
-                "rephrased_query: тот же вопрос другими словами, одним вопросом.\n"
-                "expected_answer: одно-два предложения, которые могли бы стоять в самой заметке, в виде "
-                "утверждения, как пишут документацию (не «в документации должно быть объяснено...»).")
+                "русском языке: пиши поля по-русски, на каком бы языке ни был вопрос. "
+                f"Ответь {count} в таком порядке:\n" + "\n".join(f"{f}: {_RU_DESC[f]}" for f in fields))
     line = language_line([lang]) if lang else ""
     desc = {k: v.format(lang="").strip() for k, v in FIELD_DESC.items()}
+    count = {1: "one line", 2: "exactly two lines", 3: "exactly three lines"}[n]
     return ("You write the search fields for a question asked of a knowledge base (a help site or personal "
-            f"notes). {line} Answer with exactly three lines, in this order:\n"
-            f"short_query: {desc['short_query']}\n"
-            f"rephrased_query: {desc['rephrased_query']}\n"
-            f"expected_answer: {desc['expected_answer']}")
+            f"notes). {line} Answer with {count}, in this order:\n"
+            + "\n".join(f"{f}: {desc[f]}" for f in fields))
 
 
 # The example is on a topic no help site of ours covers, so that it teaches the format, not an answer.
@@ -99,17 +105,18 @@ FIELDS_PROMPTS: dict[str, dict[str, str]] = {
         "titles": "The knowledge base has pages with these titles (short_query is usually one of them):",
         "query": "Question: {query}", "intent": "Context: {intent}",
         "example_q": "Question: how do I print only some of the pages",
-        "example_a": "short_query: Print range\nrephrased_query: How can I print a selected range of pages "
-                     "instead of the whole document?\nexpected_answer: To print only some pages, open the Print "
-                     "dialog and enter a page range such as 2-5.\n",
+        "short_query": "Print range",
+        "rephrased_query": "How can I print a selected range of pages instead of the whole document?",
+        "expected_answer": "To print only some pages, open the Print dialog and enter a page range such as 2-5.",
     },
     "ru": {
         "titles": "В базе знаний есть страницы с такими заголовками (short_query обычно один из них):",
         "query": "Вопрос: {query}", "intent": "Контекст: {intent}",
         "example_q": "Вопрос: как напечатать только некоторые страницы",
-        "example_a": "short_query: Диапазон печати\nrephrased_query: Как распечатать выбранные страницы, а не "
-                     "весь документ?\nexpected_answer: Чтобы напечатать только часть страниц, откройте окно "
-                     "печати и укажите диапазон страниц, например 2-5.\n",
+        "short_query": "Диапазон печати",
+        "rephrased_query": "Как распечатать выбранные страницы, а не весь документ?",
+        "expected_answer": "Чтобы напечатать только часть страниц, откройте окно печати и укажите диапазон "
+                           "страниц, например 2-5.",
     },
 }
 
@@ -118,7 +125,7 @@ def prompt_key(cfg: ExpandConfig) -> str:
     """The expansions cache's prompt version: everything in the prompt that config decides."""
     if cfg.format == "qmd":
         return cfg.prompt_version
-    return f"{cfg.prompt_version}:{cfg.format}:titles={int(cfg.titles_in_prompt)}"
+    return f"{cfg.prompt_version}:{cfg.format}:{','.join(cfg.fields)}:titles={int(cfg.titles_in_prompt)}"
 
 
 def parse_fields(raw: str, query: str, stats: dict[str, int] | None = None) -> list[tuple[str, str]]:
@@ -219,6 +226,8 @@ class QueryExpander:
             self.grammar = LlamaGrammar.from_string(gbnf, verbose=False)
         self.stats: dict[str, int] = {"queries": 0, "model": 0, "fallback_empty": 0, "fallback_error": 0}
         self._contexts: dict[str, tuple[str | None, list[str]]] = {}
+        # fields format: stop at a blank line, or right after the one line when only one field is asked for
+        self.stop = [] if self.grammar else ["\n"] if len(cfg.expand.fields) == 1 else ["\n\n"]
 
     def context(self, collection: str | None) -> tuple[str | None, list[str]]:
         """(knowledge-base language, page titles) of a collection given as JSON {"db", "name"}; cached."""
@@ -240,7 +249,8 @@ class QueryExpander:
         """The fields-format chat prompt: system (+ titles) and the example are a prefix shared by all queries."""
         lang = kb_lang if kb_lang in FIELDS_PROMPTS else ("en" if kb_lang is None else kb_lang)
         p = FIELDS_PROMPTS.get(lang, FIELDS_PROMPTS["en"])
-        system = _fields_system(lang)
+        fields = self.cfg.expand.fields
+        system = _fields_system(lang, fields)
         if titles:
             budget = self.cfg.expander.n_ctx - self.cfg.expand.max_tokens - 256
             while titles:
@@ -256,7 +266,7 @@ class QueryExpander:
             user += "\n" + p["intent"].format(intent=intent)
         messages = [{"role": "system", "content": system},
                     {"role": "user", "content": p["example_q"]},
-                    {"role": "assistant", "content": p["example_a"]},
+                    {"role": "assistant", "content": "".join(f"{f}: {p[f]}\n" for f in fields)},
                     {"role": "user", "content": user}]
         return render_chat(self.llm, messages)
 
@@ -288,7 +298,7 @@ class QueryExpander:
         out = self.llm.create_completion(
             prompt, grammar=self.grammar, max_tokens=self.cfg.expand.max_tokens,
             temperature=self.cfg.expand.temperature, top_k=20, top_p=0.8, seed=0,
-            stop=["\n\n"] if self.grammar is None else [])
+            stop=self.stop)
         choice = out["choices"][0]  # type: ignore[index]
         text = str(choice["text"])
         if choice["finish_reason"] == "stop" and text and not text.endswith("\n"):

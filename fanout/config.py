@@ -95,6 +95,7 @@ class ExpandConfig:
     prompt_version: str = "v1"  # part of the cache key: bump when the prompt or grammar changes
     max_variants: int = 6  # lines kept after filtering (qmd format)
     format: Literal["qmd", "fields"] = "qmd"  # qmd lex/vec/hyde lines, or the agent's three fields
+    fields: tuple[str, ...] = ("short_query", "rephrased_query", "expected_answer")  # fields format: which to write
     titles_in_prompt: bool = False  # fields format: list the collection's page titles in the prompt
     max_titles: int = 1000  # at most this many titles in the prompt (fewer when they do not fit n_ctx)
 
@@ -183,6 +184,10 @@ class Config:
         self.fuse.validate()
         _check(self.expand.format in ("qmd", "fields"),
                f"expand.format must be one of ['fields', 'qmd'], got {self.expand.format!r}")
+        bad = set(self.expand.fields) - {"short_query", "rephrased_query", "expected_answer"}
+        _check(bool(self.expand.fields) and not bad,
+               f"expand.fields must be some of ['expected_answer', 'rephrased_query', 'short_query'], "
+               f"got {list(self.expand.fields)}")
         allowed = {"fts", "vec", "alias", "title_vec", "heading_vec"}
         bad = set(self.retrieve.lanes) - allowed
         _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: {sorted(allowed)}")
@@ -256,7 +261,7 @@ def load_config(path: str | Path | None = None) -> Config:
 
 def _read_profile(name: str, depth: int = 0) -> dict[str, Any]:
     p = Path(name)
-    if not p.suffix:
+    if p.suffix not in (".yaml", ".yml"):  # a profile name (may contain a dot: "local-1.5b")
         p = CONFIG_DIR / f"{name}.yaml"
     if not p.exists():
         choices = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))

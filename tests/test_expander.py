@@ -172,3 +172,27 @@ def test_model_error_gives_fallback_and_error(expander: QueryExpander,
     assert out[0]["source"] == "fallback" and out[0]["variants"] == []
     assert out[0]["error"] == "RuntimeError: llama_decode returned 1"
     assert expander.stats["fallback_error"] == before + 1
+
+
+@pytest.mark.slow
+def test_fields_prompt_uses_the_mcp_descriptions_titles_and_the_kb_language(tiny_db, tmp_path) -> None:
+    import json as _json
+    import shutil
+
+    from fanout.agent_fields import FIELD_DESC
+
+    db = shutil.copytree(tiny_db, tmp_path / "db")
+    cfg = Config().replace(expander={"n_threads": 1, "n_ctx": 2048},
+                           expand={"format": "fields", "titles_in_prompt": True, "fields": ["short_query"]})
+    ex = QueryExpander(cfg)
+    kb_lang, titles = ex.context(_json.dumps({"db": str(db), "name": "t"}))
+    assert kb_lang == "en" and "Daily notes" in titles and "Блины" in titles  # 4 English notes, 2 Russian
+    en = ex.fields_prompt("starred notes", None, kb_lang, titles)
+    assert FIELD_DESC["short_query"].format(lang="").strip() in en
+    assert "rephrased_query" not in en  # only the fields asked for
+    assert "\nDaily notes\n" in en and en.endswith("Question: starred notes<|im_end|>\n<|im_start|>assistant\n")
+    ru = ex.fields_prompt("starred notes", None, "ru", titles)  # a Russian knowledge base: a Russian prompt
+    assert "База знаний на русском языке" in ru and "Вопрос: starred notes" in ru
+    # the prefix before the question is the same for every query: llama.cpp reuses its KV state
+    other = ex.fields_prompt("sync", None, kb_lang, titles)
+    assert en[:en.index("Question: starred")] == other[:other.index("Question: sync")]
