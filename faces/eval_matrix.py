@@ -39,7 +39,7 @@ def row_config(row: dict[str, Any], base_overrides: dict[str, Any]):
     return cfg.replace(**changes) if changes else cfg
 
 
-def run_rows(spec: dict[str, Any], args: argparse.Namespace) -> tuple[pa.Table, list[dict]]:
+def run_rows(spec: dict[str, Any], args: argparse.Namespace) -> None:
     from faces.bench_data import load_agent_fields, load_queries
     from faces.evaluate import FIELDS, mode_rows
     from faces.score_runs import per_query_metrics, write_run
@@ -51,6 +51,9 @@ def run_rows(spec: dict[str, Any], args: argparse.Namespace) -> tuple[pa.Table, 
     queries = load_queries(args.bench)
     fields = load_agent_fields(args.bench)
     only = set(args.rows.split(",")) if args.rows else None
+    done: set[tuple[str, str]] = set()
+    if args.resume and (out / "timings.parquet").exists():
+        done = {(t["row"], t["lang"]) for t in pq.read_table(out / "timings.parquet").to_pylist()}
     per_query, timings = [], []
     for row in spec["rows"]:
         name = row["name"]
@@ -59,6 +62,8 @@ def run_rows(spec: dict[str, Any], args: argparse.Namespace) -> tuple[pa.Table, 
         cfg = row_config(row, spec.get("set") or {})
         use = FIELDS if row.get("fields") else tuple(row.get("agent_fields") or ())
         for lang in args.langs.split(","):
+            if (name, lang) in done:
+                continue
             qs = [q for q in queries if q["lang"] == lang]
             limit = row.get("limit", args.limit)
             if limit:
@@ -85,10 +90,24 @@ def run_rows(spec: dict[str, Any], args: argparse.Namespace) -> tuple[pa.Table, 
                             "expansion": json.dumps(res.stats.get("expansion", {})),
                             "cache": json.dumps(res.stats.get("cache", {}), default=str)})
             pq.write_table(res.variants, out / f"variants-{name}-{lang}.parquet")
+            save(out, per_query[-1], timings[-1:])  # each row as it finishes: a killed run keeps its rows
             log.info("%s %s: %d queries in %.1fs (model s: %s; expansion %s)", name, lang, len(qs), secs,
                      {r: round(v, 1) for r, v in model_s.items() if v}, res.stats.get("expansion"))
-    table = pa.concat_tables(per_query, promote_options="default")
-    return table, timings
+
+
+def save(out: Path, per_query: pa.Table, timings: list[dict]) -> None:
+    """Merge one finished row into --out's per_query/timings parquet files (replacing its older results)."""
+    rows = {(t["row"], t["lang"]) for t in timings}
+    pq_path, t_path = out / "per_query.parquet", out / "timings.parquet"
+    if pq_path.exists():
+        old = pq.read_table(pq_path)
+        keep = [i for i, (s, lg) in enumerate(zip(old["system"].to_pylist(), old["lang"].to_pylist()))
+                if (s, lg) not in rows]
+        per_query = pa.concat_tables([old.take(keep), per_query], promote_options="default")
+    if t_path.exists():
+        timings = [t for t in pq.read_table(t_path).to_pylist() if (t["row"], t["lang"]) not in rows] + timings
+    pq.write_table(per_query, pq_path)
+    pq.write_table(pa.Table.from_pylist(timings), t_path)
 
 
 def render(per_query: pa.Table, timings: list[dict], spec: dict[str, Any], args: argparse.Namespace) -> str:
@@ -156,24 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default="", help="comma list: run only these rows")
     ap.add_argument("--n-boot", type=int, default=2000)
     ap.add_argument("--report-only", action="store_true", help="re-render from --out's parquet files")
+    ap.add_argument("--resume", action="store_true", help="skip rows (and languages) already in --out")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spec = yaml.safe_load(Path(args.spec).read_text(encoding="utf-8"))
     out = Path(args.out)
-    if args.report_only:
-        per_query = pq.read_table(out / "per_query.parquet")
-        timings = pq.read_table(out / "timings.parquet").to_pylist()
-    else:
-        per_query, timings = run_rows(spec, args)
-        if (out / "per_query.parquet").exists() and args.rows:  # merge a partial rerun into earlier rows
-            old = pq.read_table(out / "per_query.parquet")
-            keep = pa.compute.invert(pa.compute.is_in(old["system"], per_query["system"].unique()))
-            per_query = pa.concat_tables([old.filter(keep), per_query], promote_options="default")
-            done = {t["row"] for t in timings}
-            timings = [t for t in pq.read_table(out / "timings.parquet").to_pylist() if t["row"] not in done] \
-                + timings
-        pq.write_table(per_query, out / "per_query.parquet")
-        pq.write_table(pa.Table.from_pylist(timings), out / "timings.parquet")
+    if not args.report_only:
+        run_rows(spec, args)  # writes each finished row into --out
+    per_query = pq.read_table(out / "per_query.parquet")
+    timings = pq.read_table(out / "timings.parquet").to_pylist()
     order = [r["name"] for r in spec["rows"]]
     idx = {n: i for i, n in enumerate(order)}
     per_query = per_query.take(sorted(range(per_query.num_rows),
