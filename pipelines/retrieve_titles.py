@@ -80,25 +80,27 @@ def title_setting(cfg: Config, embed_model: str) -> str:
     return cache_key("titles", embed_model, cfg.models.embed_prompt, r.title_role, r.heading_text)[:16]
 
 
-def ensure_titles(col: Collection, runner: Runner, cfg: Config, embed_model: str) -> str:
-    """Bring the titles table in step with the collection for this setting; embed only new rows.
+def ensure_titles(col: Collection, runner: Runner, cfg: Config, embed_model: str,
+                  kinds: tuple[str, ...] = ("title", "alias", "heading")) -> str:
+    """Bring the titles table's rows of `kinds` in step with the collection for this setting; embed only new rows.
 
     Returns the setting id to filter searches on. Checked once per process for each version of the
     collection's documents and chunks tables (a re-index in a long-lived process is seen).
     """
     setting = title_setting(cfg, embed_model)
-    state = (str(col.db_dir.resolve()), col.name, setting, col.table(col.documents_name).version,
+    state = (str(col.db_dir.resolve()), col.name, setting, kinds, col.table(col.documents_name).version,
              col.table(col.chunks_name).version)
     if state in _READY:
         return setting
-    wanted = title_texts(col, cfg.retrieve.heading_text)
+    wanted = [w for w in title_texts(col, cfg.retrieve.heading_text) if w["kind"] in kinds]
     for w in wanted:
         w["key"] = cache_key(setting, w["path"], w["kind"], w["text"])
         w["setting"] = setting
     name = titles_name(col)
     stored = col.table(name).to_arrow() if col.has(name) else None
-    mine = set() if stored is None else {k for k, st in zip(stored["key"].to_pylist(),
-                                                             stored["setting"].to_pylist()) if st == setting}
+    mine = set() if stored is None else {
+        k for k, st, kd in zip(stored["key"].to_pylist(), stored["setting"].to_pylist(), stored["kind"].to_pylist())
+        if st == setting and kd in kinds}
     want_keys = {w["key"] for w in wanted}
     missing = [w for w in wanted if w["key"] not in mine]
     stale = mine - want_keys
@@ -125,7 +127,7 @@ def title_lane_hits(qvecs: list[tuple[dict, list[float]]], col: Collection, runn
     qvecs = [(v, q) for v, q in qvecs if v["kind"] in kinds]
     if not lanes or not qvecs:
         return []
-    setting = ensure_titles(col, runner, cfg, embed_model)
+    setting = ensure_titles(col, runner, cfg, embed_model, tuple(kd for ln in lanes for kd in TITLE_LANES[ln]))
     tbl = col.table(titles_name(col))
     k = cfg.retrieve.k
     out: list[dict] = []
