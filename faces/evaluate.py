@@ -177,8 +177,6 @@ def run_one(searcher, qs: list[dict], fields: dict[str, dict], mode: str, base: 
 
 def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
     """The Obsidian Help benchmark: one index per language, every mode."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from faces.bench_data import corpus_dir, load_agent_fields, load_queries, read_agent_fields
     from faces.score_runs import per_query_metrics, write_run
@@ -218,10 +216,7 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
                 write_run(out / "runs" / f"fanout-{mode}-{lang}.json", f"fanout-{mode}", run, lang=lang)
                 per_query.append(per_query_metrics(run, qs, system=f"fanout-{mode}"))
                 timings.append(timing)
-    table = pa.concat_tables(per_query, promote_options="default")
-    pq.write_table(table, out / "per_query.parquet")
-    pq.write_table(pa.Table.from_pylist(timings), out / "timings.parquet")
-    return table, timings
+    return write_scores(out, per_query, timings)
 
 
 # -- your own data ------------------------------------------------------------------------------------------
@@ -323,8 +318,6 @@ def check_judged(col, queries: list[dict]) -> None:
 
 def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
     """Your own judged queries on your own vault (one collection; sets = the queries' subsets)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from faces.common import DEFAULT_DB
     from faces.score_runs import per_query_metrics
@@ -358,6 +351,14 @@ def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]
                 json.dumps({"system": f"fanout-{mode}", "results": run}, ensure_ascii=False, indent=1), "utf-8")
             per_query.append(per_query_metrics(run, qs, system=f"fanout-{mode}"))
             timings.append(timing)
+    return write_scores(out, per_query, timings)
+
+
+def write_scores(out: Path, per_query: list, timings: list[dict]) -> tuple[pa.Table, list[dict]]:
+    """per_query.parquet and timings.parquet of one eval run (benchmark or your own data)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     table = pa.concat_tables(per_query, promote_options="default")
     pq.write_table(table, out / "per_query.parquet")
     pq.write_table(pa.Table.from_pylist(timings), out / "timings.parquet")
