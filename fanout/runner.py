@@ -479,6 +479,11 @@ class RayRunner(Runner):
             # Ray Data's per-operator reservations split what the actor pools leave free; on a small
             # cluster the read tasks then get less than one task's CPUs and the job never starts
             ctx.op_resource_reservation_enabled = False
+        if hasattr(ctx, "use_datasource_v2"):
+            # Ray 2.60's DataSourceV2 read_parquet adds a ListFiles task that asks for a whole CPU whatever
+            # the read's num_cpus; with the actor pools holding all but a fraction of the cluster it is never
+            # scheduled and the job sits with idle pools and no rows (measured: the stall of issue 9)
+            ctx.use_datasource_v2 = False
         if hasattr(ctx, "wait_for_min_actors_s"):  # the fit check above catches most; never wait forever
             ctx.wait_for_min_actors_s = int(self.cfg.runner.placement_timeout_s)
         ctx.verbose_stats_logs = False
@@ -500,7 +505,7 @@ class RayRunner(Runner):
         """Run the Dataset and write its rows as parquet parts under `out_dir`; returns Ray Data's stats."""
         ds = self.dataset(specs, paths, filesystem, progress)
         try:
-            ds.write_parquet(out_dir, filesystem=filesystem, num_cpus=0.1)
+            ds.write_parquet(out_dir, filesystem=filesystem, ray_remote_args={"num_cpus": 0.1})
         except Exception as e:  # a pool that timed out starting: say why in our words
             if "actor" in str(e).lower() and "time" in str(e).lower():
                 raise RuntimeError(f"{e}; {_pool_list(self.cfg, specs)}") from e

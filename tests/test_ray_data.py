@@ -1,0 +1,200 @@
+"""The batch and expand jobs as ONE Ray Data Dataset on a quiet private local Ray.
+
+Checked: Ray Data output == in-process output (fake models, and real models on the bundled sample vault);
+kill -9 of a Ray batch, then the same command: the output equals an uninterrupted run and the killed
+run's Ray processes and temp dir are gone within seconds; an actor pool that cannot be placed fails fast
+with the runner's message; the expand job runs as a Dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_vault
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def fake_cfg():
+    from fanout.config import load_config
+
+    return load_config("fake").replace(runner={"object_store_mb": 128, "engine": "data"})
+
+
+@pytest.fixture(scope="module")
+def fake_db(tmp_path_factory, fake_cfg) -> Path:
+    from fanout.runner import Runner
+    from pipelines.index import index_vault
+
+    base = tmp_path_factory.mktemp("rd")
+    db = base / "db"
+    with Runner(fake_cfg) as r:
+        index_vault(write_vault(base / "vault"), db, "t", fake_cfg, r)
+    return db
+
+
+@pytest.fixture(scope="module")
+def ray_runner(fake_cfg):
+    from fanout.runner import RayRunner
+
+    with RayRunner(fake_cfg) as r:
+        yield r
+
+
+def _queries(n: int) -> list[dict]:
+    words = ["sync", "code", "links", "daily", "блины", "синхронизация", "heading", "template", "history"]
+    rows = [{"id": f"q{i}", "query": f"{words[i % 9]} notes {i}", "rephrased_query": f"how does {words[i % 9]} work"}
+            for i in range(n)]
+    rows[5] = {"id": "q1", "query": "a duplicate id"}
+    rows[7] = {"id": "bad", "query": ""}
+    rows.append({"query": "no id"})
+    return rows
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows) + "{not json\n",
+                    encoding="utf-8")
+    return path
+
+
+def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, ray_runner):
+    from fanout.runner import Runner
+    from pipelines.batch import run_batch
+    from pipelines.search import Searcher, SearchOptions
+
+    q = _write(tmp_path / "q.jsonl", _queries(300))
+    opts = SearchOptions(n=5, explain=True)
+    with Runner(fake_cfg) as r:
+        a = run_batch(q, tmp_path / "inproc.jsonl", Searcher(fake_db, "t", fake_cfg, r), opts)
+    b = run_batch(q, tmp_path / "ray.jsonl", Searcher(fake_db, "t", fake_cfg, ray_runner), opts)
+    assert a["engine"] == "loop" and b["engine"] == "data"
+    assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
+    assert a["errors"] == b["errors"] == 3 and a["queries"] == b["queries"] == 302
+    c = run_batch(q, tmp_path / "ray.parquet", Searcher(fake_db, "t", fake_cfg, ray_runner), opts)
+    d = run_batch(q, tmp_path / "inproc.parquet", Searcher(fake_db, "t", fake_cfg, Runner(fake_cfg)), opts)
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "ray.parquet").equals(pq.read_table(tmp_path / "inproc.parquet"))
+    assert c["errors"] == d["errors"] == 3
+
+
+def _fanout_ray_dirs() -> set[str]:
+    return {str(p) for p in Path("/tmp").glob("fanout-ray-*")}
+
+
+def _procs_with(text: str) -> list[int]:
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if text in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace"):
+                    out.append(int(p))
+            except OSError:
+                pass
+    return out
+
+
+def test_kill_9_of_a_ray_batch_resumes_to_the_same_output_and_leaves_nothing(tmp_path, fake_db, fake_cfg):
+    from fanout.runner import Runner
+    from pipelines.batch import run_batch
+    from pipelines.search import Searcher, SearchOptions
+
+    slow = tmp_path / "slow.yaml"
+    slow.write_text("extends: fake\nfake:\n  embed_sleep_s: 0.004\nretriever:\n  batch_size: 16\n"
+                    "runner:\n  object_store_mb: 128\n")
+    q = _write(tmp_path / "q.jsonl", _queries(600))
+    expected = tmp_path / "expected.jsonl"
+    with Runner(fake_cfg) as r:
+        run_batch(q, expected, Searcher(fake_db, "t", fake_cfg.replace(cache={"enabled": False}), r),
+                  SearchOptions(n=3))
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "faces.cli", "batch", str(q), "--out", str(out), "--db", str(fake_db),
+           "--collection", "t", "--config", str(slow), "--runner", "ray", "-n", "3"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
+    before = _fanout_ray_dirs()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    results = Path(str(out) + ".parts") / "results"
+    deadline = time.time() + 180
+    while time.time() < deadline and not list(results.glob("*.parquet")) and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+    new_dirs = _fanout_ray_dirs() - before
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert new_dirs and not out.exists()
+    deadline = time.time() + 15  # the watchdog kills the private Ray and removes its dir within seconds
+    while time.time() < deadline and (any(Path(d).exists() for d in new_dirs)
+                                      or any(_procs_with(d) for d in new_dirs)):
+        time.sleep(0.2)
+    assert not any(Path(d).exists() for d in new_dirs)
+    assert not any(_procs_with(d) for d in new_dirs)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 3, done.stderr[-2000:]  # 3 bad rows
+    assert "(0 resumed)" not in done.stdout, done.stdout
+    assert out.read_text() == expected.read_text()
+
+
+def test_unplaceable_pool_fails_fast_with_the_message(fake_cfg, fake_db, ray_runner):
+    from fanout.runner import RayRunner
+    from pipelines.search import search_stages
+
+    for change, why in (({"retriever": {"num_cpus": 64}}, "no node has 64 CPUs: lower retriever.num_cpus"),
+                        ({"embedder": {"n_gpu_layers": -1}}, "set embedder.n_gpu_layers: 0"),
+                        ({"retriever": {"count": 40}}, "lower retriever.count")):
+        bad = fake_cfg.replace(**change)
+        t = time.perf_counter()
+        with RayRunner(bad) as rr, pytest.raises(RuntimeError, match="could not be placed") as e:
+            rr.dataset(search_stages(bad, fake_db, "t"), [])  # the fixture's Ray, another config
+        assert time.perf_counter() - t < 10 and why in str(e.value)
+
+
+def test_expand_job_runs_as_one_dataset(tmp_path, fake_db, fake_cfg, ray_runner):
+    from fanout.caches import Caches
+    from fanout.db import Collection
+    from pipelines.precompute import run_expand
+
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"query": f"expand me {i}"}) + "\n" for i in range(2000)))
+    st = run_expand(log, fake_db, "t", fake_cfg, ray_runner, progress=False)
+    assert st["expanded"] + st["cached"] == 2000
+    keys = Caches(Collection(fake_db, "t"), "", "x").table("expansions")["key"].to_pylist()
+    assert len(keys) == len(set(keys)) >= 2000
+    again = run_expand(log, fake_db, "t", fake_cfg, ray_runner, progress=False)
+    assert again["expanded"] == 0 and again["cached"] == 2000
+
+
+def test_ray_data_equals_in_process_with_real_models_on_the_sample_vault(tmp_path, cfg, runner):
+    """The bundled sample vault and its queries, real embedder: byte-identical results files."""
+    from fanout.runner import RayRunner
+    from pipelines.batch import run_batch
+    from pipelines.index import index_vault
+    from pipelines.search import Searcher, SearchOptions
+
+    db = tmp_path / "db"
+    index_vault(ROOT / "samples" / "vault", db, "samples", cfg, runner)
+    q = ROOT / "samples" / "queries.jsonl"
+    nocache = cfg.replace(cache={"enabled": False}, runner={"object_store_mb": 128, "engine": "data"},
+                          embedder={"num_cpus": 0.5})
+    run_batch(q, tmp_path / "a.jsonl", Searcher(db, "samples", nocache, runner), SearchOptions(n=5))
+    with RayRunner(nocache) as rr:
+        st = run_batch(q, tmp_path / "b.jsonl", Searcher(db, "samples", nocache, rr), SearchOptions(n=5))
+    assert st["engine"] == "data"
+    a, b = (tmp_path / "a.jsonl").read_text(), (tmp_path / "b.jsonl").read_text()
+    assert a.count("\n") == b.count("\n") == len(q.read_text().splitlines())
+    # same pages, ranks, snippets; scores equal to 1e-3: llama.cpp's float sums depend on how many texts
+    # share an embed call, and the two engines group a batch's texts differently
+    for la, lb in zip(a.splitlines(), b.splitlines()):
+        ra, rb = json.loads(la), json.loads(lb)
+        sa, sb = [r.pop("score") for r in ra["results"]], [r.pop("score") for r in rb["results"]]
+        assert ra == rb
+        assert all(abs(x - y) <= 1e-3 for x, y in zip(sa, sb)), (ra["id"], sa, sb)
