@@ -44,10 +44,19 @@ ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("bench.cluster_2node")
 
 
+_TAKEN: set[int] = set()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port never handed out before in this process (the kernel can return a port it just
+    gave us once we closed the probe socket, and Ray refuses two components on one port)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _TAKEN:
+            _TAKEN.add(port)
+            return port
 
 
 def _session_pids(sid: int) -> list[int]:

@@ -329,13 +329,15 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def _big_input(path: str, cfg) -> bool:
-    """auto mode: Ray for inputs of at least runner.ray_min_rows rows (counted by a streaming pass)."""
+    """auto mode (runner.auto_ray): Ray for inputs of at least runner.ray_min_rows rows (counted by a
+    streaming pass, only when the answer depends on it)."""
     from fanout.batch_io import read_input
+    from fanout.runner import attached, auto_ray
 
     if cfg.runner.mode != "auto":
         return cfg.runner.mode == "ray"
-    if cfg.runner.ray_address or os.environ.get("RAY_ADDRESS"):
-        return True
+    if attached(cfg) or not auto_ray(cfg, 10**18):  # decided without counting
+        return attached(cfg)
     n = 0
     for t in read_input(path):
         n += t.num_rows

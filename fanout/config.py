@@ -236,16 +236,20 @@ class StorageConfig:
 class RunnerConfig:
     mode: Literal["auto", "inproc", "ray"] = "auto"  # auto: Ray for batches >= ray_min_rows, else in-process
     ray_min_rows: int = 64  # batches at least this large go to Ray in auto mode
+    # ...and only on a machine with this many cores (or attached to a cluster): a private local Ray on a
+    # 2-core Zen1 costs 30-50 s per Ray Data job (each actor process imports lancedb in ~4.5 s) and adds no
+    # core, so there the in-process loop is faster at every size (bench/scale_curve.py fixed s per job)
+    local_ray_min_cores: int = 8
     ray_address: str = ""  # attach to a cluster ("" = $RAY_ADDRESS or a quiet private local Ray)
     object_store_mb: int = 512  # object store size of a local Ray
     model_resource: str = ""  # custom resource that model actors require (pins them to model nodes)
     placement_timeout_s: float = 60.0  # fail fast when actors cannot be placed
     max_retries: int = 2  # an actor killed mid-batch is restarted and its batch retried
     # on Ray: "data" runs a batch/expand/index job as ONE Ray Data pipeline (every stage fans out);
-    # "slices" is the pre-Ray-Data loop (the driver runs the stages, only model calls go to actors).
-    # Default "slices" until the data engine is verified: on the shared 2-core box (load 15-25) its actor
-    # pools started but no rows flowed (issue-9 report, 2026-12-01)
-    engine: Literal["data", "slices"] = "slices"
+    # "slices" is the pre-Ray-Data loop (the driver runs the stages, only model calls go to actors), kept
+    # for comparison (bench/scale_curve.py). "data" is the default: same output (tests/test_ray_data.py),
+    # driver CPU per query and scaling measured in bench/scale_curve.py (README "Scale-out")
+    engine: Literal["data", "slices"] = "data"
     slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
 
     def validate(self) -> None:
@@ -253,6 +257,7 @@ class RunnerConfig:
                f"runner.mode must be one of ['auto', 'inproc', 'ray'], got {self.mode!r}")
         _check(self.engine in ("data", "slices"),
                f"runner.engine must be one of ['data', 'slices'], got {self.engine!r}")
+        _check(self.local_ray_min_cores >= 1, f"runner.local_ray_min_cores must be >= 1, got {self.local_ray_min_cores}")
         _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
 
 

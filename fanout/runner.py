@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -338,7 +339,7 @@ class RayRunner(Runner):
                     self._watchdog = _start_watchdog(self._tmp)
                     for attempt in (1, 2):  # Ray gives its raylet 30 s; an overloaded box can miss that once
                         try:
-                            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                            ray.init(num_cpus=local_cpus(cfg), include_dashboard=False, log_to_driver=False,
                                      logging_level="ERROR", configure_logging=False, _temp_dir=self._tmp,
                                      object_store_memory=cfg.runner.object_store_mb * 2**20)
                             break
@@ -464,9 +465,14 @@ class RayRunner(Runner):
         return opts
 
     def dataset(self, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
-                progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False) -> Any:
+                progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
+                rows: int = 0) -> Any:
         """ONE Dataset: read parquet `paths` (or `tables` held by the driver) -> map_batches per stage (actor
-        pools). Lazy: nothing runs until it is written or iterated."""
+        pools). Lazy: nothing runs until it is written or iterated.
+
+        `rows` (the input's row count, when known) splits the read into blocks of the first stage's batch:
+        a todo file holds up to 1,024 rows and one block reaches one actor, so without the split a
+        1,000-row job would keep one retrieval actor and one embedder busy however many there are."""
         import ray.data
 
         ctx = ray.data.DataContext.get_current()
@@ -489,30 +495,36 @@ class RayRunner(Runner):
         ctx.verbose_stats_logs = False
         for name in ("ray.data", "ray.data._internal"):
             logging.getLogger(name).setLevel(logging.ERROR)
+        # a small job (fewer blocks than a pool has actors) is not worth a warning per pool
+        warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
         specs = fuse_specs(specs)
         self.check_fits(specs)
         io_cpus = 0.1  # read/write tasks must not wait behind the actor pools (ray#44687)
         if tables is not None:
             ds = ray.data.from_arrow(tables)
         else:
-            ds = ray.data.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus)
+            first = specs[0].batch_rows or getattr(self.cfg, specs[0].pool).batch_size if specs else 1
+            blocks = max(len(paths), -(-rows // max(1, first))) if rows else None
+            ds = ray.data.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus, override_num_blocks=blocks)
         for spec in specs:
             ds = ds.map_batches(spec.cls, **self._map_opts(spec))
         return ds
 
     def run_dataset(self, specs: list[StageSpec], paths: list[str], out_dir: str, filesystem: Any = None,
-                    progress: bool = False) -> str:
+                    progress: bool = False, rows: int = 0) -> str:
         """Run the Dataset and write its rows as parquet parts under `out_dir`; returns Ray Data's stats."""
-        ds = self.dataset(specs, paths, filesystem, progress)
+        ds = self.dataset(specs, paths, filesystem, progress, rows=rows)
         try:
             ds.write_parquet(out_dir, filesystem=filesystem, ray_remote_args={"num_cpus": 0.1})
         except Exception as e:  # a pool that timed out starting: say why in our words
             if "actor" in str(e).lower() and "time" in str(e).lower():
                 raise RuntimeError(f"{e}; {_pool_list(self.cfg, specs)}") from e
             raise
+        self.last_stats = ""
         with contextlib.suppress(Exception):
-            return ds.stats()
-        return ""
+            self.last_stats = ds.stats()
+        self.last_timings = stage_seconds(self.last_stats, fuse_specs(specs))
+        return self.last_stats
 
     def kill_actor(self, role: str, index: int = 0) -> None:
         """Kill one actor as a crash would: Ray restarts it and retries its in-flight calls (max_retries)."""
@@ -538,6 +550,43 @@ class RayRunner(Runner):
             self._watchdog = None
 
 
+def local_cpus(cfg: Config) -> float:
+    """Logical CPUs a private local Ray advertises: this machine's cores, or what every configured pool
+    asks for together (all model roles + two retrieval pools + the writer + read/write tasks), whichever is
+    more. Ray's CPUs are a reservation count, not a limit: on one machine the pools share the cores anyway
+    and each model's `n_threads` decides its real use, so a 2-core box must not refuse a pipeline whose
+    pools ask 2.25 (embedder 1 + expander .5 + reranker .5 + ...). A cluster (ray_address) keeps what its
+    nodes advertise, and check_fits still fails fast there."""
+    roles = ("embedder", "expander", "reranker")
+    want = sum(getattr(cfg, r).count * getattr(cfg, r).num_cpus for r in roles)
+    want += 2 * cfg.retriever.count * cfg.retriever.num_cpus + cfg.writer.num_cpus + 0.2
+    return float(max(os.cpu_count() or 1, -(-want // 1)))
+
+
+_OP = re.compile(r"^Operator \d+ (.+?): \d+ tasks")
+_WALL = re.compile(r"Remote wall time: .*?, ([\d.]+)(us|ms|s) total")
+
+
+def stage_seconds(stats: str, specs: list[StageSpec] | None = None) -> dict[str, float]:
+    """Per operator of a Ray Data run, its tasks' summed remote wall time in seconds, read off
+    `Dataset.stats()`. With the (fused) `specs` the MapBatches operators are named by their stages, a
+    Chain as `A+B+C`; the read and write operators keep Ray Data's names."""
+    names = [("+".join(c.__name__ for c, _ in s.kwargs["stages"]) if s.cls is Chain else s.name)
+             for s in specs or []]
+    unit = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+    out: dict[str, float] = {}
+    name, k = None, 0
+    for line in stats.splitlines():
+        if m := _OP.match(line.strip()):
+            name = m.group(1)
+            if name.startswith("MapBatches(") and k < len(names):
+                name, k = names[k], k + 1
+        elif name and (w := _WALL.search(line)):
+            out[name] = out.get(name, 0.0) + float(w.group(1)) * unit[w.group(2)]
+            name = None
+    return out
+
+
 def _pool_list(cfg: Config, specs: list[StageSpec]) -> list[str]:
     out = []
     for spec in specs:
@@ -546,10 +595,23 @@ def _pool_list(cfg: Config, specs: list[StageSpec]) -> list[str]:
     return out
 
 
+def attached(cfg: Config) -> bool:
+    """Is there a Ray cluster to attach to (runner.ray_address or $RAY_ADDRESS)?"""
+    return bool(cfg.runner.ray_address or os.environ.get("RAY_ADDRESS"))
+
+
+def auto_ray(cfg: Config, n_rows: int) -> bool:
+    """auto mode: Ray when attached to a cluster; a private local Ray only for batches of at least
+    runner.ray_min_rows on a machine with at least runner.local_ray_min_cores cores (below that it cannot
+    add cores, only its fixed cost per job)."""
+    if attached(cfg):
+        return True
+    return n_rows >= cfg.runner.ray_min_rows and (os.cpu_count() or 1) >= cfg.runner.local_ray_min_cores
+
+
 def make_runner(cfg: Config, n_rows: int = 0, mode: str | None = None) -> Runner:
-    """Pick a runner: `mode` (or cfg.runner.mode); auto = Ray when attached or for large batches."""
+    """Pick a runner: `mode` (or cfg.runner.mode); auto = `auto_ray`."""
     mode = mode or cfg.runner.mode
     if mode == "auto":
-        attached = bool(cfg.runner.ray_address or os.environ.get("RAY_ADDRESS"))
-        mode = "ray" if attached or n_rows >= cfg.runner.ray_min_rows else "inproc"
+        mode = "ray" if auto_ray(cfg, n_rows) else "inproc"
     return RayRunner(cfg) if mode == "ray" else Runner(cfg)

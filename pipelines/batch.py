@@ -191,8 +191,9 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     engine = "data" if runner.kind == "ray" and cfg.runner.engine == "data" else "loop"
     if todo and engine == "data":
         specs = searcher.stages(opts)
-        stats_text = runner.run_dataset(specs, files, rdir, filesystem=fs, progress=progress)
+        stats_text = runner.run_dataset(specs, files, rdir, filesystem=fs, progress=progress, rows=todo)
         log.debug("Ray Data stats:\n%s", stats_text)
+        timings = dict(getattr(runner, "last_timings", {}))  # summed remote wall s per stage (pool)
     elif todo:
         pipe = searcher.pipeline(opts)
         before = dict(pipe.seconds)
