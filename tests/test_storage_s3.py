@@ -153,3 +153,38 @@ def test_cli_index_query_with_env_credentials(tmp_path, monkeypatch, s3, capsys)
     assert main(["index", str(vault), "--db", db, "--collection", "c"]) == 0
     assert "embedded 0 notes" in capsys.readouterr().out
     assert main(["optimize", "--db", db, "--collection", "c"]) == 0
+
+
+def test_s3_expand_job_then_batch_uses_the_bucket_cache(tmp_path, monkeypatch, s3):
+    """`fanout expand` stages its job under the db's `.jobs/` in the bucket and fills the expansion cache
+    there; a batch in and out of the bucket then reads every expansion from that cache (fake profile)."""
+    from fanout.caches import Caches
+    from fanout.config import load_config
+    from fanout.runner import Runner
+    from pipelines.batch import run_batch
+    from pipelines.index import index_vault
+    from pipelines.precompute import run_expand
+    from pipelines.search import Searcher, SearchOptions
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    cfg = load_config("fake").replace(storage={"endpoint": s3, "region": "us-east-1", "access_key_id": "testing",
+                                               "secret_access_key": "testing"})
+    db = "s3://fanout-test/fake/db"
+    qfile = "s3://fanout-test/fake/log.jsonl"
+    rows = [{"id": f"q{i}", "query": f"question {i % 7} about sync"} for i in range(20)]
+    storage.write_text(qfile, "".join(json.dumps(x) + "\n" for x in rows), cfg.storage)
+    with Runner(cfg) as r:
+        index_vault(write_vault(tmp_path / "v", NOTES), db, "t", cfg, r)
+        first = run_expand(qfile, db, "t", cfg, r, progress=False)
+        again = run_expand(qfile, db, "t", cfg, r, progress=False)
+        st = run_batch(qfile, "s3://fanout-test/fake/out/r.jsonl", Searcher(db, "t", cfg, r),
+                       SearchOptions(n=2, expand=True))
+    assert first["queries"] == first["expanded"] + first["cached"] == 20 and first["errors"] == 0
+    keys = Caches(Collection(db, "t", cfg), "", "x").table("expansions")["key"].to_pylist()
+    assert len(keys) == len(set(keys)) == 7  # one row per distinct question, in the bucket
+    assert again["expanded"] == 0 and again["cached"] == 20
+    assert storage.list_dir(f"{db}/.jobs", cfg.storage) == []  # the job's staging folder is gone
+    assert st["queries"] == 20 and st["errors"] == 0 and st["cached_expansions"] == 20
+    out = [json.loads(x) for x in storage.read_text("s3://fanout-test/fake/out/r.jsonl", cfg.storage).splitlines()]
+    assert [x["id"] for x in out] == [x["id"] for x in rows] and all(x["results"] for x in out)
