@@ -125,8 +125,8 @@ class IndexConfig:
     # Full it is: bench/matryoshka.py on the English sets (115 queries), hybrid nDCG@5 base/tricky 768
     # 0.797/0.804, 512 0.782/0.789, 256 0.779/0.780, 128 0.770/0.722; vector-only (--score-index, all four
     # sets, en-base/en-tricky/ru-base/ru-tricky) 768 .796/.772/.728/.757, 512 .783/.765/.721/.750, 256
-    # .778/.777/.696/.754, 128 .741/.639/.698/.676: every cut loses on at least 3 of 4 sets. Search cost does not
-    # matter below the vector index threshold (0.4-0.5 ms/query at 768 on the benchmark's ~1k chunks). A
+    # .778/.777/.696/.754, 128 .741/.639/.698/.676: every cut loses on at least 3 of 4 sets. Search cost
+    # does not matter below the vector index threshold (0.4-0.5 ms/query at 768 on the benchmark's ~1k chunks). A
     # smaller size only pays where index memory does (1M rows: 3 GB at 768).
     vector_dim: int = 0
 
