@@ -12,10 +12,13 @@ Measured (one table at the end):
 - the fanout path (Collection.vector_search_many with the profile's index settings, k=60);
 - full-text search (Collection.fts_search_many, 100 queries), `chunk_id IN` lookups (fetch_chunks) without
   and with the BTREE;
-- cache upserts (merge_insert on `key`) of --upsert keys into a --cache-rows cache without and with the BTREE.
+- cache upserts (merge_insert on `key`) of --upsert keys into a --cache-rows cache without and with the BTREE
+  (a comma list of sizes, e.g. `--cache-rows 300000,1000000`, to see how the upsert grows with the cache).
 
     nice -n 10 python bench/index_scale.py                 # 100k rows, quick
     nice -n 10 python bench/index_scale.py --rows 1000000  # the issue's size
+    flock /tmp/fanout-heavy.lock nice -n 10 python bench/index_scale.py --rows 200000 --types IVF_HNSW_SQ \
+        --cache-rows 300000,1000000          # what fits in ~15 min on the shared 2-core box
 """
 
 from __future__ import annotations
@@ -173,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--queries", type=int, default=100, help="query vectors searched as one batch")
     ap.add_argument("--types", default="IVF_HNSW_SQ,IVF_PQ", help=f"index types to compare: {sorted(GRIDS)}")
-    ap.add_argument("--cache-rows", type=int, default=3_000_000, help="rows in the cache table (0 = skip)")
+    ap.add_argument("--cache-rows", default="3000000",
+                    help="rows in the cache table, or a comma list of sizes (0 = skip)")
     ap.add_argument("--upsert", type=int, default=10_000, help="keys per cache upsert (half of them new)")
     ap.add_argument("--dir", default=None,
                     help="work folder, kept (a second run reuses its chunks table); default: a temp folder")
@@ -281,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         note="ms per lookup")
 
     # -- cache upserts -----------------------------------------------------------------------------------
-    if args.cache_rows:
-        cache_rows(col, args, add)
+    for n in [int(x) for x in str(args.cache_rows).split(",") if int(x)]:
+        cache_rows(col, n, args.upsert, add)
 
     print(table(rows, args))
     if args.json:
@@ -292,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cache_rows(col, args, add) -> None:
+def cache_rows(col, cache_rows: int, upsert_keys: int, add) -> None:
     from fanout.db import ensure_scalar_index
 
     def keys(rng, n):
@@ -305,25 +309,25 @@ def cache_rows(col, args, add) -> None:
                          "score": np.linspace(0, 1, n), "created": [time.time()] * n})
 
     rng = np.random.default_rng(11)
-    name = f"{col.name}_cache_rerank"
+    name = f"{col.name}_cache_rerank_{cache_rows}"
     t = time.perf_counter()
     existing: list[str] = []
     tbl = None
-    for start in range(0, args.cache_rows, 500_000):
-        ks = keys(rng, min(500_000, args.cache_rows - start))
-        existing.extend(ks[:2000])
+    for start in range(0, cache_rows, 500_000):
+        ks = keys(rng, min(500_000, cache_rows - start))
+        existing.extend(ks[:max(2000, upsert_keys)])  # old keys the upserts rewrite
         data = chunk(ks)
         if tbl is None:
             tbl = col.db.create_table(name, data=data, mode="overwrite")
         else:
             tbl.add(data)
     tbl.optimize()
-    add("write cache table", f"{args.cache_rows} rows", build_s=round(time.perf_counter() - t, 1))
+    add("write cache table", f"{cache_rows} rows", build_s=round(time.perf_counter() - t, 1))
 
     def upsert(seed: int) -> float:
         r = np.random.default_rng(seed)
-        old = [existing[i] for i in r.choice(len(existing), args.upsert // 2, replace=False)]
-        new = keys(r, args.upsert - len(old))
+        old = [existing[i] for i in r.choice(len(existing), upsert_keys // 2, replace=False)]
+        new = keys(r, upsert_keys - len(old))
         data = chunk(old + new)
         t0 = time.perf_counter()
         tbl.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(data)
@@ -344,12 +348,13 @@ def cache_rows(col, args, add) -> None:
     bt = time.perf_counter() - t
     with_idx = statistics.median([upsert(s) for s in (4, 5, 6)])
     look1 = statistics.median([lookup() for _ in range(3)])
-    setting = f"{args.upsert} keys ({args.upsert // 2} new) into {args.cache_rows} rows"
+    setting = f"{upsert_keys} keys ({upsert_keys - upsert_keys // 2} new) into {cache_rows} rows"
     add("cache upsert (merge_insert key)", setting + ", no index", round(1000 * no_idx, 0), note="ms per upsert")
     add("cache upsert (merge_insert key)", setting + ", BTREE", round(1000 * with_idx, 0), build_s=round(bt, 1),
         note="ms per upsert")
-    add("cache lookup key IN (500)", "no index", round(1000 * look0, 1), note="ms per lookup")
-    add("cache lookup key IN (500)", "BTREE", round(1000 * look1, 1), note="ms per lookup")
+    add("cache lookup key IN (500)", f"{cache_rows} rows, no index", round(1000 * look0, 1), note="ms per lookup")
+    add("cache lookup key IN (500)", f"{cache_rows} rows, BTREE", round(1000 * look1, 1), note="ms per lookup")
+    col.db.drop_table(name)  # the next size starts from an empty disk budget
 
 
 def table(rows: list[dict], args) -> str:

@@ -12,6 +12,16 @@ Quality: run `fanout eval` once per dimension into its own folder, then point --
 
 (the index re-derives its vectors from the kept full ones at each change: nothing is re-embedded).
 
+Quality straight from an existing index (--score-index DB): a copy of DB, its vectors re-derived per dimension
+(fanout.db.rederive_vectors: nothing re-embedded, nothing re-chunked), then the eval's `vector` mode (the `vec`
+lane only, n=20, no expansion, no rerank) per language through pipelines.search.Searcher, scored with
+faces.score_runs. Use it when `fanout eval` would rebuild the index first (a chunker change since the index was
+built re-chunks and re-embeds every page: ~40 min per language on this machine). Query vectors come from the
+copy's query-vector cache (full 768-d, cut per dimension); misses are embedded and counted on stderr:
+
+    flock /tmp/fanout-heavy.lock nice -n 10 python bench/matryoshka.py --score-index /work/main/.fanout/bench-db \
+        --db /work/main/.fanout/bench-db
+
 Cost: a batched search of --queries query vectors in ONE call (what retrieve_variants does, k=60), brute force,
 on (a) the benchmark's English chunks with real query vectors from the query-vector cache and (b) --rows
 synthetic clustered chunks (bench/index_scale.py's generator), each cut to every dimension and re-normalised;
@@ -59,6 +69,56 @@ def quality(runs: list[str]) -> dict[tuple[str, str], dict[str, float]]:
             acc.setdefault((row["system"].removeprefix("fanout-"), row["set"]), []).append(row["ndcg_5"])
         for (mode, s), v in acc.items():
             out.setdefault((r, mode), {})[s] = float(np.mean(v))
+    return out
+
+
+def quality_from_index(src: str, dims: list[int], langs: list[str]) -> dict[tuple[str, str], dict[str, float]]:
+    """(f"index:{dim}", "vector") -> {set: mean nDCG@5}: vector-only search on a copy of `src` per dimension."""
+    from faces.bench_data import load_queries
+    from faces.evaluate import MODES, mode_rows
+    from faces.score_runs import per_query_metrics
+    from fanout.config import load_config
+    from fanout.db import Collection, rederive_vectors, vector_dims
+    from fanout.runner import make_runner
+    from pipelines.search import Searcher, SearchOptions
+
+    queries = load_queries(None)
+    work = tempfile.mkdtemp(prefix="mat-q-")
+    db = os.path.join(work, "bench-db")
+    shutil.copytree(src, db)
+    base = load_config().replace(**MODES["vector"][0])
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    try:
+        with make_runner(base, mode="inproc") as runner:
+            for d in dims:
+                cfg = base.replace(index={"vector_dim": d})
+                for lang in langs:
+                    col = Collection(db, f"bench-{lang}", cfg)
+                    rederive_vectors(col, d)
+                    manifest = col.require()  # searchers pin the manifest's table versions: record the new one
+                    manifest["tables"] = col.table_versions()
+                    col.write_manifest(manifest)
+                    qs = [q for q in queries if q["lang"] == lang]
+                    searcher = Searcher(db, f"bench-{lang}", cfg, runner)
+                    t = time.perf_counter()
+                    res = searcher.search(mode_rows(qs, {}, ()), SearchOptions(n=20, expand=False, rerank=False))
+                    secs = time.perf_counter() - t
+                    assert vector_dims(searcher.col.table(searcher.col.chunks_name))[0] == d
+                    run: dict[str, list[str]] = {}
+                    for r in res.results.to_pylist():
+                        run.setdefault(r["qid"], []).append(r["path"])
+                    per_q = per_query_metrics(run, qs, system=f"vector-{d}").to_pylist()
+                    by_set: dict[str, list[float]] = {}
+                    for row in per_q:
+                        by_set.setdefault(row["set"], []).append(row["ndcg_5"])
+                    out.setdefault((f"index:{d}", "vector"), {}).update(
+                        {k: float(np.mean(v)) for k, v in by_set.items()})
+                    cache = res.stats["cache"]
+                    print(f"dim {d} {lang}: {len(qs)} queries in {secs:.1f}s, qvec cache hits "
+                          f"{cache['hits'].get('qvec', 0)} misses {cache['misses'].get('qvec', 0)}, "
+                          f"{res.errors.num_rows} errors", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -140,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--subset-from", default=None,
                     help="copy this (partial) benchmark index to --db and write --subset-dir, then exit")
     ap.add_argument("--subset-dir", default="/tmp/fanout-mat-subset")
+    ap.add_argument("--score-index", default=None,
+                    help="score vector-only search on a copy of this benchmark index per dim (instead of --runs)")
+    ap.add_argument("--langs", default="en,ru", help="languages for --score-index and the real-vector cost")
     args = ap.parse_args(argv)
     if args.subset_from:
         prepare_subset(args.subset_from, args.db, args.subset_dir)
@@ -151,8 +214,13 @@ def main(argv: list[str] | None = None) -> int:
 
     dims = [int(d) for d in args.dims.split(",")]
     runs = [r for r in args.runs.split(",") if r]
+    langs = args.langs.split(",")
     q_of = quality(runs) if runs else {}
-    real, real_q = bench_vectors(args.db, "bench-en", args.queries) if Path(args.db).exists() else (None, None)
+    if args.score_index:
+        q_of = quality_from_index(args.score_index, dims, langs)
+        runs = [f"index:{d}" for d in dims]
+    real = {lang: bench_vectors(args.db, f"bench-{lang}", args.queries) for lang in langs} \
+        if Path(args.db).exists() else {}
     syn = Synth(args.rows, 768)
     parts = [syn.batch(b).column(5).flatten().to_numpy().reshape(-1, 768) for b in range(-(-args.rows // BATCH))]
     synth, synth_q = np.concatenate(parts), syn.queries(args.queries)
@@ -163,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     tables = {}
     for d in dims:
         tables[("synth", d)] = (make_table(db, f"s{d}", truncate_vectors(synth, d)), truncate_vectors(synth_q, d))
-        if real is not None:
-            tables[("real", d)] = (make_table(db, f"r{d}", truncate_vectors(real, d)), truncate_vectors(real_q, d))
+        for lang, (vecs, qv) in real.items():
+            tables[(lang, d)] = (make_table(db, f"{lang}{d}", truncate_vectors(vecs, d)), truncate_vectors(qv, d))
     times: dict[tuple[str, int], list[float]] = {k: [] for k in tables}
     for rnd in range(args.rounds + 1):  # rounds interleave the dims: load spikes hit every dim alike
         for key, (tbl, qv) in tables.items():
@@ -172,21 +240,21 @@ def main(argv: list[str] | None = None) -> int:
             if rnd:  # round 0 warms the caches
                 times[key].append(ms)
     cost = {d: {kind: (statistics.median(times[(kind, d)]) if (kind, d) in times else None)
-                for kind in ("real", "synth")} for d in dims}
+                for kind in (*real, "synth")} for d in dims}
     shutil.rmtree(work, ignore_errors=True)
 
     modes = sorted({m for _, m in q_of})
     sets = [s for s in SETS if any(s in v for v in q_of.values())]
-    n_real = 0 if real is None else len(real)
     head = ("| dim | " + " | ".join(f"{m} {s}" for m in modes for s in sets)
-            + f" | ms/query, bench-en ({n_real} chunks) | ms/query, {args.rows} synthetic | bytes/vector |")
+            + "".join(f" | ms/query, bench-{lang} ({len(v)} chunks)" for lang, (v, _) in real.items())
+            + f" | ms/query, {args.rows} synthetic | bytes/vector |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for i, d in enumerate(dims):
         run = runs[i] if i < len(runs) else None
         cells = [f"{q_of.get((run, m), {}).get(s, float('nan')):.3f}" for m in modes for s in sets]
         c = cost[d]
-        lines.append(f"| {d} | " + " | ".join(cells) + f" | {c['real'] if c['real'] is None else round(c['real'], 2)}"
-                     f" | {c['synth']:.2f} | {4 * d} |")
+        lines.append(f"| {d} | " + " | ".join(cells) + "".join(f" | {c[lang]:.2f}" for lang in real)
+                     + f" | {c['synth']:.2f} | {4 * d} |")
     print("\n".join(lines))
     return 0
 

@@ -313,7 +313,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.engine:
         cfg = cfg.replace(runner={"engine": args.engine})
-    check_out(args.out, args.file)  # before any work (and before Ray starts)
+    check_out(args.out, args.file, cfg.storage)  # before any work (and before Ray starts)
     opts = SearchOptions(n=args.n, min_score=args.min_score, expand=args.expand, rerank=args.rerank)
     mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
     with make_runner(cfg, n_rows=0, mode=mode) as runner, Progress("batch", "query") as progress:
@@ -339,7 +339,7 @@ def _big_input(path: str, cfg) -> bool:
     if attached(cfg) or not auto_ray(cfg, 10**18):  # decided without counting
         return attached(cfg)
     n = 0
-    for t in read_input(path):
+    for t in read_input(path, cfg.storage):
         n += t.num_rows
         if n >= cfg.runner.ray_min_rows:
             return True

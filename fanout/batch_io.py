@@ -1,6 +1,8 @@
 """Batch input and output: query rows in (JSONL, JSON, parquet, CSV), results out (parquet, JSONL, CSV).
 
-Paths may be local or any pyarrow filesystem URI (`s3://bucket/q.jsonl`), through `filesystem()`.
+Paths may be local or any object-store URI `fanout.storage` takes (`s3://bucket/q.jsonl`, `gs://`, `az://`,
+`file://`), through `filesystem()`: endpoint, region and credentials come from the config's `storage:` section
+(pass `cfg.storage`) or the usual environment variables, and are never logged.
 
 Input is read as a stream of INPUT_ROWS tables (`_row` position, `id`, the row as JSON `raw`, `_error`):
 a JSONL line that does not parse, or a CSV line with the wrong number of fields, becomes an error row
@@ -19,13 +21,17 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from fanout import storage
 from fanout.schemas import ANSWERS, INPUT_ROWS
+
+if TYPE_CHECKING:
+    from fanout.config import StorageConfig
 
 FLAT = pa.schema([
     ("qid", pa.string()), ("rank", pa.int32()), ("path", pa.string()), ("title", pa.string()),
@@ -38,12 +44,9 @@ TEXT_FIELDS = ("id", "qid", "query", "short_query", "rephrased_query", "expected
 CHUNK_ROWS = 4096  # input rows per staged table
 
 
-def filesystem(uri: str | Path) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, path) for a local path or a URI; the one place to switch to fanout.storage."""
-    s = str(uri)
-    if "://" in s:
-        return pafs.FileSystem.from_uri(s)
-    return pafs.LocalFileSystem(), os.path.abspath(s)
+def filesystem(uri: str | Path, storage_cfg: StorageConfig | None = None) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path) for a local path or a URI (fanout.storage: config's `storage:` or environment)."""
+    return storage.filesystem(uri, storage_cfg)
 
 
 def _ext(path: str | Path, allowed: tuple[str, ...] = FORMATS, what: str = "input") -> str:
@@ -104,10 +107,10 @@ class _Rows:
         return t
 
 
-def read_input(uri: str | Path) -> Iterator[pa.Table]:
+def read_input(uri: str | Path, storage_cfg: StorageConfig | None = None) -> Iterator[pa.Table]:
     """Stream the query file as INPUT_ROWS tables (memory bounded by CHUNK_ROWS, except a `.json` array)."""
     ext = _ext(uri)
-    fs, path = filesystem(uri)
+    fs, path = filesystem(uri, storage_cfg)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         raise FileNotFoundError(f"query file {str(uri)!r} not found")
@@ -204,16 +207,17 @@ def _read_parquet(fs: pafs.FileSystem, path: str, acc: _Rows) -> Iterator[pa.Tab
                     yield acc.take()
 
 
-def check_out(out: str | Path, inp: str | Path | None = None) -> str:
+def check_out(out: str | Path, inp: str | Path | None = None, storage_cfg: StorageConfig | None = None) -> str:
     """Validate the output path before any work: a known extension, not a folder, not the input file, and
-    a parent folder that exists (or can be made) and is writable. Returns the extension."""
+    a parent folder that exists (or can be made) and is writable; on an object store, a bucket that exists.
+    Returns the extension."""
     ext = _ext(out, OUT_FORMATS, "output")
-    fs, path = filesystem(out)
+    fs, path = filesystem(out, storage_cfg)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.Directory:
         raise ValueError(f"--out {str(out)!r} is a folder; give a file path ending in one of {list(OUT_FORMATS)}")
     if inp is not None:
-        ifs, ipath = filesystem(inp)
+        ifs, ipath = filesystem(inp, storage_cfg)
         same = type(ifs) is type(fs) and ipath == path
         if not same and isinstance(fs, pafs.LocalFileSystem):
             with contextlib.suppress(OSError):
@@ -227,6 +231,11 @@ def check_out(out: str | Path, inp: str | Path | None = None) -> str:
             probe = probe.parent
         if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
             raise ValueError(f"--out {str(out)!r}: folder {str(probe)!r} is not writable; choose another place")
+    else:
+        bucket = path.split("/", 1)[0]
+        if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise ValueError(f"--out {str(out)!r}: bucket {bucket!r} does not exist (or these credentials cannot "
+                             f"see it); create it or write somewhere else")
     return ext
 
 
@@ -266,16 +275,20 @@ def parts_dataset(fs: pafs.FileSystem, path: str) -> Any:
     return pads.dataset(files, schema=ANSWERS, filesystem=fs, format="parquet")
 
 
-def write_results(parts: Any, out: str | Path) -> dict[str, int]:
-    """Stream the parts (a pyarrow dataset of ANSWERS rows) into `out` in input order, atomically (tmp +
-    move). parquet/CSV: one row per result page plus one per bad query; JSONL: one line per query."""
+def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None = None) -> dict[str, int]:
+    """Stream the parts (a pyarrow dataset of ANSWERS rows) into `out` in input order, atomically: locally
+    tmp + rename; on an object store one upload (the object appears whole when the stream closes; a rename
+    there would be a second full copy). parquet/CSV: one row per result page plus one per bad query; JSONL:
+    one line per query."""
     import duckdb
     import pyarrow.csv as pcsv
 
     ext = _ext(out, OUT_FORMATS, "output")
-    fs, path = filesystem(out)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    tmp = path + ".tmp"
+    fs, path = filesystem(out, storage_cfg)
+    local = isinstance(fs, pafs.LocalFileSystem)
+    if local:
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    tmp = path + ".tmp" if local else path
     con = duckdb.connect()
     con.register("parts", parts)
     counts = dict(zip(("queries", "errors"), con.execute(
@@ -300,6 +313,7 @@ def write_results(parts: Any, out: str | Path) -> dict[str, int]:
                 writer.write_batch(pa.RecordBatch.from_arrays(
                     [batch.column(i).cast(FLAT.field(i).type) for i in range(len(FLAT))], schema=FLAT))
             writer.close()
-    fs.move(tmp, path)
+    if tmp != path:
+        fs.move(tmp, path)
     con.close()
     return counts

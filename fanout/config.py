@@ -112,7 +112,8 @@ class IndexConfig:
     # bench/index_scale.py, 100k clustered 768-d rows, 100 queries per call, shared 2-core box: IVF_HNSW_SQ
     # reached recall@10 1.0 (nprobes 20, refine 2, ef 100) at ~1/10 of brute force's time, 91 MB, built in
     # 395 s; IVF_RQ built 5x faster but stopped at recall 0.93 (refine 10); IVF_PQ took 10x HNSW's build
-    # time at 20k rows for recall 0.998 (refine 10)
+    # time at 20k rows for recall 0.998 (refine 10). Same settings at 200k / 400k rows (2026-12-01, lighter
+    # load): recall@10 1.0 / 0.998 at 7.05 / 9.2 ms/query vs brute force 44 / 87, built in 110 / 231 s
     vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
     vector_partitions: int = 0  # IVF partitions; 0 = sqrt(rows)
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
@@ -123,8 +124,11 @@ class IndexConfig:
     ef: int = 100  # HNSW beam width, at least k x refine_factor; 0 = Lance's default (query time)
     # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
     # Full it is: bench/matryoshka.py on the English sets (115 queries), hybrid nDCG@5 base/tricky 768
-    # 0.797/0.804, 512 0.782/0.789, 256 0.779/0.780, 128 0.770/0.722; search cost does not matter below the
-    # vector index threshold. A smaller size only pays where index memory does (1M rows: 3 GB at 768).
+    # 0.797/0.804, 512 0.782/0.789, 256 0.779/0.780, 128 0.770/0.722; vector-only (--score-index, all four
+    # sets, en-base/en-tricky/ru-base/ru-tricky) 768 .796/.772/.728/.757, 512 .783/.765/.721/.750, 256
+    # .778/.777/.696/.754, 128 .741/.639/.698/.676: every cut loses on at least 3 of 4 sets. Search cost
+    # does not matter below the vector index threshold (0.4-0.5 ms/query at 768 on the benchmark's ~1k chunks). A
+    # smaller size only pays where index memory does (1M rows: 3 GB at 768).
     vector_dim: int = 0
 
     def validate(self) -> None:

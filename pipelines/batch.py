@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -28,6 +28,9 @@ import pyarrow.parquet as pq
 from fanout.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
 from fanout.schemas import ANSWERS, INPUT_ROWS
 from pipelines.search import Searcher, SearchOptions
+
+if TYPE_CHECKING:
+    from fanout.config import StorageConfig
 
 log = logging.getLogger(__name__)
 TODO_FILE_ROWS = 1024  # rows per todo file (Ray Data reads one file per task)
@@ -47,13 +50,14 @@ def _input_identity(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
     return {"path": path, "size": info.size, "mtime": info.mtime.timestamp() if info.mtime else None}
 
 
-def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str) -> int:
+def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str,
+                storage_cfg: StorageConfig | None = None) -> int:
     """Write the input as INPUT_ROWS parquet under `pdir/input/` once (reused on resume); returns rows.
 
     A staged input made from a different file (size or mtime changed) is an error: the positions would
     not match the parts.
     """
-    ifs, ipath = filesystem(in_uri)
+    ifs, ipath = filesystem(in_uri, storage_cfg)
     ident = _input_identity(ifs, ipath)
     meta = f"{pdir}/job.json"
     if fs.get_file_info(meta).type == pafs.FileType.File:
@@ -68,7 +72,7 @@ def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str) -> int:
     for f in _files(fs, f"{pdir}/input"):
         fs.delete_file(f)
     n = 0
-    for k, table in enumerate(read_input(in_uri)):
+    for k, table in enumerate(read_input(in_uri, storage_cfg)):
         pq.write_table(table, f"{pdir}/input/chunk-{k:06d}.parquet", filesystem=fs)
         n += table.num_rows
     with fs.open_output_stream(meta) as f:
@@ -172,13 +176,13 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     slices in the driver; a Ray runner with `runner.engine: data` runs ONE Ray Data Dataset.
     """
     cfg, runner = searcher.cfg, searcher.runner
-    check_out(out_path, in_path)
+    check_out(out_path, in_path, cfg.storage)
     slice_size = slice_size or cfg.runner.slice_rows
-    fs, out = filesystem(out_path)
+    fs, out = filesystem(out_path, cfg.storage)
     pdir = parts_dir(out)
     rdir = f"{pdir}/results"
     t0 = time.perf_counter()
-    total = stage_input(in_path, fs, pdir)
+    total = stage_input(in_path, fs, pdir, cfg.storage)
     fs.create_dir(rdir, recursive=True)
     broken = drop_broken_parts(fs, rdir)
     if broken:
@@ -205,7 +209,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
                 on_slice(done, todo)
         timings = {k: v - before.get(k, 0.0) for k, v in pipe.seconds.items()}
     parts = parts_dataset(fs, rdir)
-    counts = write_results(parts, out_path)
+    counts = write_results(parts, out_path, cfg.storage)
     st = job_stats(parts)
     fs.delete_dir(pdir)
     return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "engine": engine,

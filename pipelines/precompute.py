@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fanout import storage
 from fanout.batch_io import filesystem
 from fanout.config import Config
 from fanout.runner import Runner, StageSpec
@@ -82,8 +83,8 @@ class Progress:
 def run_expand(in_path: str | Path, db: str | Path, collection: str, cfg: Config, runner: Runner,
                progress: bool | None = None, on_batch: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Expand every query of `in_path` that the cache does not hold yet; returns counters."""
-    db = str(db) if "://" in str(db) else str(Path(db).resolve())
-    fs, dbpath = filesystem(db)
+    db = storage.normalize_uri(db)
+    fs, dbpath = filesystem(db, cfg.storage)
     key = hashlib.sha256(str(in_path).encode()).hexdigest()[:12]
     pdir = f"{dbpath}/.jobs/expand-{collection}-{key}"
     t0 = time.perf_counter()
@@ -94,10 +95,10 @@ def run_expand(in_path: str | Path, db: str | Path, collection: str, cfg: Config
     except OSError:
         fs.delete_dir_contents(pdir, missing_dir_ok=True)
     try:
-        stage_input(in_path, fs, pdir)
+        stage_input(in_path, fs, pdir, cfg.storage)
     except ValueError:  # the log changed since a killed run: stage it again (the cache keeps what was done)
         fs.delete_dir_contents(pdir, missing_dir_ok=True)
-        stage_input(in_path, fs, pdir)
+        stage_input(in_path, fs, pdir, cfg.storage)
     files, todo = write_todo(fs, pdir)
     counts = {k: 0 for k in SOURCES} | {"errors": 0}
     bar = Progress(todo, sys.stderr.isatty() if progress is None else progress)

@@ -1,13 +1,11 @@
 """A collection on a real S3-compatible server on loopback (moto's ThreadedMotoServer, started here).
 
-Round trip: index a vault into s3://bucket/db, search, hit the caches, optimize (vector index folded in),
-re-index incrementally; the manifest lives in the bucket. Credentials and endpoint come once from the config's
-`storage:` section (fake embedder, fast) and once from the usual AWS_* environment variables (real embedder,
-through the CLI).
-
-Batch input/output on s3:// (issue 9's `fanout batch` with storage.py) is not covered here yet: once
-`run_batch` reads and writes URIs, add `fanout batch s3://bucket/q.jsonl --out s3://bucket/r.parquet` to
-`test_cli_index_query_with_env_credentials`.
+Round trip: index a vault into s3://bucket/db, search, run a batch whose input AND output are s3:// objects
+(its resumable parts folder lives next to the output, in the bucket), hit the caches on a repeat, optimize
+(vector index folded in), re-index incrementally; the manifest lives in the bucket. Credentials and endpoint
+come once from the config's `storage:` section (fake embedder, fast; the AWS_* variables are cleared, so
+nothing but the config can reach the server) and once from the usual AWS_* environment variables (real
+embedder, through the CLI).
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import json
 import logging
 import socket
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import NOTES, write_vault
 
@@ -48,9 +47,11 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
 
     import pipelines.index as pi
     import pipelines.search as ps
+    from fanout.batch_io import check_out
+    from pipelines.batch import run_batch
     from pipelines.index import index_vault
     from pipelines.optimize_tables import optimize_tables
-    from pipelines.search import Searcher
+    from pipelines.search import Searcher, SearchOptions
 
     def ident(c, r, provision=True):  # the manifest's embedder identity, as a stand-in file would give
         return "fake.gguf", "fake-sha"
@@ -86,6 +87,31 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
         assert again.stats["cache"]["hits"].get("qvec", 0) == 2
         assert again.results["path"].to_pylist() == first.results["path"].to_pylist()
 
+        # batch: input and output are objects in the bucket; a row without a query is an error row
+        qfile = "s3://fanout-test/jobs/q.jsonl"
+        storage.write_text(qfile, "".join(json.dumps(x) + "\n" for x in [*rows, {"id": "bad"}]), scfg.storage)
+        out = "s3://fanout-test/jobs/out/r.parquet"
+        bs = run_batch(qfile, out, Searcher(db, "t", scfg, r), SearchOptions(n=3))
+        assert (bs["queries"], bs["errors"], bs["resumed"]) == (3, 1, 0)
+        assert storage.list_dir("s3://fanout-test/jobs/out", scfg.storage) == ["r.parquet"]  # parts removed
+        with storage.open_input(out, scfg.storage) as f:
+            flat = pq.read_table(f).to_pylist()
+        assert {x["qid"]: x["path"] for x in flat if x["rank"] == 1} == top
+        assert [x["qid"] for x in flat if x["error"]] == ["bad"]
+        # the same batch again, into JSONL: every query vector comes from the cache (in the bucket)
+        repeat = Searcher(db, "t", scfg, r)
+        out2 = "s3://fanout-test/jobs/out/r.jsonl"
+        run_batch(qfile, out2, repeat, SearchOptions(n=3))
+        assert repeat.cache_stats()["hits"].get("qvec", 0) == 2
+        assert repeat.cache_stats()["misses"].get("qvec", 0) == 0
+        lines = [json.loads(x) for x in storage.read_text(out2, scfg.storage).splitlines()]
+        assert [x["id"] for x in lines] == ["a", "b", "bad"]
+        assert {x["id"]: x["results"][0]["path"] for x in lines if x["results"]} == top
+        with pytest.raises(ValueError, match="bucket 'no-such-bucket' does not exist"):
+            check_out("s3://no-such-bucket/r.parquet", qfile, scfg.storage)
+        with pytest.raises(ValueError, match="is the input file"):
+            check_out(qfile, qfile, scfg.storage)
+
         (vault / "Sync/Sync your notes.md").write_text("---\naliases: [Obsidian Sync]\n---\nSync now also covers "
                                                        "plugins.\n", encoding="utf-8")
         upd = index_vault(vault, db, "t", scfg, r)
@@ -117,6 +143,48 @@ def test_cli_index_query_with_env_credentials(tmp_path, monkeypatch, s3, capsys)
     assert main(["query", "pancakes with milk", "--db", db, "--collection", "c", "--json"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out[out.index("["):])[0]["path"] == "Рецепты/Блины.md"
+    qfile, out = "s3://fanout-test/cli-jobs/q.jsonl", "s3://fanout-test/cli-jobs/out/r.csv"
+    storage.write_text(qfile, json.dumps({"id": "p", "query": "pancakes with milk"}) + "\n")  # AWS_* from env
+    assert main(["batch", qfile, "--out", out, "--db", db, "--collection", "c", "-n", "1"]) == 0
+    assert "1 queries (0 resumed), 0 errors" in capsys.readouterr().out
+    lines = storage.read_text(out).splitlines()
+    assert lines[0].startswith('"qid","rank","path"') and '"p",1,"Рецепты/Блины.md"' in lines[1], lines
+    assert storage.list_dir("s3://fanout-test/cli-jobs/out") == ["r.csv"]
     assert main(["index", str(vault), "--db", db, "--collection", "c"]) == 0
     assert "embedded 0 notes" in capsys.readouterr().out
     assert main(["optimize", "--db", db, "--collection", "c"]) == 0
+
+
+def test_s3_expand_job_then_batch_uses_the_bucket_cache(tmp_path, monkeypatch, s3):
+    """`fanout expand` stages its job under the db's `.jobs/` in the bucket and fills the expansion cache
+    there; a batch in and out of the bucket then reads every expansion from that cache (fake profile)."""
+    from fanout.caches import Caches
+    from fanout.config import load_config
+    from fanout.runner import Runner
+    from pipelines.batch import run_batch
+    from pipelines.index import index_vault
+    from pipelines.precompute import run_expand
+    from pipelines.search import Searcher, SearchOptions
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    cfg = load_config("fake").replace(storage={"endpoint": s3, "region": "us-east-1", "access_key_id": "testing",
+                                               "secret_access_key": "testing"})
+    db = "s3://fanout-test/fake/db"
+    qfile = "s3://fanout-test/fake/log.jsonl"
+    rows = [{"id": f"q{i}", "query": f"question {i % 7} about sync"} for i in range(20)]
+    storage.write_text(qfile, "".join(json.dumps(x) + "\n" for x in rows), cfg.storage)
+    with Runner(cfg) as r:
+        index_vault(write_vault(tmp_path / "v", NOTES), db, "t", cfg, r)
+        first = run_expand(qfile, db, "t", cfg, r, progress=False)
+        again = run_expand(qfile, db, "t", cfg, r, progress=False)
+        st = run_batch(qfile, "s3://fanout-test/fake/out/r.jsonl", Searcher(db, "t", cfg, r),
+                       SearchOptions(n=2, expand=True))
+    assert first["queries"] == first["expanded"] + first["cached"] == 20 and first["errors"] == 0
+    keys = Caches(Collection(db, "t", cfg), "", "x").table("expansions")["key"].to_pylist()
+    assert len(keys) == len(set(keys)) == 7  # one row per distinct question, in the bucket
+    assert again["expanded"] == 0 and again["cached"] == 20
+    assert storage.list_dir(f"{db}/.jobs", cfg.storage) == []  # the job's staging folder is gone
+    assert st["queries"] == 20 and st["errors"] == 0 and st["cached_expansions"] == 20
+    out = [json.loads(x) for x in storage.read_text("s3://fanout-test/fake/out/r.jsonl", cfg.storage).splitlines()]
+    assert [x["id"] for x in out] == [x["id"] for x in rows] and all(x["results"] for x in out)
