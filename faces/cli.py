@@ -92,6 +92,26 @@ def _ranking(p: argparse.ArgumentParser, model_flags: bool = True, explain: bool
                        help="show every list that found each page: lane, variant, rank, score")
 
 
+def _filters(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("filters (a flag given twice: either value; different flags: all of them)")
+    g.add_argument("--folder", action="append", metavar="DIR", help="only notes under this vault folder")
+    g.add_argument("--path-prefix", action="append", metavar="PREFIX", help="only notes whose path starts so")
+    g.add_argument("--tag", action="append", metavar="TAG", help="only notes with this tag (front matter or "
+                   "inline; a parent tag matches nested ones)")
+    g.add_argument("--property", action="append", metavar="KEY=VALUE",
+                   help="only notes whose front matter has key=value (or just KEY: any value)")
+    g.add_argument("--lang", action="append", metavar="CODE", help="only notes in this language (en, ru, ...)")
+
+
+def filter_arg(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The filter flags as a checked filter (fanout/filters.py); a bad value exits 2 with the fix."""
+    from fanout.filters import parse_filter
+
+    given = {"folder": args.folder, "path": args.path_prefix, "tag": args.tag, "property": args.property,
+             "lang": args.lang}
+    return parse_filter({k: v for k, v in given.items() if v})
+
+
 def _output(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="print JSON")
@@ -136,7 +156,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 def _request(args: argparse.Namespace, mode: str) -> dict:
     req = {"mode": mode, "collections": collections_arg(args.collection), "query": args.text, "n": args.n,
            "min_score": args.min_score, "explain": args.explain, "full": args.full,
-           "line_numbers": args.line_numbers}
+           "line_numbers": args.line_numbers, "filter": filter_arg(args)}
     if mode == "query":
         req.update(intent=args.intent, short_query=args.short_query, rephrased_query=args.rephrased_query,
                    expected_answer=args.expected_answer, expand=args.expand, rerank=args.rerank)
@@ -306,6 +326,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from faces.common import config_from_args
     from faces.progress import Progress
     from fanout.batch_io import check_out
+    from fanout.filters import as_option
     from fanout.runner import make_runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher, SearchOptions
@@ -314,7 +335,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if args.engine:
         cfg = cfg.replace(runner={"engine": args.engine})
     check_out(args.out, args.file)  # before any work (and before Ray starts)
-    opts = SearchOptions(n=args.n, min_score=args.min_score, expand=args.expand, rerank=args.rerank)
+    opts = SearchOptions(n=args.n, min_score=args.min_score, expand=args.expand, rerank=args.rerank,
+                         filter=as_option(filter_arg(args)), explain=args.explain)
     mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
     with make_runner(cfg, n_rows=0, mode=mode) as runner, Progress("batch", "query") as progress:
         searcher = Searcher(args.db, args.collection, cfg, runner)
@@ -458,6 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
         _db(p, many=True)
         _engine(p)
         _ranking(p, model_flags=mode == "query")
+        _filters(p)
         _output(p)
         p.set_defaults(fn=cmd_search, mode=mode)
 
@@ -514,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_collection)
 
     p = _parser(sub, "batch", "answer a query file (JSONL/parquet/CSV) into --out; resumable")
-    p.add_argument("file", help="query rows: {id, query, short_query, rephrased_query, expected_answer, intent}")
+    p.add_argument("file", help="query rows: {id, query, short_query, rephrased_query, expected_answer, intent, filter}")
     p.add_argument("--out", required=True, help="results file: .parquet, .jsonl or .csv")
     p.add_argument("--slice", type=positive_int, default=None,
                    help="queries per in-process resumable part (default: config's runner.slice_rows)")
@@ -523,6 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
     _db(p)
     _engine(p)
     _ranking(p, explain=False)
+    p.add_argument("--explain", action="store_true", help="add columns: the query text, the probe decision "
+                   "and every list that found each page (README: batch output)")
+    _filters(p)
     p.set_defaults(fn=cmd_batch)
 
     p = _parser(sub, "expand", "precompute expansions of a query file into the cache")

@@ -49,6 +49,7 @@ class SearchService:
         return self._searchers[key]
 
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        from fanout.filters import as_option, parse_filter
         from pipelines.search import SearchOptions
 
         t0 = time.perf_counter()
@@ -58,7 +59,8 @@ class SearchService:
         opts = SearchOptions(n=int(req.get("n", 10)), min_score=float(req.get("min_score", 0.0)),
                              expand=False if plain else req.get("expand"),
                              rerank=False if plain else req.get("rerank"),
-                             explain=bool(req.get("explain")))
+                             explain=bool(req.get("explain")),
+                             filter=as_option(parse_filter(req.get("filter") or {})))
         collections = req.get("collections") or ["notes"]
         results: list[dict] = []
         errors: list[dict] = []

@@ -310,12 +310,13 @@ class Collection:
 
     # -- search ---------------------------------------------------------------------------------------
     def fts_search_many(self, queries: list[str], columns: list[str], boosts: list[float], k: int,
-                        select: list[str]) -> list[pa.Table]:
-        """One full-text search per query, run concurrently (async gather is ~2x faster than a loop)."""
+                        select: list[str], wheres: list[str | None] | None = None) -> list[pa.Table]:
+        """One full-text search per query, run concurrently (async gather is ~2x faster than a loop);
+        `wheres[i]` is query i's prefilter (fanout/filters.py), None for none."""
         with self.guard(self.chunks_name):
-            return asyncio.run(self._fts_many(queries, columns, boosts, k, select))
+            return asyncio.run(self._fts_many(queries, columns, boosts, k, select, wheres or [None] * len(queries)))
 
-    async def _fts_many(self, queries, columns, boosts, k, select) -> list[pa.Table]:
+    async def _fts_many(self, queries, columns, boosts, k, select, wheres) -> list[pa.Table]:
         import lancedb
         from lancedb.query import MultiMatchQuery
 
@@ -324,21 +325,24 @@ class Collection:
         if version := self._pinned.get(self.chunks_name):  # the same version as every other read
             await tbl.checkout(version)
 
-        async def one(q: str) -> pa.Table:
+        async def one(q: str, where: str | None) -> pa.Table:
             if not q.strip():
                 return pa.table({c: pa.array([], pa.string()) for c in select})
-            query = MultiMatchQuery(q, columns, boosts=boosts)
-            return await tbl.query().nearest_to_text(query).select(select).limit(k).to_arrow()
+            query = tbl.query().nearest_to_text(MultiMatchQuery(q, columns, boosts=boosts))
+            if where:
+                query = query.where(where)
+            return await query.select(select).limit(k).to_arrow()
 
-        return list(await asyncio.gather(*(one(q) for q in queries)))
+        return list(await asyncio.gather(*(one(q, w) for q, w in zip(queries, wheres))))
 
-    def vector_search_many(self, vectors: list[list[float]], k: int, select: list[str]) -> pa.Table:
+    def vector_search_many(self, vectors: list[list[float]], k: int, select: list[str],
+                           where: str | None = None) -> pa.Table:
         """All query vectors as ONE batched search; the result has `query_index`.
 
         Query vectors are cut to the stored dimension (Matryoshka) and re-normalised; with a vector index the
         config's `index.nprobes` / `index.refine_factor` / `index.ef` apply (rows added since the index was
         built are searched exactly as well). Non-finite query vectors get empty lists; stored vectors that are
-        damaged (NaN distance) are logged and never served.
+        damaged (NaN distance) are logged and never served. `where` prefilters every query (fanout/filters.py).
         """
         import pyarrow.compute as pc
 
@@ -352,6 +356,8 @@ class Collection:
             dim = vector_dims(tbl)[0]
             qv = truncate_vectors(np.asarray([vectors[i] for i in finite], dtype=np.float32), dim)
             q = tbl.search(list(qv) if len(qv) > 1 else qv[0]).distance_type("cosine")
+            if where:
+                q = q.where(where, prefilter=True)
             icfg = self.cfg.index if self.cfg is not None else None
             if icfg is not None and has_vector_index(tbl):
                 q = q.nprobes(icfg.nprobes)
