@@ -171,6 +171,12 @@ class RetrieveConfig:
     fts_boost_body: float = 1.0  # chunk text
     lanes: tuple[str, ...] = ("fts", "vec", "alias")  # which lanes run (ablations turn some off)
     hyde_prompt: Literal["query", "document"] = "document"  # embed hyde lines with the document prompt
+    snippet_tokens: int = 60  # a result's snippet: the ~60-token run of lines with the most query terms
+    snippet_chars: int = 300  # ... cut to this many characters around its first term (display cuts further)
+
+    def validate(self) -> None:
+        _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")
+        _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
 
 
 @dataclass(frozen=True)
@@ -293,6 +299,7 @@ class Config:
         self.chunk.validate()
         self.index.validate()
         self.fuse.validate()
+        self.retrieve.validate()
         bad = set(self.retrieve.lanes) - {"fts", "vec", "alias"}
         _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: ['alias', 'fts', 'vec']")
         self.runner.validate()

@@ -231,7 +231,7 @@ class Retrieve:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from pipelines.format_results import fetch_chunks
-        from pipelines.rerank_candidates import best_passage
+        from pipelines.rerank_candidates import best_passage, query_keys, snippet
 
         pin_batch(self.col, batch)  # the index versions ProbeBM25 pinned for this batch (one consistent read)
         hits = self.hits(batch)
@@ -248,12 +248,16 @@ class Retrieve:
         fused = fused.filter(pa.compute.less_equal(fused["_rank"], self.keep))
         chunks = fetch_chunks(self.col, set(fused["chunk_id"].to_pylist()))
         qtext = {q: t for q, t, e in zip(qids, queries, errors) if e is None}  # ok qids are unique
+        lex = {q: [v["text"] for v in vs or [] if v["kind"] == "lex"]  # an agent's short_query, keywords
+               for q, vs in zip(qids, batch.column("variants").to_pylist())}
+        keys = {q: query_keys(t, *lex.get(q, [])) for q, t in qtext.items()}
+        rc = self.cfg.retrieve
         per_q: dict[str, list[dict]] = defaultdict(list)
         ptoks = self.cfg.rerank.passage_tokens
         for r in fused.to_pylist():
             c = chunks.get(r["chunk_id"], {"title": r["path"], "heading": "", "text": ""})
             q = qtext[r["qid"]]
-            snip = " ".join(best_passage(c["text"], q, 60).split())[:300]
+            snip = snippet(c["text"], keys[r["qid"]], rc.snippet_tokens, rc.snippet_chars)
             passage = None
             if self.rerank:
                 head = " > ".join(x for x in (c["title"], c["heading"]) if x)
