@@ -313,17 +313,27 @@ class Collection:
                         select: list[str], wheres: list[str | None] | None = None) -> list[pa.Table]:
         """One full-text search per query, run concurrently (async gather is ~2x faster than a loop);
         `wheres[i]` is query i's prefilter (fanout/filters.py), None for none."""
+        if not queries:  # no connection for nothing (a warm interactive query pays ~25 ms for one)
+            return []
+        wheres = wheres or [None] * len(queries)
         with self.guard(self.chunks_name):
-            return asyncio.run(self._fts_many(queries, columns, boosts, k, select, wheres or [None] * len(queries)))
+            handle = getattr(self.table(self.chunks_name), "_table", None)  # the sync table's AsyncTable
+            if handle is not None and hasattr(handle, "query"):
+                from lancedb.background_loop import LOOP
 
-    async def _fts_many(self, queries, columns, boosts, k, select, wheres) -> list[pa.Table]:
+                # on lancedb's own loop, with the open (pinned) table: no new loop, connection or open per call
+                return LOOP.run(self._fts_many(queries, columns, boosts, k, select, wheres, handle))
+            return asyncio.run(self._fts_many(queries, columns, boosts, k, select, wheres))
+
+    async def _fts_many(self, queries, columns, boosts, k, select, wheres, tbl=None) -> list[pa.Table]:
         import lancedb
         from lancedb.query import MultiMatchQuery
 
-        db = await lancedb.connect_async(self.db_dir, storage_options=self.storage_options or None)
-        tbl = await db.open_table(self.chunks_name)
-        if version := self._pinned.get(self.chunks_name):  # the same version as every other read
-            await tbl.checkout(version)
+        if tbl is None:
+            db = await lancedb.connect_async(self.db_dir, storage_options=self.storage_options or None)
+            tbl = await db.open_table(self.chunks_name)
+            if version := self._pinned.get(self.chunks_name):  # the same version as every other read
+                await tbl.checkout(version)
 
         async def one(q: str, where: str | None) -> pa.Table:
             if not q.strip():

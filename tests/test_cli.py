@@ -218,3 +218,15 @@ def test_collections_add_list_search_across_remove(capsys, db, tmp_path, tiny_va
     assert [r["collection"] for r in json.loads(out)] == ["t"]
     code, _, err = run(capsys, "collection", "remove", "garden", "--db", str(db2))
     assert code == 2 and "no collection 'garden'" in err
+
+
+def test_the_one_parser_builds_each_command_alone_the_same_way():
+    """main builds only the named command's subparser (the warm client's start-up); COMMANDS must list every
+    command of the full parser, and each alone parses like the full one."""
+    from faces.cli import COMMANDS
+
+    full = build_parser()
+    sub = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+    assert tuple(sub.choices) == COMMANDS
+    argv = ["search", "x", "--tag", "a", "--tag", "b", "--folder", "Plugins", "--lang", "en", "--json"]
+    assert vars(build_parser("search").parse_args(argv)) == vars(full.parse_args(argv))
