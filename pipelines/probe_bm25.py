@@ -18,6 +18,7 @@ from fanout.schemas import HITS, PAGE
 from pipelines.retrieve_variants import _set, fts_page_lists, hit_rows
 
 WHERE = "_where"  # batch column: each query's LanceDB prefilter (null: none), read by Retrieve
+PROBE_SEEN = "_probe_seen"  # batch column: the probe's normalised top score and gap, for --explain
 
 
 def normalise(score: float) -> float:
@@ -94,12 +95,17 @@ class ProbeBM25:
         lists = fts_page_lists(self.col, [texts[i] for i in ok], self.cfg, [wheres[i] for i in ok]) if ok else []
         probe: list[list[dict] | None] = [None] * batch.num_rows
         skip = [False] * batch.num_rows
+        seen: list[dict | None] = [None] * batch.num_rows
         for i, pages in zip(ok, lists):
             probe[i] = pages
             skip[i] = self.cfg.probe.enabled and strong_signal(pages, self.cfg.probe.min_top, self.cfg.probe.min_gap)
+            top = normalise(pages[0]["_score"]) if pages else 0.0
+            seen[i] = {"top": round(top, 4), "gap": round(top - (normalise(pages[1]["_score"]) if len(pages) > 1
+                                                                 else 0.0), 4)}
         self.stats["queries"] += len(ok)
         self.stats["skip_expansion"] += sum(skip)
         batch = batch.append_column("_probe", pa.array(probe, pa.list_(PAGE)))
+        batch = _set(batch, PROBE_SEEN, pa.array(seen, pa.struct([("top", pa.float64()), ("gap", pa.float64())])))
         return batch.append_column("skip_expansion", pa.array(skip, pa.bool_()))
 
     def check_filters(self, batch: pa.Table) -> pa.Table:
