@@ -253,6 +253,9 @@ class RunnerConfig:
     # pools started but no rows flowed (issue-9 report, 2026-12-01)
     engine: Literal["data", "slices"] = "slices"
     slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
+    # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
+    # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)
+    progress_step_s: float = 1.0
 
     def validate(self) -> None:
         _check(self.mode in ("auto", "inproc", "ray"),
@@ -260,6 +263,7 @@ class RunnerConfig:
         _check(self.engine in ("data", "slices"),
                f"runner.engine must be one of ['data', 'slices'], got {self.engine!r}")
         _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
+        _check(self.progress_step_s > 0, f"runner.progress_step_s must be > 0, got {self.progress_step_s}")
 
 
 @dataclass(frozen=True)
