@@ -8,6 +8,7 @@ commands answer from a warm process (milliseconds instead of seconds). Batches: 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -45,8 +46,27 @@ def score01(text: str) -> float:
     return v
 
 
+@functools.cache
+def _help_width() -> int:
+    """What argparse computes with shutil for every formatter (each add_argument makes one): once, no shutil."""
+    try:
+        cols = int(os.environ.get("COLUMNS", "")) or 0
+    except ValueError:
+        cols = 0
+    if not cols:
+        try:
+            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            cols = 80
+    return cols - 2
+
+
 class Formatter(argparse.RawDescriptionHelpFormatter):
     """Keeps descriptions as written and shows each flag's default (unless the help already says it)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, _help_width() if width is None else width)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

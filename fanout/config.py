@@ -217,6 +217,9 @@ class RerankConfig:
 class CacheConfig:
     enabled: bool = True  # persist expansions, query vectors and rerank scores next to the index
     optimize_every: int = 20  # the cache writer compacts a cache table (and its key index) every N commits
+    # rows of immutable lookups a long-lived process (fanout serve, MCP) keeps in memory: cache hits (keyed by
+    # model + prompt + text) and chunk texts of the pinned index version; ~1-3 KB each. 0 = always read Lance
+    memory_rows: int = 20_000
 
 
 @dataclass(frozen=True)

@@ -363,13 +363,13 @@ class Collection:
             return pa.table({"query_index": pa.array([], pa.int32())})
         with self.guard(self.chunks_name):
             tbl = self.table(self.chunks_name)
-            dim = vector_dims(tbl)[0]
+            dim, indexed = self.memo("vector_meta", lambda: (vector_dims(tbl)[0], has_vector_index(tbl)))
             qv = truncate_vectors(np.asarray([vectors[i] for i in finite], dtype=np.float32), dim)
             q = tbl.search(list(qv) if len(qv) > 1 else qv[0]).distance_type("cosine")
             if where:
                 q = q.where(where, prefilter=True)
             icfg = self.cfg.index if self.cfg is not None else None
-            if icfg is not None and has_vector_index(tbl):
+            if icfg is not None and indexed:
                 q = q.nprobes(icfg.nprobes)
                 if icfg.refine_factor:
                     q = q.refine_factor(icfg.refine_factor)

@@ -116,7 +116,8 @@ class RerankCandidates:
         self.cfg = cfg
         self.runner = runner or Runner(cfg)
         col = Collection(db, collection, cfg)
-        self.caches = Caches(col, "", cfg.models.embed_prompt) if cfg.cache.enabled else None
+        self.caches = Caches(col, "", cfg.models.embed_prompt, memory_rows=cfg.cache.memory_rows) \
+            if cfg.cache.enabled else None
         self.model = model_id(cfg, "reranker")
         self.stats: dict[str, int] = {"pairs": 0, "cached": 0, "scored": 0}
 

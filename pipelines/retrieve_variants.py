@@ -121,7 +121,8 @@ class EmbedVariants:
         self.runner = runner or Runner(cfg)
         col = Collection(db, collection, cfg)
         sha = model_identity(cfg, "embedder")[1]
-        self.caches = Caches(col, sha, cfg.models.embed_prompt) if cfg.cache.enabled else None
+        self.caches = Caches(col, sha, cfg.models.embed_prompt, memory_rows=cfg.cache.memory_rows) \
+            if cfg.cache.enabled else None
         self.stats: dict[str, int] = {"texts": 0, "cached": 0, "embedded": 0}
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -246,7 +247,7 @@ class Retrieve:
             self.cfg.retrieve.lanes)
         fused = fuse_rrf(pa.Table.from_pylist(hits, schema=HITS), self.cfg.fuse, ok_qids, sent)
         fused = fused.filter(pa.compute.less_equal(fused["_rank"], self.keep))
-        chunks = fetch_chunks(self.col, set(fused["chunk_id"].to_pylist()))
+        chunks = fetch_chunks(self.col, set(fused["chunk_id"].to_pylist()), self.cfg.cache.memory_rows)
         qtext = {q: t for q, t, e in zip(qids, queries, errors) if e is None}  # ok qids are unique
         lex = {q: [v["text"] for v in vs or [] if v["kind"] == "lex"]  # an agent's short_query, keywords
                for q, vs in zip(qids, batch.column("variants").to_pylist())}
