@@ -52,8 +52,8 @@ def _focus(text: str, keys: set[str], limit: int) -> str:
 
 
 def best_passage(text: str, query: str, max_tokens: int, keys: set[str] | None = None) -> str:
-    """The run of lines of `text` (about max_tokens long) holding the most query terms (`keys`: the stems of
-    query_keys(query, short_query), default the query's own).
+    """The run of lines of `text` (about max_tokens long) holding the most distinct query terms, then the most
+    hits (`keys`: the stems of query_keys(query, short_query), default the query's own).
 
     Heading lines are never a passage by themselves: they are left out whenever the text has other lines
     (the result shows its heading path separately), so a section whose first line is long gives that line,
@@ -66,16 +66,17 @@ def best_passage(text: str, query: str, max_tokens: int, keys: set[str] | None =
     body = [ln for ln in lines if not _MD_HEADING.match(ln)]
     lines = body or lines
     qk = query_keys(query) if keys is None else keys
-    hits = [sum(stem_key(t) in qk for t in terms(ln)) for ln in lines]
-    best, best_i, best_j = -1, 0, 1
+    found = [[k for t in terms(ln) if (k := stem_key(t)) in qk] for ln in lines]
+    best, best_i, best_j = (-1, -1), 0, 1
     for i in range(len(lines)):
-        size, score, j = 0, 0, i
+        size, j, seen, hits = 0, i, set(), 0
         while j < len(lines) and (j == i or size + est_tokens(lines[j]) <= max_tokens):
             size += est_tokens(lines[j])
-            score += hits[j]
+            seen.update(found[j])
+            hits += len(found[j])
             j += 1
-        if score > best:
-            best, best_i, best_j = score, i, j
+        if (len(seen), hits) > best:  # the most distinct terms first (query and short_query alike), then hits
+            best, best_i, best_j = (len(seen), hits), i, j
     passage = "\n".join(lines[best_i:best_j])
     return _focus(passage, qk, max_tokens * 6)  # a single over-long line: cut by characters
 
