@@ -213,3 +213,16 @@ def test_mcp_search_tool_takes_a_filter(fdb, fake_cfg, fake_runner):
     assert [r["path"] for r in res["results"]] == ["Projects/Alpha.md"]
     with pytest.raises(ToolArgError, match="filter.property"):
         tools.search({"query": "sync notes", "filter": {"property": "status="}})
+
+
+def test_the_warm_service_applies_a_request_filter(fdb, fake_cfg, fake_runner):
+    """`fanout serve` answers through SearchService: the CLI's filter flags travel in the request."""
+    from faces.service import SearchService
+
+    svc = SearchService(fdb, fake_cfg, fake_runner)
+    req = {"mode": "search", "collections": ["t"], "query": "sync notes", "n": 10, "explain": True}
+    resp = svc.run({**req, "filter": {"property": ["status=open"]}})
+    assert [r["path"] for r in resp["results"]] == ["Projects/Beta.md"]
+    assert resp["explain"]["filter"] == "property status=open"
+    with pytest.raises(ValueError, match="unknown filter 'tags'"):
+        svc.run({**req, "filter": {"tags": "x"}})
