@@ -45,8 +45,11 @@ def index_languages(col: Collection) -> list[str]:
 
 def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[str | None, str | None, str | None]:
     """(where, error field, error) for one query's filters, checked against this index."""
-    with col.guard(col.chunks_name):
-        names = set(col.table(col.chunks_name).schema.names)
+    def columns() -> set[str]:
+        with col.guard(col.chunks_name):
+            return set(col.table(col.chunks_name).schema.names)
+
+    names = col.memo("chunk_columns", columns)  # once per index version, not per filtered row
     for c in needs_columns(filters):
         if c not in names:
             kind = "tag" if c == "tags" else "property"
