@@ -108,11 +108,12 @@ def test_query_outputs(capsys, db):
     _, out, _ = run(capsys, *argv, "--explain")
     assert 'fts   lex   "Version history"' in out and "rank 1" in out and "fused rank 1" in out
     _, out, _ = run(capsys, *argv, "--md", "--explain")
-    head, _, first = out.splitlines()[:3]
+    query, blank, head, _, first = out.splitlines()[:5]  # the query line (query, probe) above the table
+    assert query.startswith('query "keep devices in step" | BM25 probe: top ') and blank == ""
     assert head == "| # | score | page | heading | snippet | why |" and "Sync/Sync your notes.md" in first
     assert 'fts/lex "Version history"' in first
     _, out, _ = run(capsys, *argv, "--csv", "--explain")
-    assert out.splitlines()[0] == "rank,path,title,heading,snippet,score,explain"
+    assert out.splitlines()[0] == "rank,path,title,heading,snippet,score,query,probe,explain"
     _, out, _ = run(capsys, *argv, "--line-numbers", "--files")
     path, _, line = out.splitlines()[0].rpartition(":")
     assert path == "Sync/Sync your notes.md" and int(line) > 5  # after the front matter
