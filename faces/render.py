@@ -1,43 +1,24 @@
 """Printing search responses (the dicts faces/service.py returns): text, JSON, CSV, markdown, paths only.
 
 Plain Python (no pyarrow): the warm-path client prints a server's answer without loading the engine.
-`--explain` is readable in every format: each list that found the page, as lane, variant kind and text, rank
-and score.
+`--explain` is readable in every format (fanout/explain.py): the query text and the probe decision, and for
+each page every list that found it, as lane, variant kind and text, rank and score.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from typing import Any
+
+TYPE_CHECKING = False  # typing itself costs the warm client ~5 ms of import
+if TYPE_CHECKING:
+    from typing import Any
+
+from fanout.explain import cut, list_lines, lists_compact, probe_text, query_line
 
 DEFAULT_SNIPPET = 160  # characters of snippet in text and markdown output
 
 
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[:max(1, n - 1)].rstrip() + "…"
-
-
-def explain_lines(ex: dict[str, Any]) -> list[str]:
-    """One line per list: `fts   orig   "how do I sync"   rank 1   score 7.41`."""
-    head = f"fused rank {ex.get('fused_rank')}, rrf {ex.get('rrf')}"
-    if ex.get("rerank") is not None:
-        head += f", rerank {ex['rerank']:.3f}"
-    rows = [head]
-    for li in sorted(ex.get("lists", []), key=lambda x: (x["rank"], x["lane"])):
-        text = _cut(li["text"].replace("\n", " "), 60)
-        rows.append(f"{li['lane']:<5} {li['kind']:<5} {json.dumps(text, ensure_ascii=False):<62} "
-                    f"rank {li['rank']:<3} score {li['score']}")
-    return rows
-
-
-def explain_compact(ex: dict[str, Any] | None) -> str:
-    """The lists on one line, for a CSV cell or a markdown table: `fts/orig "q" #1 7.41; vec/vec "..." #3 0.71`."""
-    if not ex:
-        return ""
-    return "; ".join(f"{li['lane']}/{li['kind']} {json.dumps(_cut(li['text'], 40), ensure_ascii=False)} "
-                     f"#{li['rank']} {li['score']}" for li in sorted(ex["lists"], key=lambda x: x["rank"]))
+_cut = cut
 
 
 def _loc(r: dict[str, Any], line_numbers: bool) -> str:
@@ -49,6 +30,7 @@ def render(resp: dict[str, Any], fmt: str = "text", snippet_chars: int = DEFAULT
     """The printed form of a response; errors are not included (the caller prints them to stderr)."""
     rows = resp["results"]
     multi = len(resp.get("collections") or []) > 1
+    facts = resp.get("explain") if explain else None  # per query: query text, probe decision, filter
     if fmt == "files":
         return "\n".join(dict.fromkeys(_loc(r, line_numbers) for r in rows))
     if fmt == "json":
@@ -56,28 +38,33 @@ def render(resp: dict[str, Any], fmt: str = "text", snippet_chars: int = DEFAULT
         keep += ["line"] * line_numbers + ["section"] * full + ["explain"] * explain
         return json.dumps([{k: r.get(k) for k in keep} for r in rows], ensure_ascii=False, indent=2)
     if fmt == "csv":
+        import csv
+        import io
+
         buf = io.StringIO()
         cols = ["collection"] * multi + ["rank", "path", "title", "heading", "snippet", "score"]
-        cols += ["line"] * line_numbers + ["section"] * full + ["explain"] * explain
+        cols += ["line"] * line_numbers + ["section"] * full + ["query", "probe", "explain"] * explain
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(cols)
         for r in rows:
-            cell = {"explain": explain_compact(r.get("explain")),
-                    "section": (r.get("section") or {}).get("text", "")}
+            ex = r.get("explain") or {}
+            cell = {"explain": lists_compact(ex.get("lists", [])), "query": ex.get("query") or "",
+                    "probe": probe_text(ex.get("probe")), "section": (r.get("section") or {}).get("text", "")}
             w.writerow([cell[c] if c in cell else r.get(c) for c in cols])
         return buf.getvalue().rstrip("\n")
     if fmt == "md":
         cols = ["#", "score", "page", "heading", "snippet"] + ["why"] * explain
-        out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        out = [query_line(facts), ""] if facts else []
+        out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in rows:
             page = (f"{r['collection']}: " if multi else "") + _loc(r, line_numbers)
             text = (r.get("section") or {}).get("text") if full else None
             snip = _cut(" ".join((text or r["snippet"]).split()), 10_000 if full else snippet_chars)
             cells = [str(r["rank"]), f"{r['score']:.3f}", page, r["heading"] or "", snip]
-            cells += [explain_compact(r.get("explain"))] * explain
+            cells += [lists_compact((r.get("explain") or {}).get("lists", []))] * explain
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         return "\n".join(out)
-    out = []
+    out = [query_line(facts)] if facts else []
     for r in rows:
         head = f" > {r['heading']}" if r["heading"] else ""
         coll = f"[{r['collection']}] " if multi else ""
@@ -88,7 +75,7 @@ def render(resp: dict[str, Any], fmt: str = "text", snippet_chars: int = DEFAULT
         else:
             out.append(f"      {_cut(r['snippet'], snippet_chars)}")
         if explain and r.get("explain"):
-            out += [f"      {ln}" for ln in explain_lines(r["explain"])]
+            out += [f"      {ln}" for ln in list_lines(r["explain"])]
     if not rows:
         out.append("no page matched" + (f" with score >= {resp['min_score']}" if resp.get("min_score") else ""))
     return "\n".join(out)

@@ -49,6 +49,7 @@ class SearchService:
         return self._searchers[key]
 
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        from fanout.filters import as_option, parse_filter
         from pipelines.search import SearchOptions
 
         t0 = time.perf_counter()
@@ -58,7 +59,8 @@ class SearchService:
         opts = SearchOptions(n=int(req.get("n", 10)), min_score=float(req.get("min_score", 0.0)),
                              expand=False if plain else req.get("expand"),
                              rerank=False if plain else req.get("rerank"),
-                             explain=bool(req.get("explain")))
+                             explain=bool(req.get("explain")),
+                             filter=as_option(parse_filter(req.get("filter") or {})))
         collections = req.get("collections") or ["notes"]
         results: list[dict] = []
         errors: list[dict] = []
@@ -88,8 +90,13 @@ class SearchService:
         if req.get("line_numbers") or req.get("full"):
             self._add_text(results, bool(req.get("full")))
         timings["total"] = time.perf_counter() - t0
-        return {"mode": mode, "collections": collections, "results": results, "errors": errors,
+        resp = {"mode": mode, "collections": collections, "results": results, "errors": errors,
                 "timings": {k: round(v, 4) for k, v in timings.items()}}
+        if opts.explain:  # the query-level facts (the same in every result's explanation)
+            ex = next((r["explain"] for r in results if r.get("explain")), {})
+            resp["explain"] = {"query": ex.get("query") or req.get("query"), "probe": ex.get("probe"),
+                               "filter": ex.get("filter")}
+        return resp
 
     def _add_text(self, results: list[dict], full: bool) -> None:
         from faces.notes import NoteError, find_file, line_of, note_lines, read_note
@@ -143,8 +150,9 @@ def _result(r: dict, collection: str, ci: int, variants: dict) -> dict:
         lists = []
         for h in ex.get("lists", []):
             v = variants.get((r["qid"], h["vid"]), {})
-            lists.append({"lane": h["lane"], "kind": h["kind"], "text": v.get("text", ""),
+            lists.append({"lane": h["lane"], "kind": h["kind"], "text": h.get("text") or v.get("text", ""),
                           "source": v.get("source", ""), "rank": h["rank"], "score": h["score"]})
         out["explain"] = {"lists": lists, "rrf": ex.get("rrf"), "fused_rank": ex.get("fused_rank"),
-                          "rerank": ex.get("rerank")}
+                          "rerank": ex.get("rerank"), "query": ex.get("query"), "probe": ex.get("probe"),
+                          "filter": ex.get("filter")}
     return out

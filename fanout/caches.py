@@ -69,8 +69,11 @@ def table_lock(db_dir: Path | str, table: str) -> Iterator[None]:
 class Caches:
     """The caches of one collection (tables `<collection>_cache_<name>`)."""
 
-    def __init__(self, col: Collection, embed_model: str, embed_prompt: str, dim: int | None = None):
+    def __init__(self, col: Collection, embed_model: str, embed_prompt: str, dim: int | None = None,
+                 memory_rows: int = 0):
         self.col = col
+        self.memory_rows = memory_rows  # hits kept in memory (a key's row never changes: content-addressed)
+        self._memory: dict[str, dict[str, dict]] = {}
         self.embed_model = embed_model
         self.embed_prompt = embed_prompt
         self.dim = dim
@@ -87,6 +90,10 @@ class Caches:
         return self.col.table(n).to_arrow() if self.col.has(n) else (SCHEMAS.get(name) or pa.schema([])).empty_table()
 
     def _get(self, name: str, keys: list[str], columns: list[str]) -> dict[str, dict]:
+        mem = self._memory.setdefault(name, {})
+        if keys and self.memory_rows and all(k in mem for k in keys):  # a warm process's repeated query
+            self.hits[name] = self.hits.get(name, 0) + len(keys)
+            return {k: mem[k] for k in keys}
         n = self._name(name)
         if not keys or not self.col.has(n):
             self.misses[name] = self.misses.get(name, 0) + len(keys)
@@ -104,6 +111,10 @@ class Caches:
                 found.setdefault(r["key"], r)
         self.hits[name] = self.hits.get(name, 0) + sum(k in found for k in keys)
         self.misses[name] = self.misses.get(name, 0) + sum(k not in found for k in keys)
+        if self.memory_rows:
+            if len(mem) + len(found) > self.memory_rows:
+                mem.clear()
+            mem.update(found)
         return found
 
     def _put(self, name: str, rows: pa.Table) -> None:

@@ -175,6 +175,12 @@ class RetrieveConfig:
     fts_boost_body: float = 1.0  # chunk text
     lanes: tuple[str, ...] = ("fts", "vec", "alias")  # which lanes run (ablations turn some off)
     hyde_prompt: Literal["query", "document"] = "document"  # embed hyde lines with the document prompt
+    snippet_tokens: int = 60  # a result's snippet: the ~60-token run of lines with the most query terms
+    snippet_chars: int = 300  # ... cut to this many characters around its first term (display cuts further)
+
+    def validate(self) -> None:
+        _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")
+        _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,9 @@ class RerankConfig:
 class CacheConfig:
     enabled: bool = True  # persist expansions, query vectors and rerank scores next to the index
     optimize_every: int = 20  # the cache writer compacts a cache table (and its key index) every N commits
+    # rows of immutable lookups a long-lived process (fanout serve, MCP) keeps in memory: cache hits (keyed by
+    # model + prompt + text) and chunk texts of the pinned index version; ~1-3 KB each. 0 = always read Lance
+    memory_rows: int = 20_000
 
 
 @dataclass(frozen=True)
@@ -255,6 +264,9 @@ class RunnerConfig:
     # driver CPU per query and scaling measured in bench/scale_curve.py (README "Scale-out")
     engine: Literal["data", "slices"] = "data"
     slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
+    # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
+    # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)
+    progress_step_s: float = 1.0
 
     def validate(self) -> None:
         _check(self.mode in ("auto", "inproc", "ray"),
@@ -263,6 +275,7 @@ class RunnerConfig:
                f"runner.engine must be one of ['data', 'slices'], got {self.engine!r}")
         _check(self.local_ray_min_cores >= 1, f"runner.local_ray_min_cores must be >= 1, got {self.local_ray_min_cores}")
         _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
+        _check(self.progress_step_s > 0, f"runner.progress_step_s must be > 0, got {self.progress_step_s}")
 
 
 @dataclass(frozen=True)
@@ -302,6 +315,7 @@ class Config:
         self.chunk.validate()
         self.index.validate()
         self.fuse.validate()
+        self.retrieve.validate()
         bad = set(self.retrieve.lanes) - {"fts", "vec", "alias"}
         _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: ['alias', 'fts', 'vec']")
         self.runner.validate()

@@ -310,35 +310,49 @@ class Collection:
 
     # -- search ---------------------------------------------------------------------------------------
     def fts_search_many(self, queries: list[str], columns: list[str], boosts: list[float], k: int,
-                        select: list[str]) -> list[pa.Table]:
-        """One full-text search per query, run concurrently (async gather is ~2x faster than a loop)."""
+                        select: list[str], wheres: list[str | None] | None = None) -> list[pa.Table]:
+        """One full-text search per query, run concurrently (async gather is ~2x faster than a loop);
+        `wheres[i]` is query i's prefilter (fanout/filters.py), None for none."""
+        if not queries:  # no connection for nothing (a warm interactive query pays ~25 ms for one)
+            return []
+        wheres = wheres or [None] * len(queries)
         with self.guard(self.chunks_name):
-            return asyncio.run(self._fts_many(queries, columns, boosts, k, select))
+            handle = getattr(self.table(self.chunks_name), "_table", None)  # the sync table's AsyncTable
+            if handle is not None and hasattr(handle, "query"):
+                from lancedb.background_loop import LOOP
 
-    async def _fts_many(self, queries, columns, boosts, k, select) -> list[pa.Table]:
+                # on lancedb's own loop, with the open (pinned) table: no new loop, connection or open per call
+                return LOOP.run(self._fts_many(queries, columns, boosts, k, select, wheres, handle))
+            return asyncio.run(self._fts_many(queries, columns, boosts, k, select, wheres))
+
+    async def _fts_many(self, queries, columns, boosts, k, select, wheres, tbl=None) -> list[pa.Table]:
         import lancedb
         from lancedb.query import MultiMatchQuery
 
-        db = await lancedb.connect_async(self.db_dir, storage_options=self.storage_options or None)
-        tbl = await db.open_table(self.chunks_name)
-        if version := self._pinned.get(self.chunks_name):  # the same version as every other read
-            await tbl.checkout(version)
+        if tbl is None:
+            db = await lancedb.connect_async(self.db_dir, storage_options=self.storage_options or None)
+            tbl = await db.open_table(self.chunks_name)
+            if version := self._pinned.get(self.chunks_name):  # the same version as every other read
+                await tbl.checkout(version)
 
-        async def one(q: str) -> pa.Table:
+        async def one(q: str, where: str | None) -> pa.Table:
             if not q.strip():
                 return pa.table({c: pa.array([], pa.string()) for c in select})
-            query = MultiMatchQuery(q, columns, boosts=boosts)
-            return await tbl.query().nearest_to_text(query).select(select).limit(k).to_arrow()
+            query = tbl.query().nearest_to_text(MultiMatchQuery(q, columns, boosts=boosts))
+            if where:
+                query = query.where(where)
+            return await query.select(select).limit(k).to_arrow()
 
-        return list(await asyncio.gather(*(one(q) for q in queries)))
+        return list(await asyncio.gather(*(one(q, w) for q, w in zip(queries, wheres))))
 
-    def vector_search_many(self, vectors: list[list[float]], k: int, select: list[str]) -> pa.Table:
+    def vector_search_many(self, vectors: list[list[float]], k: int, select: list[str],
+                           where: str | None = None) -> pa.Table:
         """All query vectors as ONE batched search; the result has `query_index`.
 
         Query vectors are cut to the stored dimension (Matryoshka) and re-normalised; with a vector index the
         config's `index.nprobes` / `index.refine_factor` / `index.ef` apply (rows added since the index was
         built are searched exactly as well). Non-finite query vectors get empty lists; stored vectors that are
-        damaged (NaN distance) are logged and never served.
+        damaged (NaN distance) are logged and never served. `where` prefilters every query (fanout/filters.py).
         """
         import pyarrow.compute as pc
 
@@ -349,11 +363,13 @@ class Collection:
             return pa.table({"query_index": pa.array([], pa.int32())})
         with self.guard(self.chunks_name):
             tbl = self.table(self.chunks_name)
-            dim = vector_dims(tbl)[0]
+            dim, indexed = self.memo("vector_meta", lambda: (vector_dims(tbl)[0], has_vector_index(tbl)))
             qv = truncate_vectors(np.asarray([vectors[i] for i in finite], dtype=np.float32), dim)
             q = tbl.search(list(qv) if len(qv) > 1 else qv[0]).distance_type("cosine")
+            if where:
+                q = q.where(where, prefilter=True)
             icfg = self.cfg.index if self.cfg is not None else None
-            if icfg is not None and has_vector_index(tbl):
+            if icfg is not None and indexed:
                 q = q.nprobes(icfg.nprobes)
                 if icfg.refine_factor:
                     q = q.refine_factor(icfg.refine_factor)

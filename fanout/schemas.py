@@ -18,6 +18,8 @@ NOTES = pa.schema([
     ("body_offset", pa.int64()),  # character offset of body within the file text
     ("content_hash", pa.string()),  # sha256 of the file bytes
     ("mtime", pa.float64()),
+    ("props", pa.list_(pa.string())),  # front matter as casefolded `key` / `key=value` (fanout/filters.py)
+    ("inline_tags", pa.list_(pa.string())),  # `#tag` words in the body
 ])
 
 SKIPPED = pa.schema([("path", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
@@ -43,6 +45,8 @@ DOCUMENTS = pa.schema([
     ("content_hash", pa.string()),
     ("mtime", pa.float64()),
     ("n_chunks", pa.int32()),
+    ("tags", pa.list_(pa.string())),  # filter values (fanout/filters.py): casefolded, nested tags + parents
+    ("props", pa.list_(pa.string())),  # casefolded `key` / `key=value` of the front matter
 ])
 
 QUERIES = pa.schema([

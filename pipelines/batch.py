@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from fanout.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
 from fanout.schemas import ANSWERS, INPUT_ROWS
 from pipelines.search import Searcher, SearchOptions
+from pipelines.write_explained import write_explained
 
 if TYPE_CHECKING:
     from fanout.config import StorageConfig
@@ -167,6 +168,27 @@ def job_stats(parts: Any) -> dict[str, Any]:
     return {"expansion": exp, "cached_expansions": int(exp.get("cache", 0))}
 
 
+class Steps:
+    """Progress per query, not per slice: a slice (one resumable part) goes through the stages in steps sized
+    to take about `seconds` each (one query first, then as many as the measured rate allows), so a caller's
+    `(done, total)` callback moves per query when queries are slow and per step when they are fast."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.rate = seconds, 0.0  # rate: queries per second, measured
+
+    def run(self, pipe: Callable[[pa.Table], pa.Table], table: pa.Table, on_rows: Callable[[int], Any]) -> pa.Table:
+        out, i = [], 0
+        while i < table.num_rows:
+            k = max(1, int(self.rate * self.seconds)) if self.rate else 1
+            t = time.perf_counter()
+            out.append(pipe(table.slice(i, k)))
+            k = min(k, table.num_rows - i)
+            self.rate = k / max(time.perf_counter() - t, 1e-6)
+            i += k
+            on_rows(i)
+        return pa.concat_tables(out, promote_options="permissive") if out else pipe(table)
+
+
 def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opts: SearchOptions,
               slice_size: int | None = None, on_slice: Callable[[int, int], None] | None = None,
               progress: bool = False) -> dict:
@@ -201,15 +223,16 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     elif todo:
         pipe = searcher.pipeline(opts)
         before = dict(pipe.seconds)
+        steps = Steps(cfg.runner.progress_step_s)
         done = 0
+        if on_slice:
+            on_slice(0, todo)  # off a TTY the reporter's timer starts now (the first step loads the models)
         for table in _iter_todo(fs, files, slice_size):
-            _write_part(fs, rdir, pipe(table))
+            _write_part(fs, rdir, steps.run(pipe, table, lambda k, base=done: on_slice and on_slice(base + k, todo)))
             done += table.num_rows
-            if on_slice:
-                on_slice(done, todo)
         timings = {k: v - before.get(k, 0.0) for k, v in pipe.seconds.items()}
     parts = parts_dataset(fs, rdir)
-    counts = write_results(parts, out_path, cfg.storage)
+    counts = (write_explained if opts.explain else write_results)(parts, out_path, cfg.storage)
     st = job_stats(parts)
     fs.delete_dir(pdir)
     return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "engine": engine,

@@ -37,7 +37,8 @@ class ExpandQueries:
         self.cfg = cfg
         self.generate = generate
         col = Collection(db, collection, cfg)
-        self.caches = Caches(col, "", cfg.models.embed_prompt) if cfg.cache.enabled else None
+        self.caches = Caches(col, "", cfg.models.embed_prompt, memory_rows=cfg.cache.memory_rows) \
+            if cfg.cache.enabled else None
         self._model: str | None = None
         self.runner = (runner or Runner(cfg)) if generate else None
         self.stats: dict[str, int] = {k: 0 for k in SOURCES}

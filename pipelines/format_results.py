@@ -9,13 +9,17 @@ from collections import defaultdict
 import pyarrow as pa
 
 from fanout.db import Collection
+from fanout.filters import describe
 from fanout.schemas import RESULT
+from pipelines.probe_bm25 import PROBE_SEEN
 
 
-def fetch_chunks(col: Collection, chunk_ids: set[str]) -> dict[str, dict]:
-    """chunk_id -> {title, heading, text} in one scan per 500 ids."""
-    out: dict[str, dict] = {}
-    ids = sorted(chunk_ids)
+def fetch_chunks(col: Collection, chunk_ids: set[str], memory_rows: int = 0) -> dict[str, dict]:
+    """chunk_id -> {title, heading, text} in one scan per 500 ids; with `memory_rows`, rows already read from
+    this pinned index version come from memory (dropped when `refresh` moves to another version)."""
+    mem: dict[str, dict] = col.memo("chunk_rows", dict) if memory_rows else {}
+    out: dict[str, dict] = {c: mem[c] for c in chunk_ids if c in mem}
+    ids = sorted(set(chunk_ids) - set(out))
     tbl = col.table(col.chunks_name)
     for i in range(0, len(ids), 500):
         part = ids[i:i + 500]
@@ -25,14 +29,21 @@ def fetch_chunks(col: Collection, chunk_ids: set[str]) -> dict[str, dict]:
             rows = res.to_arrow().to_pylist()
         for r in rows:
             out[r["chunk_id"]] = r
+    if memory_rows:
+        if len(mem) + len(out) > memory_rows:
+            mem.clear()
+        mem.update(out)
     return out
 
 
-def format_results(cands: list[dict], n: int, min_score: float = 0.0, hits: list[dict] | None = None) -> list[dict]:
-    """One query's result rows from its ranked candidates; `hits` (its lists' entries) adds `_explain`."""
+def format_results(cands: list[dict], n: int, min_score: float = 0.0, hits: list[dict] | None = None,
+                   texts: dict[int, str] | None = None, query: dict | None = None) -> list[dict]:
+    """One query's result rows from its ranked candidates; `hits` (its lists' entries) adds `_explain`, with
+    each list's variant text (`texts`: vid -> text) and the query-level facts in `query` (fanout/explain.py)."""
     explain: dict[str, list[dict]] = defaultdict(list)
     for h in hits or []:
-        explain[h["path"]].append({"vid": h["vid"], "kind": h["kind"], "lane": h["lane"], "rank": h["_rank"],
+        explain[h["path"]].append({"vid": h["vid"], "kind": h["kind"], "lane": h["lane"],
+                                   "text": (texts or {}).get(h["vid"], ""), "rank": h["_rank"],
                                    "score": round(h["_score"], 4)})
     rows = []
     for c in cands:
@@ -43,7 +54,7 @@ def format_results(cands: list[dict], n: int, min_score: float = 0.0, hits: list
             "snippet": c["snippet"], "score": round(float(c["score"]), 4), "_rrf": c["_rrf"],
             "_rerank": c["_rerank"],
             "_explain": json.dumps({"lists": explain[c["path"]], "rrf": round(c["_rrf"], 5),
-                                    "fused_rank": c["_rank"], "rerank": c["_rerank"]},
+                                    "fused_rank": c["_rank"], "rerank": c["_rerank"], **(query or {})},
                                    ensure_ascii=False) if hits is not None else None,
         })
     return rows
@@ -60,9 +71,27 @@ class FormatResults:
         cands = batch.column("candidates").to_pylist()
         hits = batch.column("_hits").to_pylist() if self.explain and "_hits" in batch.column_names \
             else [None] * batch.num_rows
-        results = [format_results(c, self.n, self.min_score, h if self.explain else None) if c is not None
-                   else [] for c, h in zip(cands, hits)]
+        texts, facts = self.query_facts(batch) if self.explain else ([None] * batch.num_rows,) * 2
+        results = [format_results(c, self.n, self.min_score, h if self.explain else None, t, f) if c is not None
+                   else [] for c, h, t, f in zip(cands, hits, texts, facts)]
         self.stats["queries"] += sum(c is not None for c in cands)
         self.stats["results"] += sum(len(r) for r in results)
         batch = batch.append_column("results", pa.array(results, pa.list_(RESULT)))
-        return batch.drop_columns([c for c in ("candidates", "_hits", "skip_expansion") if c in batch.column_names])
+        return batch.drop_columns([c for c in ("candidates", "_hits", "skip_expansion", PROBE_SEEN)
+                                   if c in batch.column_names])
+
+    @staticmethod
+    def query_facts(batch: pa.Table) -> tuple[list[dict[int, str]], list[dict]]:
+        """Per query: vid -> variant text, and the query text, probe decision and filter for `_explain`."""
+        n, cols = batch.num_rows, set(batch.column_names)
+
+        def col(name: str) -> list:
+            return batch.column(name).to_pylist() if name in cols else [None] * n
+
+        texts = [{v["vid"]: v["text"] for v in vs or []} for vs in col("variants")]
+        facts = []
+        for q, seen, skip, src, filt in zip(col("query"), col(PROBE_SEEN), col("skip_expansion"),
+                                            col("expansion"), col("filter")):
+            probe = {**(seen or {}), "skip_expansion": bool(skip), "expansion": src} if seen or src else None
+            facts.append({"query": q, "probe": probe, "filter": describe(json.loads(filt)) if filt else None})
+        return texts, facts

@@ -21,6 +21,7 @@ from fanout import db as fdb
 from fanout import storage
 from fanout.config import Config
 from fanout.db import SCHEMA_VERSION, Collection
+from fanout.filters import FILTER_COLUMNS
 from fanout.integrity import IndexStateError, parse_manifest
 from fanout.runner import Runner, model_identity
 from fanout.vault import resolve_vault
@@ -29,6 +30,7 @@ from pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
 from pipelines.embed_chunks import embed_groups
 from pipelines.scan_notes import IGNORED, scan_notes
 from pipelines.write_index import (
+    add_filter_columns,
     add_fts_columns,
     build_fts,
     build_indexes,
@@ -87,6 +89,7 @@ def index_manifest(cfg: Config, vault: Path) -> dict:
                      "prompt": cfg.models.embed_prompt, "n_ctx": cfg.embedder.n_ctx},
         "chunk": {**dataclasses.asdict(cfg.chunk), "version": CHUNKER_VERSION},
         "languages": list(cfg.index.languages),
+        "filter_columns": list(FILTER_COLUMNS),  # an index without them is rebuilt once (vectors reused)
         "vault": str(vault.resolve()),
     }
 
@@ -189,7 +192,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         ok = [p for p in sel if p not in {b["path"] for b in bad}]
         part_notes = todo.filter(pc.is_in(todo["path"], pa.array(ok, pa.string())))
         if ok:
-            embedded = add_fts_columns(vectors, part_notes, cfg.index.languages)
+            embedded = add_filter_columns(add_fts_columns(vectors, part_notes, cfg.index.languages), part_notes)
             embedded = fdb.fit_vectors(embedded, cfg.index.vector_dim)
             write_index(col, embedded, documents_table(part_notes, embedded), set(sel))
             wrote_any = True

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from fanout.filters import FilterError, combine, parse_filter
 from fanout.schemas import ERRORS, QUERIES, VARIANT
 
 FIELD_KINDS = {"short_query": "lex", "rephrased_query": "vec", "expected_answer": "hyde"}
@@ -91,7 +92,11 @@ def parse_row(row: dict[str, Any]) -> dict[str, Any]:
         if key not in seen and text.casefold() != query.casefold():
             seen.add(key)
             uniq.append({"kind": kind, "text": text})
-    return {"query": query, "intent": _text(row, "intent"), "variants": uniq}
+    try:
+        filt = parse_filter(row.get("filter"))
+    except FilterError as e:
+        raise RowError(e.field, str(e)) from None
+    return {"query": query, "intent": _text(row, "intent"), "variants": uniq, "filter": filt}
 
 
 def parse_queries(rows: list[dict[str, Any]] | pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -121,7 +126,8 @@ def parse_queries(rows: list[dict[str, Any]] | pa.Table) -> tuple[pa.Table, pa.T
 
 
 PARSED = pa.schema([("_row", pa.int64()), ("qid", pa.string()), ("query", pa.string()), ("intent", pa.string()),
-                    ("variants", pa.list_(VARIANT)), ("error", pa.string()), ("field", pa.string())])
+                    ("variants", pa.list_(VARIANT)), ("error", pa.string()), ("field", pa.string()),
+                    ("filter", pa.string())])  # JSON list of filters that all apply (fanout/filters.py), or null
 
 
 class ParseQueries:
@@ -131,9 +137,11 @@ class ParseQueries:
     seen earlier in the same table, or marked `_dup` by the job's whole-input pass, is an error row.
     """
 
-    def __init__(self, cfg: Any = None):
+    def __init__(self, cfg: Any = None, filter: tuple[tuple[str, tuple[str, ...]], ...] = ()):
         del cfg
-        self.stats: dict[str, int] = {"rows": 0, "parsed": 0, "dropped_bad_row": 0, "dropped_duplicate_id": 0}
+        self.job_filter = parse_filter({k: list(v) for k, v in filter}) if filter else {}  # every row's
+        self.stats: dict[str, int] = {"rows": 0, "parsed": 0, "dropped_bad_row": 0, "dropped_duplicate_id": 0,
+                                      "filtered": 0}
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         cols = set(batch.column_names)
@@ -147,7 +155,7 @@ class ParseQueries:
         seen: dict[str, int] = {}
         for pos, qid, raw, err, dup in zip(rows, ids, raws, errs, dups):
             rec = {"_row": pos, "qid": qid, "query": None, "intent": None, "variants": [],
-                   "error": None, "field": None}
+                   "error": None, "field": None, "filter": None}
             first = dup if dup is not None else seen.get(qid)
             if first is not None and first != pos:
                 rec.update(error=f"duplicate id {qid!r} (row {pos}; first on row {first}); ids must be unique",
@@ -166,6 +174,9 @@ class ParseQueries:
                 rec.update(query=p["query"], intent=p["intent"],
                            variants=[{"vid": None, "kind": v["kind"], "text": v["text"], "source": "agent"}
                                      for v in p["variants"]])
+                if filters := combine(self.job_filter, p["filter"]):
+                    rec["filter"] = json.dumps(filters, ensure_ascii=False)
+                    self.stats["filtered"] += 1
                 self.stats["parsed"] += 1
             except RowError as e:
                 msg = str(e)

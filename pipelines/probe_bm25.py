@@ -7,12 +7,18 @@ are the original query's full-text lists, reused by retrieval (no second search)
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
 from fanout.config import Config
 from fanout.db import Collection, tag_batch
+from fanout.filters import needs_columns, where_sql
 from fanout.schemas import HITS, PAGE
-from pipelines.retrieve_variants import fts_page_lists, hit_rows
+from pipelines.retrieve_variants import _set, fts_page_lists, hit_rows
+
+WHERE = "_where"  # batch column: each query's LanceDB prefilter (null: none), read by Retrieve
+PROBE_SEEN = "_probe_seen"  # batch column: the probe's normalised top score and gap, for --explain
 
 
 def normalise(score: float) -> float:
@@ -26,6 +32,37 @@ def strong_signal(pages: list[dict], min_top: float, min_gap: float) -> bool:
     top = normalise(pages[0]["_score"])
     second = normalise(pages[1]["_score"]) if len(pages) > 1 else 0.0
     return top >= min_top and top - second >= min_gap
+
+
+def index_languages(col: Collection) -> list[str]:
+    """The languages of the indexed notes (documents `lang`), built once per index version."""
+    def build() -> list[str]:
+        with col.guard(col.documents_name):
+            t = col.table(col.documents_name).search().select(["lang"]).limit(None).to_arrow()
+        return sorted({x for x in t["lang"].to_pylist() if x})
+    return col.memo("filter_languages", build)
+
+
+def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[str | None, str | None, str | None]:
+    """(where, error field, error) for one query's filters, checked against this index."""
+    def columns() -> set[str]:
+        with col.guard(col.chunks_name):
+            return set(col.table(col.chunks_name).schema.names)
+
+    names = col.memo("chunk_columns", columns)  # once per index version, not per filtered row
+    for c in needs_columns(filters):
+        if c not in names:
+            kind = "tag" if c == "tags" else "property"
+            return None, f"filter.{kind}", (
+                f"index {col.name!r} was built before {kind} filters existed (no `{c}` column); update it with "
+                f"`fanout index VAULT --db {col.db_dir} -c {col.name}` (vectors are reused), or drop the "
+                f"{kind} filter")
+    langs = index_languages(col)
+    for f in filters:
+        bad = [v for v in f.get("lang", []) if v not in langs]
+        if bad:
+            return None, "filter.lang", f"`filter.lang` {bad[0]!r}: no note of that language; the index has {langs}"
+    return where_sql(filters), None, None
 
 
 def probe_bm25(queries: pa.Table, col: Collection, cfg: Config) -> tuple[pa.Table, pa.Table]:
@@ -54,15 +91,43 @@ class ProbeBM25:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         batch = tag_batch(self.col, batch)  # one consistent index version for this batch's every stage
+        batch = self.check_filters(batch)
         ok = [i for i, e in enumerate(batch.column("error").to_pylist()) if e is None]
         texts = batch.column("query").to_pylist()
-        lists = fts_page_lists(self.col, [texts[i] for i in ok], self.cfg) if ok else []
+        wheres = batch.column(WHERE).to_pylist()
+        lists = fts_page_lists(self.col, [texts[i] for i in ok], self.cfg, [wheres[i] for i in ok]) if ok else []
         probe: list[list[dict] | None] = [None] * batch.num_rows
         skip = [False] * batch.num_rows
+        seen: list[dict | None] = [None] * batch.num_rows
         for i, pages in zip(ok, lists):
             probe[i] = pages
             skip[i] = self.cfg.probe.enabled and strong_signal(pages, self.cfg.probe.min_top, self.cfg.probe.min_gap)
+            top = normalise(pages[0]["_score"]) if pages else 0.0
+            seen[i] = {"top": round(top, 4), "gap": round(top - (normalise(pages[1]["_score"]) if len(pages) > 1
+                                                                 else 0.0), 4)}
         self.stats["queries"] += len(ok)
         self.stats["skip_expansion"] += sum(skip)
         batch = batch.append_column("_probe", pa.array(probe, pa.list_(PAGE)))
+        batch = _set(batch, PROBE_SEEN, pa.array(seen, pa.struct([("top", pa.float64()), ("gap", pa.float64())])))
         return batch.append_column("skip_expansion", pa.array(skip, pa.bool_()))
+
+    def check_filters(self, batch: pa.Table) -> pa.Table:
+        """+ `_where` per query; a filter this index cannot answer makes that row an error row (the rest go on)."""
+        n = batch.num_rows
+        raw = batch.column("filter").to_pylist() if "filter" in batch.column_names else [None] * n
+        errors, fields = batch.column("error").to_pylist(), batch.column("field").to_pylist()
+        pos = batch.column("_row").to_pylist() if "_row" in batch.column_names else list(range(1, n + 1))
+        wheres: list[str | None] = [None] * n
+        bad = 0
+        for i, f in enumerate(raw):
+            if f is None or errors[i] is not None:
+                continue
+            wheres[i], field, err = filter_where(self.col, json.loads(f))
+            if err is not None:
+                errors[i], fields[i] = f"row {pos[i]}: {err}", field
+                bad += 1
+        if bad:
+            self.stats["dropped_bad_filter"] = self.stats.get("dropped_bad_filter", 0) + bad
+            batch = _set(batch, "error", pa.array(errors, pa.string()))
+            batch = _set(batch, "field", pa.array(fields, pa.string()))
+        return _set(batch, WHERE, pa.array(wheres, pa.string()))

@@ -47,14 +47,17 @@ def to_pages(rows: list[dict], k: int, score_key: str) -> list[dict]:
     return out
 
 
-def fts_page_lists(col: Collection, texts: list[str], cfg: Config) -> list[list[dict]]:
-    """One BM25 page list per text, over the per-language body/title/heading columns with boosts."""
+def fts_page_lists(col: Collection, texts: list[str], cfg: Config, wheres: list[str | None] | None = None
+                   ) -> list[list[dict]]:
+    """One BM25 page list per text, over the per-language body/title/heading columns with boosts;
+    `wheres[i]` prefilters text i (fanout/filters.py)."""
     langs = cfg.index.languages
     cols = fts_columns(langs)
     r = cfg.retrieve
     boost = {"body": r.fts_boost_body, "title": r.fts_boost_title, "heading": r.fts_boost_heading}
     boosts = [boost[c.split("_", 1)[0]] for c in cols]
-    tables = col.fts_search_many([fts_text(t) for t in texts], cols, boosts, r.k * 3, ["path", "chunk_id"])
+    tables = col.fts_search_many([fts_text(t) for t in texts], cols, boosts, r.k * 3, ["path", "chunk_id"],
+                                 wheres)
     return [to_pages(t.to_pylist(), r.k, "_score") if t.num_rows else [] for t in tables]
 
 
@@ -83,6 +86,18 @@ def _build_alias_map(col: Collection) -> dict[str, list[str]]:
     return dict(m)
 
 
+def allowed_paths(col: Collection, where: str, paths: list[str]) -> list[str]:
+    """The paths (of `paths`, in order) that have a chunk passing `where`: the alias lane's filter."""
+    if not paths:
+        return []
+    inlist = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+    with col.guard(col.chunks_name):
+        t = col.table(col.chunks_name).search().where(f"({where}) AND path IN ({inlist})") \
+            .select(["path"]).limit(None).to_arrow()
+    ok = set(t["path"].to_pylist())
+    return [p for p in paths if p in ok]
+
+
 def hit_rows(qid: str, vid: int, kind: str, lane: str, pages: list[dict]) -> list[dict]:
     return [{"qid": qid, "vid": vid, "kind": kind, "lane": lane, "path": p["path"], "chunk_id": p["chunk_id"],
              "_rank": i, "_score": p["_score"]} for i, p in enumerate(pages, 1)]
@@ -106,7 +121,8 @@ class EmbedVariants:
         self.runner = runner or Runner(cfg)
         col = Collection(db, collection, cfg)
         sha = model_identity(cfg, "embedder")[1]
-        self.caches = Caches(col, sha, cfg.models.embed_prompt) if cfg.cache.enabled else None
+        self.caches = Caches(col, sha, cfg.models.embed_prompt, memory_rows=cfg.cache.memory_rows) \
+            if cfg.cache.enabled else None
         self.stats: dict[str, int] = {"texts": 0, "cached": 0, "embedded": 0}
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -163,10 +179,12 @@ class Retrieve:
         cfg, k, lanes = self.cfg, self.cfg.retrieve.k, set(self.cfg.retrieve.lanes)
         rows = batch.select(["qid", "error", "variants"]).to_pylist()
         probe = batch.column("_probe").to_pylist() if "_probe" in batch.column_names else [None] * len(rows)
+        wheres = batch.column("_where").to_pylist() if "_where" in batch.column_names else [None] * len(rows)
         vectors = batch.column("vectors").to_pylist() if "vectors" in batch.column_names else [None] * len(rows)
         ok = [i for i, r in enumerate(rows) if r["error"] is None]
         out: list[dict] = []
         fts_todo: list[tuple[str, dict]] = []
+        fts_where: list[str | None] = []
         if "fts" in lanes:
             for i in ok:
                 qid = rows[i]["qid"]
@@ -175,31 +193,38 @@ class Retrieve:
                         out.extend(hit_rows(qid, v["vid"], "orig", "fts", probe[i]))
                     elif v["kind"] in FTS_KINDS:
                         fts_todo.append((qid, v))
-            for (qid, v), pages in zip(fts_todo, fts_page_lists(self.col, [v["text"] for _, v in fts_todo], cfg)):
+                        fts_where.append(wheres[i])
+            lists = fts_page_lists(self.col, [v["text"] for _, v in fts_todo], cfg, fts_where)
+            for (qid, v), pages in zip(fts_todo, lists):
                 out.extend(hit_rows(qid, v["vid"], v["kind"], "fts", pages))
             self.stats["fts_lists"] += len(fts_todo)
         if "vec" in lanes:
             order: list[tuple[str, dict]] = []
             vecs = []
+            groups: dict[str | None, list[int]] = defaultdict(list)  # one batched search per distinct filter
             for i in ok:
                 kinds = {v["vid"]: v for v in rows[i]["variants"]}
                 for x in vectors[i] or []:
+                    groups[wheres[i]].append(len(vecs))
                     order.append((rows[i]["qid"], kinds[x["vid"]]))
                     vecs.append(x["vector"])
-            if vecs:
-                res = self.col.vector_search_many(vecs, k * 3, ["path", "chunk_id"])
-                by_q: dict[int, list[dict]] = defaultdict(list)
+            by_q: dict[int, list[dict]] = defaultdict(list)
+            for where, members in groups.items():
+                res = self.col.vector_search_many([vecs[j] for j in members], k * 3, ["path", "chunk_id"], where)
                 for r in sorted(res.to_pylist(), key=lambda r: (r["query_index"], r["_distance"])):
                     r["_sim"] = 1.0 - float(r["_distance"])
-                    by_q[int(r["query_index"])].append(r)
-                for qi, (qid, v) in enumerate(order):
-                    out.extend(hit_rows(qid, v["vid"], v["kind"], "vec", to_pages(by_q[qi], k, "_sim")))
+                    by_q[members[int(r["query_index"])]].append(r)
+            for qi, (qid, v) in enumerate(order):
+                out.extend(hit_rows(qid, v["vid"], v["kind"], "vec", to_pages(by_q[qi], k, "_sim")))
             self.stats["vec_lists"] += len(vecs)
         if "alias" in lanes:
             amap = alias_map(self.col)
             for i in ok:
                 for v in rows[i]["variants"]:
-                    if v["kind"] in ALIAS_KINDS and (paths := amap.get(alias_key(v["text"]))):
+                    paths = amap.get(alias_key(v["text"])) if v["kind"] in ALIAS_KINDS else None
+                    if paths and wheres[i]:
+                        paths = allowed_paths(self.col, wheres[i], paths[:k])
+                    if paths:
                         pages = [{"path": p, "chunk_id": f"{p}#0", "_score": 1.0} for p in paths[:k]]
                         out.extend(hit_rows(rows[i]["qid"], v["vid"], v["kind"], "alias", pages))
                         self.stats["alias_lists"] += 1
@@ -207,7 +232,7 @@ class Retrieve:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from pipelines.format_results import fetch_chunks
-        from pipelines.rerank_candidates import best_passage
+        from pipelines.rerank_candidates import best_passage, query_keys, snippet
 
         pin_batch(self.col, batch)  # the index versions ProbeBM25 pinned for this batch (one consistent read)
         hits = self.hits(batch)
@@ -222,14 +247,18 @@ class Retrieve:
             self.cfg.retrieve.lanes)
         fused = fuse_rrf(pa.Table.from_pylist(hits, schema=HITS), self.cfg.fuse, ok_qids, sent)
         fused = fused.filter(pa.compute.less_equal(fused["_rank"], self.keep))
-        chunks = fetch_chunks(self.col, set(fused["chunk_id"].to_pylist()))
+        chunks = fetch_chunks(self.col, set(fused["chunk_id"].to_pylist()), self.cfg.cache.memory_rows)
         qtext = {q: t for q, t, e in zip(qids, queries, errors) if e is None}  # ok qids are unique
+        lex = {q: [v["text"] for v in vs or [] if v["kind"] == "lex"]  # an agent's short_query, keywords
+               for q, vs in zip(qids, batch.column("variants").to_pylist())}
+        keys = {q: query_keys(t, *lex.get(q, [])) for q, t in qtext.items()}
+        rc = self.cfg.retrieve
         per_q: dict[str, list[dict]] = defaultdict(list)
         ptoks = self.cfg.rerank.passage_tokens
         for r in fused.to_pylist():
             c = chunks.get(r["chunk_id"], {"title": r["path"], "heading": "", "text": ""})
             q = qtext[r["qid"]]
-            snip = " ".join(best_passage(c["text"], q, 60).split())[:300]
+            snip = snippet(c["text"], keys[r["qid"]], rc.snippet_tokens, rc.snippet_chars)
             passage = None
             if self.rerank:
                 head = " > ".join(x for x in (c["title"], c["heading"]) if x)
@@ -247,5 +276,5 @@ class Retrieve:
                 by_qid[h["qid"]].append({k: v for k, v in h.items() if k != "qid"})
             batch = _set(batch, "_hits", pa.array([by_qid.get(q, []) if e is None else None
                                                   for q, e in zip(qids, errors)], pa.list_(HIT)))
-        drop = [c for c in ("_probe", "vectors") if c in batch.column_names]
+        drop = [c for c in ("_probe", "vectors", "_where") if c in batch.column_names]
         return batch.drop_columns(drop)

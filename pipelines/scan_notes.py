@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
+from fanout.filters import inline_tags, prop_values
 from fanout.schemas import NOTES, SKIPPED
 from fanout.text import detect_lang, nfc
 from fanout.vault import NotARegularFile, OutsideVault, TooLarge, list_notes, read_regular
@@ -94,6 +95,8 @@ def parse_note(rel: str, raw: bytes, mtime: float, default_lang: str = "auto") -
         "body_offset": body_offset,
         "content_hash": hashlib.sha256(raw).hexdigest(),
         "mtime": mtime,
+        "props": prop_values(meta),
+        "inline_tags": inline_tags(body),
     }
 
 

@@ -42,6 +42,8 @@ class SearchOptions:
     expand: bool | None = None  # generate missing expansions? None = cfg.expand.enabled (cached ones: always)
     rerank: bool | None = None  # None = cfg.rerank.enabled
     explain: bool = False  # add every list's rank and score to each result
+    # a filter for every row, as ((kind, (values...)), ...) (fanout/filters.py); a row's own `filter` also applies
+    filter: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass
@@ -63,7 +65,7 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
     db = str(db) if "://" in str(db) else str(Path(db).resolve())
     ix = {"cfg": cfg, "db": db, "collection": collection}
     specs = [
-        StageSpec(ParseQueries, {"cfg": cfg}),
+        StageSpec(ParseQueries, {"cfg": cfg, "filter": opts.filter}),
         StageSpec(ProbeBM25, ix),
         StageSpec(ExpandQueries, {**ix, "generate": expand}, **({"pool": "expander", "role": "expander"}
                                                                if expand else {})),

@@ -25,6 +25,7 @@ from fanout.db import (
     has_vector_index,
     vector_dims,
 )
+from fanout.filters import FILTER_COLUMNS, tag_values
 from fanout.schemas import DOCUMENTS
 
 log = logging.getLogger(__name__)
@@ -61,13 +62,33 @@ def add_fts_columns(chunks: pa.Table, notes: pa.Table, languages: tuple[str, ...
     return chunks
 
 
+def note_filter_values(notes: pa.Table) -> dict[str, dict[str, list[str]]]:
+    """path -> {tags, props}: what the tag and property filters read (fanout/filters.py)."""
+    cols = notes.select(["path", "tags", "inline_tags", "props"]).to_pylist()
+    return {n["path"]: {"tags": tag_values([*(n["tags"] or []), *(n["inline_tags"] or [])]),
+                        "props": n["props"] or []} for n in cols}
+
+
+def add_filter_columns(chunks: pa.Table, notes: pa.Table) -> pa.Table:
+    """+ `tags`, `props` per chunk (its note's values), so a filter is a `where` prefilter on the chunks table."""
+    vals = note_filter_values(notes)
+    paths = chunks["path"].to_pylist()
+    for c in FILTER_COLUMNS:
+        chunks = chunks.append_column(c, pa.array([vals.get(p, {}).get(c, []) for p in paths],
+                                                  pa.list_(pa.string())))
+    return chunks
+
+
 def documents_table(notes: pa.Table, chunks: pa.Table) -> pa.Table:
     counts = pc.value_counts(chunks["path"]) if chunks.num_rows else None
     n = {} if counts is None else {c["values"]: c["counts"] for c in counts.to_pylist()}
+    vals = note_filter_values(notes)
+    paths = notes["path"].to_pylist()
     return pa.table({
         "path": notes["path"], "title": notes["title"], "aliases": notes["aliases"], "lang": notes["lang"],
         "content_hash": notes["content_hash"], "mtime": notes["mtime"],
-        "n_chunks": pa.array([n.get(p, 0) for p in notes["path"].to_pylist()], pa.int32()),
+        "n_chunks": pa.array([n.get(p, 0) for p in paths], pa.int32()),
+        **{c: pa.array([vals[p][c] for p in paths], pa.list_(pa.string())) for c in FILTER_COLUMNS},
     }, schema=DOCUMENTS)
 
 

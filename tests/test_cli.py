@@ -108,11 +108,12 @@ def test_query_outputs(capsys, db):
     _, out, _ = run(capsys, *argv, "--explain")
     assert 'fts   lex   "Version history"' in out and "rank 1" in out and "fused rank 1" in out
     _, out, _ = run(capsys, *argv, "--md", "--explain")
-    head, _, first = out.splitlines()[:3]
+    query, blank, head, _, first = out.splitlines()[:5]  # the query line (query, probe) above the table
+    assert query.startswith('query "keep devices in step" | BM25 probe: top ') and blank == ""
     assert head == "| # | score | page | heading | snippet | why |" and "Sync/Sync your notes.md" in first
     assert 'fts/lex "Version history"' in first
     _, out, _ = run(capsys, *argv, "--csv", "--explain")
-    assert out.splitlines()[0] == "rank,path,title,heading,snippet,score,explain"
+    assert out.splitlines()[0] == "rank,path,title,heading,snippet,score,query,probe,explain"
     _, out, _ = run(capsys, *argv, "--line-numbers", "--files")
     path, _, line = out.splitlines()[0].rpartition(":")
     assert path == "Sync/Sync your notes.md" and int(line) > 5  # after the front matter
@@ -218,3 +219,15 @@ def test_collections_add_list_search_across_remove(capsys, db, tmp_path, tiny_va
     assert [r["collection"] for r in json.loads(out)] == ["t"]
     code, _, err = run(capsys, "collection", "remove", "garden", "--db", str(db2))
     assert code == 2 and "no collection 'garden'" in err
+
+
+def test_the_one_parser_builds_each_command_alone_the_same_way():
+    """main builds only the named command's subparser (the warm client's start-up); COMMANDS must list every
+    command of the full parser, and each alone parses like the full one."""
+    from faces.cli import COMMANDS
+
+    full = build_parser()
+    sub = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+    assert tuple(sub.choices) == COMMANDS
+    argv = ["search", "x", "--tag", "a", "--tag", "b", "--folder", "Plugins", "--lang", "en", "--json"]
+    assert vars(build_parser("search").parse_args(argv)) == vars(full.parse_args(argv))

@@ -37,3 +37,51 @@ def test_nothing_for_no_work():
     with Progress("index", "chunk", stream=empty, interval=0.01, tty=False):
         pass
     assert empty.getvalue() == ""
+
+
+# -- batch progress moves per query, on and off a TTY (fake profile) ------------------------------------------
+
+
+def _fake_batch(tmp_path, step_s: float, on_slice, n: int = 12, explain: bool = False, out_name: str = "a.parquet"):
+    import json
+
+    from fanout.config import load_config
+    from fanout.runner import Runner
+    from pipelines.batch import run_batch
+    from pipelines.index import index_vault
+    from pipelines.search import Searcher, SearchOptions
+    from tests.conftest import write_vault
+
+    cfg = load_config("fake").replace(runner={"progress_step_s": step_s})
+    with Runner(cfg) as runner:
+        if not (tmp_path / "db").exists():
+            index_vault(write_vault(tmp_path / "vault"), tmp_path / "db", "t", cfg, runner)
+        q = tmp_path / "q.jsonl"
+        q.write_text("".join(json.dumps({"id": f"q{i}", "query": f"sync notes {i}"}) + "\n" for i in range(n)))
+        s = Searcher(tmp_path / "db", "t", cfg, runner)
+        return run_batch(q, tmp_path / out_name, s, SearchOptions(n=3, explain=explain), slice_size=64,
+                         on_slice=on_slice)
+
+
+def test_batch_progress_moves_per_query_not_per_slice(tmp_path):
+    calls: list[tuple[int, int]] = []
+    st = _fake_batch(tmp_path, 1e-9, lambda d, t: calls.append((d, t)))  # every step is one query
+    assert st["queries"] == 12
+    assert calls == [(i, 12) for i in range(13)]  # 0, then each query, inside one 64-row slice (one part)
+    calls.clear()
+    _fake_batch(tmp_path, 1e6, lambda d, t: calls.append((d, t)), out_name="b.parquet")  # fast: one query, then all
+    assert calls == [(0, 12), (1, 12), (12, 12)]
+
+
+def test_batch_progress_on_a_tty_is_a_bar_and_off_it_lines(tmp_path):
+    bar = io.StringIO()
+    p = Progress("batch", "query", stream=bar, tty=True)
+    _fake_batch(tmp_path, 1e-9, p)
+    assert p.bar is not None and p.bar.n == 12
+    p.close()
+    assert "batch" in bar.getvalue()
+    lines = io.StringIO()
+    p = Progress("batch", "query", stream=lines, tty=False, interval=3600)
+    _fake_batch(tmp_path, 1e-9, p, out_name="c.parquet")
+    p.close()
+    assert lines.getvalue().splitlines()[-1].startswith("batch: 12/12 queries (100%), ")
