@@ -94,7 +94,8 @@ def test_tools_listed_with_the_knowledge_base_languages_in_their_descriptions(cl
     props = search.input_schema["properties"]
     assert search.input_schema["required"] == ["query"]
     assert set(props) == {"query", "short_query", "rephrased_query", "expected_answer", "intent", "searches",
-                          "limit", "rerank"}
+                          "limit", "rerank", "filter"}
+    assert LANG_LINE in props["filter"]["description"]
     assert LANG_LINE in search.description
     assert LANG_LINE in props["short_query"]["description"]
     assert LANG_LINE in props["expected_answer"]["description"]
