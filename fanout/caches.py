@@ -98,7 +98,11 @@ class Caches:
         if not keys or not self.col.has(n):
             self.misses[name] = self.misses.get(name, 0) + len(keys)
             return {}
-        tbl = self.col.table(n)
+        try:
+            tbl = self.col.table(n)
+        except ValueError:  # listed while another process (the writer) is still creating it: not readable yet
+            self.misses[name] = self.misses.get(name, 0) + len(keys)
+            return {}
         with contextlib.suppress(Exception):  # see writes of other processes (older lancedb: no-op)
             tbl.checkout_latest()
         found: dict[str, dict] = {}

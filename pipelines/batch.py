@@ -228,7 +228,10 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
         if on_slice:
             on_slice(0, todo)  # off a TTY the reporter's timer starts now (the first step loads the models)
         for table in _iter_todo(fs, files, slice_size):
-            _write_part(fs, rdir, steps.run(pipe, table, lambda k, base=done: on_slice and on_slice(base + k, todo)))
+            # steps only when someone watches the progress: a slice in one call keeps the batching (and the
+            # embed calls' float sums, which depend on which texts share a call) independent of timing
+            answers = steps.run(pipe, table, lambda k, base=done: on_slice(base + k, todo)) if on_slice else pipe(table)
+            _write_part(fs, rdir, answers)
             done += table.num_rows
         timings = {k: v - before.get(k, 0.0) for k, v in pipe.seconds.items()}
     parts = parts_dataset(fs, rdir)
