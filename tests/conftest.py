@@ -106,3 +106,19 @@ def tiny_db(tmp_path_factory, tiny_vault, cfg, runner) -> Path:
     db = tmp_path_factory.mktemp("db")
     index_vault(tiny_vault, db, "t", cfg, runner)
     return db
+
+
+# the fake model profile, one runner per test module (modules that need another fake config define their own)
+@pytest.fixture(scope="module")
+def fake_cfg():
+    from fanout.config import load_config
+
+    return load_config("fake")
+
+
+@pytest.fixture(scope="module")
+def fake_runner(fake_cfg):
+    from fanout.runner import Runner
+
+    with Runner(fake_cfg) as r:
+        yield r

@@ -25,21 +25,6 @@ EXTRA = {
 
 
 @pytest.fixture(scope="module")
-def fake_cfg():
-    from fanout.config import load_config
-
-    return load_config("fake")
-
-
-@pytest.fixture(scope="module")
-def fake_runner(fake_cfg):
-    from fanout.runner import Runner
-
-    with Runner(fake_cfg) as r:
-        yield r
-
-
-@pytest.fixture(scope="module")
 def fdb(tmp_path_factory, fake_cfg, fake_runner) -> Path:
     from pipelines.index import index_vault
 

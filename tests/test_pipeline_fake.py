@@ -23,21 +23,6 @@ from tests.conftest import write_vault
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def fake_cfg():
-    from fanout.config import load_config
-
-    return load_config("fake")
-
-
-@pytest.fixture(scope="module")
-def fake_runner(fake_cfg):
-    from fanout.runner import Runner
-
-    with Runner(fake_cfg) as r:
-        yield r
-
-
 @pytest.fixture()
 def fake_db(tmp_path, fake_cfg, fake_runner) -> Path:
     """The tiny vault indexed with the fake embedder, a fresh db per test (caches start empty)."""
