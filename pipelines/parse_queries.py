@@ -13,9 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from fanout.agent_fields import FIELD_KINDS
 from fanout.schemas import ERRORS, QUERIES, VARIANT
 
-FIELD_KINDS = {"short_query": "lex", "rephrased_query": "vec", "expected_answer": "hyde"}
 SEARCH_TYPES = ("lex", "vec", "hyde")
 MAX_CHARS = 2000  # longer text is a mistake (a whole document pasted as a query)
 MAX_SEARCHES = 10
