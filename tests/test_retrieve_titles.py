@@ -130,6 +130,6 @@ def test_title_lanes_with_the_fake_embedder_rank_title_words_and_update_incremen
         col.refresh()
         before = runner.calls.get("embedder", 0)
         stage = RetrieveTitles(cfg, str(db), "t", runner)
-        setting, _ = ensure_titles(col, runner, cfg, stage.kinds)
+        ensure_titles(col, runner, cfg, stage.kinds)
         assert runner.calls.get("embedder", 0) == before + 1
         assert col.db.open_table(titles_name(col)).count_rows() == n + 1  # the one title row
