@@ -25,7 +25,7 @@ from importlib import resources
 import pyarrow as pa
 
 from actors._llama import load_llama, model_id, model_path, render_chat
-from fanout.agent_fields import FIELD_DESC, FIELD_KINDS, count_languages, language_line
+from fanout.agent_fields import FIELD_DESC, FIELD_DESC_RU, FIELD_KINDS, count_languages, language_line
 from fanout.config import Config, ExpandConfig
 from fanout.db import Collection
 from fanout.text import detect_lang, shares_term
@@ -69,17 +69,7 @@ PROMPTS: dict[str, dict[str, str]] = {
 }
 
 
-_FIELD_LINE = re.compile(r"^(short_query|rephrased_query|expected_answer): (\S.*)$")
-
-
-# The Russian prompt: the MCP server's field descriptions translated.
-_RU_DESC = {
-    "short_query": "название функции или настройки так, как его пишет заголовок страницы справки: одно-три "
-                   "слова. Не список через запятую и не слова из вопроса.",
-    "rephrased_query": "тот же вопрос другими словами, одним вопросом.",
-    "expected_answer": "одно-два предложения, которые могли бы стоять в самой заметке, в виде утверждения, как "
-                       "пишут документацию (не «в документации должно быть объяснено...»).",
-}
+_FIELD_LINE = re.compile(r"^(" + "|".join(FIELD_KINDS) + r"): (\S.*)$")
 
 
 def _fields_system(lang: str, fields: tuple[str, ...]) -> str:
@@ -89,7 +79,7 @@ def _fields_system(lang: str, fields: tuple[str, ...]) -> str:
         count = {1: "одной строкой", 2: "ровно двумя строками", 3: "ровно тремя строками"}[n]
         return ("Ты пишешь поля поиска для вопроса к базе знаний (справка или личные заметки). База знаний на "
                 "русском языке: пиши поля по-русски, на каком бы языке ни был вопрос. "
-                f"Ответь {count} в таком порядке:\n" + "\n".join(f"{f}: {_RU_DESC[f]}" for f in fields))
+                f"Ответь {count} в таком порядке:\n" + "\n".join(f"{f}: {FIELD_DESC_RU[f]}" for f in fields))
     line = language_line([lang]) if lang else ""
     desc = {k: v.format(lang="").strip() for k, v in FIELD_DESC.items()}
     count = {1: "one line", 2: "exactly two lines", 3: "exactly three lines"}[n]

@@ -26,6 +26,15 @@ FIELD_DESC: dict[str, str] = {
                        "meaning. {lang}",
 }
 
+# The same three descriptions in Russian: the local expander's prompt for a Russian knowledge base.
+FIELD_DESC_RU: dict[str, str] = {
+    "short_query": "название функции или настройки так, как его пишет заголовок страницы справки: одно-три "
+                   "слова. Не список через запятую и не слова из вопроса.",
+    "rephrased_query": "тот же вопрос другими словами, одним вопросом.",
+    "expected_answer": "одно-два предложения, которые могли бы стоять в самой заметке, в виде утверждения, как "
+                       "пишут документацию (не «в документации должно быть объяснено...»).",
+}
+
 
 def language_line(langs: dict[str, int] | list[str]) -> str:
     """The sentence the descriptions carry: which language(s) to write short_query and expected_answer in."""

@@ -196,3 +196,16 @@ def test_fields_prompt_uses_the_mcp_descriptions_titles_and_the_kb_language(tiny
     # the prefix before the question is the same for every query: llama.cpp reuses its KV state
     other = ex.fields_prompt("sync", None, kb_lang, titles)
     assert en[:en.index("Question: starred")] == other[:other.index("Question: sync")]
+
+
+def test_the_fields_prompt_and_the_mcp_server_share_one_set_of_descriptions() -> None:
+    from actors.expander import _fields_system
+    from faces.mcp_server import FIELD_DESC as MCP_DESC
+    from fanout.agent_fields import FIELD_DESC, FIELD_DESC_RU, FIELD_KINDS
+
+    assert all(MCP_DESC[f] is FIELD_DESC[f] for f in FIELD_DESC)  # one source, not a copy
+    system = _fields_system("en", tuple(FIELD_KINDS))
+    assert all(f"{f}: {FIELD_DESC[f].format(lang='').strip()}" in system for f in FIELD_KINDS)
+    assert "The knowledge base is in English" in system
+    ru = _fields_system("ru", ("short_query",))
+    assert FIELD_DESC_RU["short_query"] in ru and "rephrased_query" not in ru
