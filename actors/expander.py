@@ -1,12 +1,23 @@
-"""Query expander actor: a small instruct GGUF writes lex/vec/hyde lines under a GBNF grammar (qmd's format).
+"""Query expander actor: a small instruct GGUF writes the variants an agent would otherwise write.
 
-The prompt is written in the query's language (qmd's defect #454: non-English queries expanded in English),
-lines are parsed strictly and kept only when they share a term with the query (Unicode-aware, unlike qmd's
-ASCII filter). When nothing survives, the query runs alone: see `fallback_variants`.
+Two formats (`expand.format`):
+- `qmd`: lex/vec/hyde lines under a GBNF grammar. The prompt is written in the query's language (qmd's
+  defect #454: non-English queries expanded in English); lines are parsed strictly and kept only when they
+  share a term with the query (Unicode-aware, unlike qmd's ASCII filter).
+- `fields`: the seed's three agent fields (short_query -> lex, rephrased_query -> vec, expected_answer ->
+  hyde), from the same descriptions the MCP server gives agents (fanout/agent_fields.py), in the knowledge
+  base's language, optionally with the collection's page titles in the prompt (`expand.titles_in_prompt`:
+  short_query is then usually a page title). No grammar (a 151k-token vocabulary under a grammar is slow);
+  the three lines are parsed strictly instead, and no overlap filter applies (an agent's short_query often
+  shares no word with the question: that is its point).
+The system prompt, the titles and the example form a prefix shared by every query of a collection, so
+llama-cpp-python evaluates it once and keeps its KV state between queries (it reuses the longest common
+prompt prefix). When nothing survives, the query runs alone: see `fallback_variants`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from importlib import resources
@@ -14,7 +25,9 @@ from importlib import resources
 import pyarrow as pa
 
 from actors._llama import load_llama, model_id, model_path, render_chat
-from fanout.config import Config
+from fanout.agent_fields import FIELD_DESC, FIELD_DESC_RU, FIELD_KINDS, count_languages, language_line
+from fanout.config import Config, ExpandConfig
+from fanout.db import Collection
 from fanout.text import detect_lang, shares_term
 
 log = logging.getLogger(__name__)
@@ -54,6 +67,83 @@ PROMPTS: dict[str, dict[str, str]] = {
                      "размер шрифта.\n",
     },
 }
+
+
+_FIELD_LINE = re.compile(r"^(" + "|".join(FIELD_KINDS) + r"): (\S.*)$")
+
+
+def _fields_system(lang: str, fields: tuple[str, ...]) -> str:
+    """The fields prompt: the MCP server's own field descriptions (Russian: the same text translated)."""
+    n = len(fields)
+    if lang == "ru":
+        count = {1: "одной строкой", 2: "ровно двумя строками", 3: "ровно тремя строками"}[n]
+        return ("Ты пишешь поля поиска для вопроса к базе знаний (справка или личные заметки). База знаний на "
+                "русском языке: пиши поля по-русски, на каком бы языке ни был вопрос. "
+                f"Ответь {count} в таком порядке:\n" + "\n".join(f"{f}: {FIELD_DESC_RU[f]}" for f in fields))
+    line = language_line([lang]) if lang else ""
+    desc = {k: v.format(lang="").strip() for k, v in FIELD_DESC.items()}
+    count = {1: "one line", 2: "exactly two lines", 3: "exactly three lines"}[n]
+    return ("You write the search fields for a question asked of a knowledge base (a help site or personal "
+            f"notes). {line} Answer with {count}, in this order:\n"
+            + "\n".join(f"{f}: {desc[f]}" for f in fields))
+
+
+# The example is on a topic no help site of ours covers, so that it teaches the format, not an answer.
+FIELDS_PROMPTS: dict[str, dict[str, str]] = {
+    "en": {
+        "titles": "The knowledge base has pages with these titles (short_query is usually one of them):",
+        "query": "Question: {query}", "intent": "Context: {intent}",
+        "example_q": "Question: how do I print only some of the pages",
+        "short_query": "Print range",
+        "rephrased_query": "How can I print a selected range of pages instead of the whole document?",
+        "expected_answer": "To print only some pages, open the Print dialog and enter a page range such as 2-5.",
+    },
+    "ru": {
+        "titles": "В базе знаний есть страницы с такими заголовками (short_query обычно один из них):",
+        "query": "Вопрос: {query}", "intent": "Контекст: {intent}",
+        "example_q": "Вопрос: как напечатать только некоторые страницы",
+        "short_query": "Диапазон печати",
+        "rephrased_query": "Как распечатать выбранные страницы, а не весь документ?",
+        "expected_answer": "Чтобы напечатать только часть страниц, откройте окно печати и укажите диапазон "
+                           "страниц, например 2-5.",
+    },
+}
+
+
+def prompt_key(cfg: ExpandConfig) -> str:
+    """The expansions cache's prompt version: everything in the prompt that config decides."""
+    if cfg.format == "qmd":
+        return cfg.prompt_version
+    titles = f"titles={cfg.max_titles}" if cfg.titles_in_prompt else "titles=0"
+    return f"{cfg.prompt_version}:{cfg.format}:{','.join(cfg.fields)}:{titles}"
+
+
+def parse_fields(raw: str, query: str, stats: dict[str, int] | None = None) -> list[tuple[str, str]]:
+    """Parse `short_query: ...` / `rephrased_query: ...` / `expected_answer: ...` lines strictly.
+
+    Each field counts once (the first line of it); a line cut by the token budget (no newline) is dropped, a
+    field equal to the query is dropped (its lists would repeat the query's). Returns (kind, text) pairs in
+    the fields' order. Drop reasons go to `stats`: dropped_junk, dropped_same, dropped_dup.
+    """
+    counts = stats if stats is not None else {}
+    found: dict[str, str] = {}
+    seen: set[str] = set()
+    for line in raw.split("\n")[:-1]:
+        m = _FIELD_LINE.match(line.strip())
+        reason = None
+        if m is None:
+            reason = "dropped_junk" if line.strip() else None
+        elif m.group(1) in seen:
+            reason = "dropped_dup"
+        elif _norm(m.group(2)) == _norm(query):
+            reason = "dropped_same"
+        else:
+            found[m.group(1)] = m.group(2).strip()
+        if m is not None:
+            seen.add(m.group(1))
+        if reason:
+            counts[reason] = counts.get(reason, 0) + 1
+    return [(FIELD_KINDS[f], found[f]) for f in FIELD_KINDS if f in found]
 
 
 def _norm(text: str) -> str:
@@ -107,7 +197,11 @@ def fallback_variants(query: str) -> list[tuple[str, str]]:
 
 
 class QueryExpander:
-    """`__call__(batch)`: columns qid, query, intent, lang -> qid, raw, variants, source, error."""
+    """`__call__(batch)`: qid, query, intent, lang (+ collection) -> qid, raw, variants, source, error.
+
+    `collection` (optional, JSON {"db", "name"}) names the index the query is for: the fields format takes
+    the knowledge base's language and page titles from it.
+    """
 
     def __init__(self, cfg: Config):
         from llama_cpp import LlamaGrammar
@@ -116,12 +210,58 @@ class QueryExpander:
         self.path = model_path(cfg, "expander")
         self.model_id = model_id(cfg, "expander")
         self.llm = load_llama(self.path, cfg.expander)
-        gbnf = resources.files("fanout").joinpath("grammars/expand.gbnf").read_text(encoding="utf-8")
-        self.grammar = LlamaGrammar.from_string(gbnf, verbose=False)
+        self.grammar = None
+        if cfg.expand.format == "qmd":
+            gbnf = resources.files("fanout").joinpath("grammars/expand.gbnf").read_text(encoding="utf-8")
+            self.grammar = LlamaGrammar.from_string(gbnf, verbose=False)
         self.stats: dict[str, int] = {"queries": 0, "model": 0, "fallback_empty": 0, "fallback_error": 0}
+        self._contexts: dict[str, tuple[str | None, list[str]]] = {}
+        # fields format: stop at a blank line, or right after the one line when only one field is asked for
+        self.stop = [] if self.grammar else ["\n"] if len(cfg.expand.fields) == 1 else ["\n\n"]
+
+    def context(self, collection: str | None) -> tuple[str | None, list[str]]:
+        """(knowledge-base language, page titles) of a collection given as JSON {"db", "name"}; cached."""
+        if not collection:
+            return None, []
+        if collection not in self._contexts:
+            spec = json.loads(collection)
+            col = Collection(spec["db"], spec["name"], self.cfg)
+            langs = [lg for lg in count_languages(col) if lg != "unknown"]
+            titles: list[str] = []
+            if self.cfg.expand.titles_in_prompt:
+                docs = col.table(col.documents_name).search().select(["title"]).limit(None).to_arrow()
+                titles = sorted({" ".join(t.split()) for t in docs["title"].to_pylist() if t},
+                                key=str.casefold)[:self.cfg.expand.max_titles]
+            self._contexts[collection] = (langs[0] if langs else None, titles)
+        return self._contexts[collection]
+
+    def fields_prompt(self, query: str, intent: str | None, kb_lang: str | None, titles: list[str]) -> str:
+        """The fields-format chat prompt: system (+ titles) and the example are a prefix shared by all queries."""
+        lang = kb_lang if kb_lang in FIELDS_PROMPTS else ("en" if kb_lang is None else kb_lang)
+        p = FIELDS_PROMPTS.get(lang, FIELDS_PROMPTS["en"])
+        fields = self.cfg.expand.fields
+        system = _fields_system(lang, fields)
+        if titles:
+            budget = self.cfg.expander.n_ctx - self.cfg.expand.max_tokens - 256
+            while titles:
+                listed = system + "\n\n" + p["titles"] + "\n" + "\n".join(titles)
+                if len(self.llm.tokenize(listed.encode("utf-8"), add_bos=False)) <= budget:
+                    system = listed
+                    break
+                titles = titles[:len(titles) // 2]
+                log.warning("page titles do not fit expander.n_ctx %d; keeping the first %d",
+                            self.cfg.expander.n_ctx, len(titles))
+        user = p["query"].format(query=query)
+        if intent:
+            user += "\n" + p["intent"].format(intent=intent)
+        messages = [{"role": "system", "content": system},
+                    {"role": "user", "content": p["example_q"]},
+                    {"role": "assistant", "content": "".join(f"{f}: {p[f]}\n" for f in fields)},
+                    {"role": "user", "content": user}]
+        return render_chat(self.llm, messages)
 
     def prompt(self, query: str, intent: str | None, lang: str | None) -> str:
-        """The chat prompt for one query, in its language (detected from the text when `lang` is null)."""
+        """The qmd-format chat prompt for one query, in its language (detected when `lang` is null)."""
         lang = lang or detect_lang(query)
         p = PROMPTS.get(lang) or {**PROMPTS["en"], "system": PROMPTS["en"]["system"].replace(
             "Write every line in English.", "Write every line in the language of the query.")}
@@ -134,30 +274,40 @@ class QueryExpander:
                     {"role": "user", "content": user}]
         return render_chat(self.llm, messages)
 
-    def generate(self, query: str, intent: str | None, lang: str | None) -> str:
-        """Grammar-constrained model text for one query (greedy when expand.temperature is 0).
+    def generate(self, query: str, intent: str | None, lang: str | None, collection: str | None = None) -> str:
+        """Model text for one query (greedy when expand.temperature is 0); qmd format under its grammar.
 
         When the model stopped on its own (not at max_tokens) its last line is complete: a newline is
-        added so that parse_expansion, which drops an unterminated last line, keeps it.
+        added so that the parser, which drops an unterminated last line, keeps it.
         """
+        if self.cfg.expand.format == "fields":
+            kb_lang, titles = self.context(collection)
+            prompt = self.fields_prompt(query, intent, kb_lang or lang or detect_lang(query), titles)
+        else:
+            prompt = self.prompt(query, intent, lang)
         out = self.llm.create_completion(
-            self.prompt(query, intent, lang), grammar=self.grammar, max_tokens=self.cfg.expand.max_tokens,
-            temperature=self.cfg.expand.temperature, top_k=20, top_p=0.8, seed=0)
+            prompt, grammar=self.grammar, max_tokens=self.cfg.expand.max_tokens,
+            temperature=self.cfg.expand.temperature, top_k=20, top_p=0.8, seed=0,
+            stop=self.stop)
         choice = out["choices"][0]  # type: ignore[index]
         text = str(choice["text"])
         if choice["finish_reason"] == "stop" and text and not text.endswith("\n"):
             text += "\n"
         return text
 
-    def expand_one(self, query: str, intent: str | None, lang: str | None) -> dict[str, object]:
+    def expand_one(self, query: str, intent: str | None, lang: str | None,
+                   collection: str | None = None) -> dict[str, object]:
         """One output row (without qid); a model error gives the fallback and an error message."""
         self.stats["queries"] += 1
         raw, error = "", None
         try:
             if not query.strip():
                 raise ValueError("empty query: nothing to expand")
-            raw = self.generate(query, intent, lang)
-            variants = parse_expansion(raw, query, self.cfg.expand.max_variants, self.stats)
+            raw = self.generate(query, intent, lang, collection)
+            if self.cfg.expand.format == "fields":
+                variants = parse_fields(raw, query, self.stats)
+            else:
+                variants = parse_expansion(raw, query, self.cfg.expand.max_variants, self.stats)
         except Exception as exc:  # noqa: BLE001 - one bad row never kills the batch
             error = f"{type(exc).__name__}: {exc}"
             log.warning("expansion failed for query %r: %s; using the fallback", query, error)
@@ -180,12 +330,13 @@ class QueryExpander:
         n = len(queries)
         intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
         langs = batch.column("lang").to_pylist() if "lang" in batch.column_names else [None] * n
-        keys = [(q or "", it or None, lg or detect_lang(q or ""))
-                for q, it, lg in zip(queries, intents, langs)]
-        done: dict[tuple[str, str | None, str], dict[str, object]] = {}
-        # identical queries are generated once; one language at a time, so llama-cpp-python keeps the
-        # KV cache of that language's system prompt and example between queries
-        for key in sorted(dict.fromkeys(keys), key=lambda k: k[2]):
+        cols = batch.column("collection").to_pylist() if "collection" in batch.column_names else [None] * n
+        keys = [(q or "", it or None, lg or detect_lang(q or ""), c)
+                for q, it, lg, c in zip(queries, intents, langs, cols)]
+        done: dict[tuple[str, str | None, str, str | None], dict[str, object]] = {}
+        # identical queries are generated once; one prompt prefix at a time (collection, language), so
+        # llama-cpp-python keeps the KV cache of the system prompt and example between queries
+        for key in sorted(dict.fromkeys(keys), key=lambda k: (k[3] or "", k[2])):
             done[key] = self.expand_one(*key)
         rows = [{"qid": qid, **done[key]} for qid, key in zip(qids, keys)]
         return pa.Table.from_pylist(rows, schema=OUTPUT)

@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
-
 from fanout import storage
+from fanout.agent_fields import count_languages
 from fanout.config import Config
 from fanout.db import Collection
 
@@ -23,13 +22,6 @@ def collection_names(db_dir: str | Path) -> list[str]:
     """Collections of a db folder: every `<name>.manifest.json`."""
     d = Path(db_dir)
     return sorted(p.name.removesuffix(".manifest.json") for p in d.glob("*.manifest.json")) if d.is_dir() else []
-
-
-def count_languages(col: Collection) -> dict[str, int]:
-    """Notes per language in the documents table, most common first."""
-    langs = col.table(col.documents_name).search().select(["lang"]).limit(None).to_arrow()["lang"]
-    counts = pc.value_counts(langs).to_pylist()
-    return {c["values"] or "unknown": c["counts"] for c in sorted(counts, key=lambda c: -c["counts"])}
 
 
 def _iso(ts: float | None) -> str | None:

@@ -24,8 +24,9 @@ from mcp.server.stdio import stdio_server
 from faces.catalog import count_languages
 from faces.catalog import status as collection_status
 from faces.notes import NoteError, headings_of, locate, note_lines, read_note
+from fanout.agent_fields import FIELD_DESC as AGENT_FIELD_DESC
+from fanout.agent_fields import language_line
 from fanout.config import Config
-from fanout.db import LANG_NAMES
 from fanout.filters import KINDS as FILTER_KINDS
 from fanout.runner import Runner
 from pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError, parse_row
@@ -43,14 +44,7 @@ SEARCH_DESC = ("Search the notes: full text and vectors, fused by reciprocal ran
                "finds pages the others miss. Returns pages (path, title, heading, snippet, score; higher is "
                "better); read one with `get`. {lang}")
 FIELD_DESC = {
-    "query": "The user's question, as asked.",
-    "short_query": "The feature's or setting's name, the way a help page title says it: one to three "
-                   "words. Not a comma list, not words copied from the question. Searched by full text. "
-                   "{lang}",
-    "rephrased_query": "The question rephrased in other words, as one question. Searched by meaning.",
-    "expected_answer": "One or two sentences that could stand in the note itself, as a statement, the way "
-                       "documentation is written (not \"the documentation should explain...\"). Searched by "
-                       "meaning. {lang}",
+    **AGENT_FIELD_DESC,  # query, short_query, rephrased_query, expected_answer: shared with the expander
     "intent": "Optional: what the user is trying to do, when the question alone is ambiguous. Context for "
               "the local expander and reranker; not searched by itself.",
     "searches": f"Optional, qmd style, with or instead of the fields above: up to {MAX_SEARCHES} typed "
@@ -83,19 +77,6 @@ INSTRUCTIONS = """Searches a markdown knowledge base ({notes} notes). For every 
 
 class ToolArgError(NoteError):
     """A bad tool argument; the message names the field and the fix."""
-
-
-def language_line(langs: dict[str, int]) -> str:
-    """The sentence the descriptions carry: which language(s) to write short_query and expected_answer in."""
-    names = [LANG_NAMES.get(code, code) for code in langs]
-    if not names:
-        return ""
-    if len(names) == 1:
-        return (f"The knowledge base is in {names[0]}; write short_query and expected_answer in {names[0]}, "
-                "whatever the language of the question.")
-    listed = ", ".join(names[:-1]) + " and " + names[-1]
-    return (f"The knowledge base is in {listed}; write short_query and expected_answer in the language of "
-            "the notes you expect.")
 
 
 class FanoutTools:

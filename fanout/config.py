@@ -164,7 +164,24 @@ class ExpandConfig:
     max_tokens: int = 200  # generation budget
     temperature: float = 0.0  # 0 = greedy, deterministic (so caches and tests are stable)
     prompt_version: str = "v1"  # part of the cache key: bump when the prompt or grammar changes
-    max_variants: int = 6  # lines kept after filtering
+    max_variants: int = 6  # lines kept after filtering (qmd format)
+    # qmd: lex/vec/hyde lines under a grammar; fields: the agent's three fields from the MCP descriptions
+    # (issue 11; fanout/agent_fields.py). qmd stays the default: the fields format was not measured on all
+    # 236 queries yet (bench/issue11/expand_subset.yaml runs both).
+    format: Literal["qmd", "fields"] = "qmd"
+    fields: tuple[str, ...] = ("short_query", "rephrased_query", "expected_answer")  # fields format: which to write
+    titles_in_prompt: bool = False  # fields format: list the collection's page titles in the prompt
+    max_titles: int = 1000  # at most this many titles in the prompt (fewer when they do not fit n_ctx)
+
+    def validate(self) -> None:
+        from fanout.agent_fields import EXPAND_FORMATS, FIELD_KINDS
+
+        _check(self.format in EXPAND_FORMATS,
+               f"expand.format must be one of {sorted(EXPAND_FORMATS)}, got {self.format!r}")
+        bad = [f for f in self.fields if f not in FIELD_KINDS]
+        _check(bool(self.fields) and not bad,
+               f"expand.fields must be some of {sorted(FIELD_KINDS)}, got {list(self.fields)}; fix or remove them")
+        _check(self.max_titles > 0, f"expand.max_titles must be > 0, got {self.max_titles}")
 
 
 @dataclass(frozen=True)
@@ -173,10 +190,14 @@ class RetrieveConfig:
     fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, configs/local.yaml)
     fts_boost_heading: float = 1.0  # heading path
     fts_boost_body: float = 1.0  # chunk text
-    lanes: tuple[str, ...] = ("fts", "vec", "alias")  # which lanes run (ablations turn some off)
+    # which lanes run (ablations turn some off); + title_vec / heading_vec (issue 11, pipelines/retrieve_titles.py):
+    # off, they hurt English no-agent nDCG@5 (configs/local.yaml)
+    lanes: tuple[str, ...] = ("fts", "vec", "alias")
     hyde_prompt: Literal["query", "document"] = "document"  # embed hyde lines with the document prompt
     snippet_tokens: int = 60  # a result's snippet: the ~60-token run of lines with the most query terms
     snippet_chars: int = 300  # ... cut to this many characters around its first term (display cuts further)
+    title_role: Literal["query", "document"] = "document"  # embedder prompt of title/alias/heading vectors (not tuned)
+    heading_text: Literal["heading", "breadcrumb"] = "breadcrumb"  # embed "title > heading" or the heading (not tuned)
 
     def validate(self) -> None:
         _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")
@@ -191,6 +212,8 @@ class FuseConfig:
     w_vec: float = 1.0  # weight of vec variants (paraphrases)
     w_hyde: float = 1.0  # weight of hyde variants (answer-shaped sentences)
     w_alias: float = 2.0  # weight of the exact title/alias lane
+    w_title_vec: float = 1.0  # weight of the query-vector-vs-title/alias-vectors lane (1 and 2 tried, EN sets)
+    w_heading_vec: float = 1.0  # weight of the query-vector-vs-heading-vectors lane (only 1 tried, EN sets)
     fts_scale: float = 0.5  # multiplies the weight of every full-text list (English sweep, configs/local.yaml)
     bonus_first: float = 0.05  # added once for a page ranked 1st in any list
     bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
@@ -316,8 +339,11 @@ class Config:
         self.index.validate()
         self.fuse.validate()
         self.retrieve.validate()
-        bad = set(self.retrieve.lanes) - {"fts", "vec", "alias"}
-        _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: ['alias', 'fts', 'vec']")
+        self.expand.validate()
+        from fanout.schemas import LANE_KINDS
+
+        bad = set(self.retrieve.lanes) - set(LANE_KINDS)
+        _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: {sorted(LANE_KINDS)}")
         self.runner.validate()
         self.storage.validate()
         return self
@@ -405,7 +431,7 @@ def _read_profile(name: str, depth: int = 0) -> tuple[dict[str, Any], Path]:
     if not name.strip():
         raise ConfigError("config name is empty; give a YAML path or a profile name")
     p = Path(name).expanduser()
-    if not p.suffix:
+    if p.suffix not in (".yaml", ".yml"):  # a profile name (it may contain a dot: "local-1.5b")
         p = CONFIG_DIR / f"{name}.yaml"
     if not p.is_file():
         choices = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))

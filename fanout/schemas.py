@@ -70,7 +70,7 @@ HITS = pa.schema([
     ("qid", pa.string()),
     ("vid", pa.int32()),
     ("kind", pa.string()),
-    ("lane", pa.string()),  # fts | vec | alias
+    ("lane", pa.string()),  # one of LANE_KINDS
     ("path", pa.string()),
     ("chunk_id", pa.string()),
     ("_rank", pa.int32()),  # 1-based, page level within the list
@@ -127,5 +127,9 @@ ANSWERS = pa.schema([
 # Routing (qmd): which variant kinds each lane searches. lex -> full text only; vec/hyde -> vectors only; the
 # original query -> both; the exact title/alias lane takes the original and lex. One place, read by
 # retrieval (what is searched) and fusion (what a query was sent to).
+# title_vec / heading_vec (issue 11, pipelines/retrieve_titles.py; off by default) take the original query's
+# vector only, against page title/alias vectors and heading vectors.
 LANE_KINDS: dict[str, tuple[str, ...]] = {"fts": ("orig", "lex"), "vec": ("orig", "vec", "hyde"),
-                                          "alias": ("orig", "lex")}
+                                          "alias": ("orig", "lex"), "title_vec": ("orig",),
+                                          "heading_vec": ("orig",)}
+VECTOR_LANES = ("vec", "title_vec", "heading_vec")  # the lanes that search with a query vector

@@ -9,11 +9,13 @@ Workers never write the cache: new expansions leave as `_new_exp` rows for the o
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 import pyarrow as pa
 
+from actors.expander import prompt_key
 from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
 from fanout.db import Collection
@@ -36,6 +38,9 @@ class ExpandQueries:
     def __init__(self, cfg: Config, db: str, collection: str, generate: bool = False, runner: Runner | None = None):
         self.cfg = cfg
         self.generate = generate
+        self.version = prompt_key(cfg.expand)  # the expansions cache's prompt version
+        # the index the queries are for: the fields prompt takes its language and page titles from it
+        self.collection = json.dumps({"db": db, "name": collection})
         col = Collection(db, collection, cfg)
         self.caches = Caches(col, "", cfg.models.embed_prompt, memory_rows=cfg.cache.memory_rows) \
             if cfg.cache.enabled else None
@@ -57,7 +62,6 @@ class ExpandQueries:
         return self._model
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        cfg = self.cfg
         rows = batch.select([c for c in ("qid", "query", "intent", "variants", "error") if c in batch.column_names]
                             ).to_pylist()
         skip = batch.column("skip_expansion").to_pylist() if "skip_expansion" in batch.column_names \
@@ -78,7 +82,7 @@ class ExpandQueries:
                 pending.append(i)
         new_rows: list[list[dict]] = [[] for _ in rows]
         if pending:
-            version = cfg.expand.prompt_version
+            version = self.version
             keys = [(rows[i]["query"], rows[i]["intent"]) for i in pending]
             model = self.model
             cached = self.caches.get_expansions(model, version, keys) if self.caches and model else {}
@@ -111,7 +115,8 @@ class ExpandQueries:
                 new_rows: list) -> None:
         table = pa.table({"qid": [rows[i]["qid"] for i in todo], "query": [rows[i]["query"] for i in todo],
                           "intent": pa.array([rows[i]["intent"] for i in todo], pa.string()),
-                          "lang": [detect_lang(rows[i]["query"]) for i in todo]})
+                          "lang": [detect_lang(rows[i]["query"]) for i in todo],
+                          "collection": [self.collection] * len(todo)})
         res = self.runner.map("expander", table).to_pylist()
         for i, r in zip(todo, res):
             src = "model" if r["source"] == "model" else "fallback"
@@ -119,7 +124,7 @@ class ExpandQueries:
             got = [{"kind": v["kind"], "text": v["text"]} for v in r["variants"] or []]
             variants[i] += [{**v, "source": src} for v in got]
             if not r.get("error"):  # never cache a model error
-                new_rows[i] = Caches.expansion_rows(self.model, self.cfg.expand.prompt_version, [
+                new_rows[i] = Caches.expansion_rows(self.model, self.version, [
                     {"query": rows[i]["query"], "intent": rows[i]["intent"], "variants": got, "source": src}])
         n_fb = sum(source[i] == "fallback" for i in todo)
         if n_fb:

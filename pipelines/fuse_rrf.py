@@ -2,8 +2,9 @@
 
 score(page) = sum over lists of w_list / (k + rank) + a top-rank bonus (qmd: +0.05 for a 1st place in any
 list, +0.02 for a 2nd-3rd place, counted once per page). The original query's lists weigh `w_original`,
-each variant kind its own weight, the exact alias lane `w_alias`. Each page keeps the chunk of its best
-(highest-contribution) list as its best chunk.
+each variant kind its own weight, the exact alias lane `w_alias`, the title/heading vector lanes (issue 11)
+`w_title_vec` / `w_heading_vec`. Each page keeps the chunk of its best (highest-contribution) list as its
+best chunk.
 
 `_norm` is what `--min-score` filters on, calibrated so that it separates real matches from noise:
 - rank part: the score divided by the best score any page could reach, first in every list the query was
@@ -31,6 +32,10 @@ _ROUTES = LANE_KINDS
 def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
     if lane == "alias":
         return cfg.w_alias
+    if lane == "title_vec":
+        return cfg.w_title_vec
+    if lane == "heading_vec":
+        return cfg.w_heading_vec
     w = {"orig": cfg.w_original, "lex": cfg.w_lex, "vec": cfg.w_vec, "hyde": cfg.w_hyde}[kind]
     return w * cfg.fts_scale if lane == "fts" else w
 
@@ -39,7 +44,7 @@ def sent_lists(variants: pa.Table, lanes: tuple[str, ...] | list[str]) -> pa.Tab
     """VARIANTS -> SENT: the (variant, lane) lists each query was routed to (retrieve_variants' routing)."""
     rows = [{"qid": v["qid"], "vid": v["vid"], "kind": v["kind"], "lane": lane}
             for v in variants.select(["qid", "vid", "kind"]).to_pylist()
-            for lane in ("fts", "vec", "alias") if lane in lanes and v["kind"] in _ROUTES[lane]]
+            for lane in _ROUTES if lane in lanes and v["kind"] in _ROUTES[lane]]
     return pa.Table.from_pylist(rows, schema=SENT)
 
 

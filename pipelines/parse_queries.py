@@ -13,10 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from fanout.agent_fields import FIELD_KINDS
 from fanout.filters import FilterError, combine, parse_filter
 from fanout.schemas import ERRORS, QUERIES, VARIANT
 
-FIELD_KINDS = {"short_query": "lex", "rephrased_query": "vec", "expected_answer": "hyde"}
 SEARCH_TYPES = ("lex", "vec", "hyde")
 MAX_CHARS = 2000  # longer text is a mistake (a whole document pasted as a query)
 MAX_SEARCHES = 10

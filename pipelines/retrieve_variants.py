@@ -18,7 +18,7 @@ from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
 from fanout.db import Collection, fts_columns, pin_batch
 from fanout.runner import Runner, model_identity
-from fanout.schemas import CANDIDATE, HIT, HITS, LANE_KINDS, QVEC
+from fanout.schemas import CANDIDATE, HIT, HITS, LANE_KINDS, QVEC, VECTOR_LANES
 from fanout.text import nfc
 from pipelines.fuse_rrf import fuse_rrf, sent_lists
 
@@ -131,11 +131,13 @@ class EmbedVariants:
         variants = batch.column("variants").to_pylist()
         role_of = {"hyde": self.cfg.retrieve.hyde_prompt}
         wanted: list[list[tuple[int, str, str]]] = [[] for _ in range(n)]
-        if "vec" in self.cfg.retrieve.lanes:
+        # the kinds some vector lane searches (vec; title_vec / heading_vec: pipelines/retrieve_titles.py)
+        kinds = {k for ln in self.cfg.retrieve.lanes if ln in VECTOR_LANES for k in LANE_KINDS[ln]}
+        if kinds:
             for i, vs in enumerate(variants):
                 if errors[i] is None:
                     wanted[i] = [(v["vid"], role_of.get(v["kind"], "query"), v["text"])
-                                 for v in vs or [] if v["kind"] in VEC_KINDS]
+                                 for v in vs or [] if v["kind"] in kinds]
         items = list(dict.fromkeys((r, t) for w in wanted for _, r, t in w))
         found = self.caches.get_vectors(items) if self.caches and items else {}
         missing = sorted({x for x in items if x not in found})  # sorted: the same embed batches as before
@@ -217,6 +219,10 @@ class Retrieve:
             for qi, (qid, v) in enumerate(order):
                 out.extend(hit_rows(qid, v["vid"], v["kind"], "vec", to_pages(by_q[qi], k, "_sim")))
             self.stats["vec_lists"] += len(vecs)
+        if "_title_hits" in batch.column_names:  # title_vec / heading_vec lists (RetrieveTitles)
+            for i, hs in enumerate(batch.column("_title_hits").to_pylist()):
+                if rows[i]["error"] is None:
+                    out.extend({"qid": rows[i]["qid"], **h} for h in hs or [])
         if "alias" in lanes:
             amap = alias_map(self.col)
             for i in ok:
@@ -276,5 +282,5 @@ class Retrieve:
                 by_qid[h["qid"]].append({k: v for k, v in h.items() if k != "qid"})
             batch = _set(batch, "_hits", pa.array([by_qid.get(q, []) if e is None else None
                                                   for q, e in zip(qids, errors)], pa.list_(HIT)))
-        drop = [c for c in ("_probe", "vectors", "_where") if c in batch.column_names]
+        drop = [c for c in ("_probe", "vectors", "_where", "_title_hits") if c in batch.column_names]
         return batch.drop_columns(drop)

@@ -1,7 +1,7 @@
 """Composition: a batch of queries -> ranked pages, as an ordered list of stages (data, not logic).
 
-    ParseQueries -> ProbeBM25 -> ExpandQueries -> EmbedVariants -> Retrieve [-> RerankCandidates]
-    -> FormatResults -> WriteCaches
+    ParseQueries -> ProbeBM25 -> ExpandQueries -> EmbedVariants [-> RetrieveTitles] -> Retrieve
+    [-> RerankCandidates] -> FormatResults -> WriteCaches
 
 One row per query flows through; nested columns carry what the next stage needs (variants, vectors,
 candidates, results; new cache rows for the one writer). `Searcher.search(rows)` runs the list with the
@@ -29,6 +29,7 @@ from pipelines.format_results import FormatResults
 from pipelines.parse_queries import ParseQueries
 from pipelines.probe_bm25 import ProbeBM25
 from pipelines.rerank_candidates import RerankCandidates
+from pipelines.retrieve_titles import TITLE_LANES, RetrieveTitles
 from pipelines.retrieve_variants import EmbedVariants, Retrieve
 from pipelines.write_caches import WriteCaches
 
@@ -70,6 +71,10 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         StageSpec(ExpandQueries, {**ix, "generate": expand}, **({"pool": "expander", "role": "expander"}
                                                                if expand else {})),
         StageSpec(EmbedVariants, ix, pool="embedder", role="embedder"),
+    ]
+    if set(cfg.retrieve.lanes) & set(TITLE_LANES):  # title_vec / heading_vec (off by default)
+        specs.append(StageSpec(RetrieveTitles, ix, pool="embedder", role="embedder"))
+    specs += [
         StageSpec(Retrieve, {**ix, "keep": keep, "rerank": rerank, "explain": opts.explain}),
     ]
     if rerank:

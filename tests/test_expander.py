@@ -7,8 +7,16 @@ import re
 import pyarrow as pa
 import pytest
 
-from actors.expander import KINDS, OUTPUT, QueryExpander, fallback_variants, parse_expansion
-from fanout.config import Config
+from actors.expander import (
+    KINDS,
+    OUTPUT,
+    QueryExpander,
+    fallback_variants,
+    parse_expansion,
+    parse_fields,
+    prompt_key,
+)
+from fanout.config import Config, ExpandConfig
 
 _LINE = re.compile(r"^(lex|vec|hyde): \S.*$")
 _CYR = re.compile(r"[\u0400-\u04FF]")
@@ -57,6 +65,34 @@ def test_parse_dedupes_per_kind_and_caps_the_count() -> None:
     # the same text under another kind goes to another lane, so it is not a duplicate
     assert got == [("lex", "sync notes"), ("vec", "sync notes")]
     assert stats == {"dropped_dup": 1}
+
+
+def test_parse_fields_maps_the_agent_fields_to_kinds_without_an_overlap_filter() -> None:
+    raw = ("short_query: Bookmarks\n"  # shares no word with the query: kept (that is what short_query is for)
+           "rephrased_query: How do I mark a note as a favourite?\n"
+           "expected_answer: Bookmarks keep notes, searches and headings one click away.\n")
+    stats: dict[str, int] = {}
+    assert parse_fields(raw, "starred", stats) == [
+        ("lex", "Bookmarks"), ("vec", "How do I mark a note as a favourite?"),
+        ("hyde", "Bookmarks keep notes, searches and headings one click away.")]
+    assert stats == {}
+
+
+def test_parse_fields_is_strict_and_keeps_the_first_of_each_field() -> None:
+    raw = ("Here are the fields:\n"  # junk
+           "short_query: starred\n"  # equal to the query
+           "short_query: Bookmarks\n"  # the second short_query: a duplicate field
+           "Rephrased_query: what are bookmarks\n"  # field names are lower case
+           "expected_answer: Bookmarks keep notes one click")  # cut by the token budget
+    stats: dict[str, int] = {}
+    assert parse_fields(raw, "Starred", stats) == []
+    assert stats == {"dropped_junk": 2, "dropped_same": 1, "dropped_dup": 1}
+
+
+def test_prompt_key_changes_with_what_the_prompt_contains() -> None:
+    assert prompt_key(ExpandConfig()) == "v1"  # the qmd format keeps the caches written before
+    keys = {prompt_key(ExpandConfig(format="fields")), prompt_key(ExpandConfig(format="fields", titles_in_prompt=True))}
+    assert len(keys) == 2 and "v1" not in keys
 
 
 def test_fallback_adds_nothing_beyond_the_original_query() -> None:
@@ -126,7 +162,7 @@ def test_prompt_is_written_in_the_query_language(expander: QueryExpander) -> Non
 @pytest.mark.slow
 def test_model_error_gives_fallback_and_error(expander: QueryExpander,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(query: str, intent: str | None, lang: str | None) -> str:
+    def broken(query: str, intent: str | None, lang: str | None, collection: str | None = None) -> str:
         raise RuntimeError("llama_decode returned 1")
 
     monkeypatch.setattr(expander, "generate", broken)
@@ -136,3 +172,40 @@ def test_model_error_gives_fallback_and_error(expander: QueryExpander,
     assert out[0]["source"] == "fallback" and out[0]["variants"] == []
     assert out[0]["error"] == "RuntimeError: llama_decode returned 1"
     assert expander.stats["fallback_error"] == before + 1
+
+
+@pytest.mark.slow
+def test_fields_prompt_uses_the_mcp_descriptions_titles_and_the_kb_language(tiny_db, tmp_path) -> None:
+    import json as _json
+    import shutil
+
+    from fanout.agent_fields import FIELD_DESC
+
+    db = shutil.copytree(tiny_db, tmp_path / "db")
+    cfg = Config().replace(expander={"n_threads": 1, "n_ctx": 2048},
+                           expand={"format": "fields", "titles_in_prompt": True, "fields": ["short_query"]})
+    ex = QueryExpander(cfg)
+    kb_lang, titles = ex.context(_json.dumps({"db": str(db), "name": "t"}))
+    assert kb_lang == "en" and "Daily notes" in titles and "Блины" in titles  # 4 English notes, 2 Russian
+    en = ex.fields_prompt("starred notes", None, kb_lang, titles)
+    assert FIELD_DESC["short_query"].format(lang="").strip() in en
+    assert "rephrased_query" not in en  # only the fields asked for
+    assert "\nDaily notes\n" in en and en.endswith("Question: starred notes<|im_end|>\n<|im_start|>assistant\n")
+    ru = ex.fields_prompt("starred notes", None, "ru", titles)  # a Russian knowledge base: a Russian prompt
+    assert "База знаний на русском языке" in ru and "Вопрос: starred notes" in ru
+    # the prefix before the question is the same for every query: llama.cpp reuses its KV state
+    other = ex.fields_prompt("sync", None, kb_lang, titles)
+    assert en[:en.index("Question: starred")] == other[:other.index("Question: sync")]
+
+
+def test_the_fields_prompt_and_the_mcp_server_share_one_set_of_descriptions() -> None:
+    from actors.expander import _fields_system
+    from faces.mcp_server import FIELD_DESC as MCP_DESC
+    from fanout.agent_fields import FIELD_DESC, FIELD_DESC_RU, FIELD_KINDS
+
+    assert all(MCP_DESC[f] is FIELD_DESC[f] for f in FIELD_DESC)  # one source, not a copy
+    system = _fields_system("en", tuple(FIELD_KINDS))
+    assert all(f"{f}: {FIELD_DESC[f].format(lang='').strip()}" in system for f in FIELD_KINDS)
+    assert "The knowledge base is in English" in system
+    ru = _fields_system("ru", ("short_query",))
+    assert FIELD_DESC_RU["short_query"] in ru and "rephrased_query" not in ru

@@ -100,6 +100,26 @@ def test_cached_expansions_are_used_even_when_expansion_is_off(fake_db, fake_cfg
     assert other.stats["expansion"]["none"] == 1  # missing and not generated
 
 
+def test_expansions_precomputed_by_fanout_expand_are_used_with_expansion_off(tmp_path, fake_db, fake_cfg,
+                                                                           fake_runner):
+    from pipelines.search import Searcher, SearchOptions
+
+    q = "sync settings on devices"
+    log = _jsonl(tmp_path / "log.jsonl", [{"id": "p1", "query": q}])
+    assert _cli("expand", str(log), "--db", str(fake_db), "--collection", "t", "--config", "fake",
+                "--runner", "inproc") == 0
+    cfg = fake_cfg.replace(probe={"enabled": False}, expand={"enabled": False})
+    calls = fake_runner.calls.get("expander", 0)
+    res = Searcher(fake_db, "t", cfg, fake_runner).search([{"id": "a", "query": q}], SearchOptions())
+    assert fake_runner.calls.get("expander", 0) == calls  # no model call: the precomputed lines were read
+    assert res.stats["expansion"]["cache"] == 1 and res.stats["stages"]["ExpandQueries"]["cache"] == 1
+    assert {v["source"] for v in res.variants.to_pylist() if v["kind"] != "orig"} == {"cache"}
+    # another prompt format is another cache key: the qmd-format lines are not served to a fields config
+    fields = cfg.replace(expand={"format": "fields"})
+    other = Searcher(fake_db, "t", fields, fake_runner).search([{"id": "a", "query": q}], SearchOptions())
+    assert other.stats["expansion"]["none"] == 1
+
+
 def test_batch_duplicate_ids_across_slices_are_error_rows(tmp_path, fake_db):
     rows = [{"id": "q1", "query": "sync notes"}] + [{"id": f"x{i}", "query": f"code block {i}"} for i in range(6)]
     rows += [{"id": "q1", "query": "pancakes"}, {"query": "no id here"}]
