@@ -39,7 +39,8 @@ def write_input(path: Path, n: int, bad: bool) -> None:
 def child(args: argparse.Namespace) -> int:
     os.environ.setdefault("LANCEDB_LOG", "error")
     from fanout.config import load_config
-    from fanout.runner import RayRunner, Runner
+    from fanout.ray_runner import RayRunner
+    from fanout.runner import Runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher, SearchOptions
 

@@ -44,7 +44,8 @@ os.environ.setdefault("LANCEDB_LOG", "error")
 from cluster_2node import LoopbackCluster
 
 from fanout.config import load_config
-from fanout.runner import RayRunner, Runner
+from fanout.ray_runner import RayRunner
+from fanout.runner import Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = ["backup", "snapshot", "vlan", "router", "vpn", "media", "server", "power", "ups", "sourdough", "dal",

@@ -98,7 +98,7 @@ def test_actor_killed_mid_batch_on_the_model_node_changes_nothing(bench, cluster
 def test_impossible_placement_fails_fast_and_says_why(cluster, small_cfg):
     import time
 
-    from fanout.runner import RayRunner
+    from fanout.ray_runner import RayRunner
 
     cases = [
         ({"embedder": {"num_cpus": 64}}, "no node has 64 CPUs"),
@@ -122,7 +122,7 @@ import os, sys
 from fanout.db import Collection
 Collection(sys.argv[1], "x").table_names()  # lancedb loaded first, as in `fanout batch`
 from fanout.config import load_config
-from fanout.runner import RayRunner
+from fanout.ray_runner import RayRunner
 r = RayRunner(load_config("local").replace(runner={"object_store_mb": 128}))
 tmp = r._tmp
 def cmdline(p):

@@ -28,3 +28,16 @@ def test_no_upward_import():
                 if top in RANK and RANK[top] > rank:
                     bad.append(f"{f.relative_to(ROOT)}:{line} imports {mod} ({top} is above {pkg})")
     assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+RAY_MODULES = {"fanout/runner.py", "fanout/ray_runner.py", "fanout/ray_data.py"}  # the runner
+
+
+def test_only_the_runner_imports_ray():
+    bad = []
+    for pkg in RANK:
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            rel = str(f.relative_to(ROOT))
+            bad += [f"{rel}:{line} imports {mod}" for line, mod in _imports(f)
+                    if mod.split(".")[0] == "ray" and rel not in RAY_MODULES]
+    assert not bad, "Ray imported outside the runner modules:\n" + "\n".join(bad)

@@ -1,0 +1,173 @@
+"""The Ray Data engine: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
+each an actor pool sized by its config section -> write parquet parts), its fit check and its stats.
+
+Functions over a `RayRunner` (fanout/ray_runner.py holds the Ray session). A runner module: it may import Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from fanout.config import Config
+from fanout.runner import Chain, StageSpec, fuse_specs
+
+if TYPE_CHECKING:
+    from fanout.ray_runner import RayRunner
+
+
+def check_fits(runner: RayRunner, specs: list[StageSpec]) -> None:
+    """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever).
+
+    Each pool must fit on the nodes that offer what one of its actors asks for, and all pools together
+    must fit in the cluster's CPUs; otherwise the same message as for the model actors is raised.
+    """
+    ray = runner._ray
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total_cpu = sum(n["Resources"].get("CPU", 0) for n in nodes)
+    want = 0.0
+    for spec in specs:
+        acfg = getattr(runner.cfg, spec.pool)
+        count = 1 if spec.single else acfg.count
+        opts = placement(runner.cfg, spec.pool, model=spec.role is not None)
+        res = next(iter(opts.get("resources", {})), "")
+        fit = [n for n in nodes if n["Resources"].get("CPU", 0) >= acfg.num_cpus
+               and n["Resources"].get("GPU", 0) >= opts.get("num_gpus", 0)
+               and (not res or n["Resources"].get(res, 0) > 0)]
+        room = sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in fit)
+        if count > room:
+            raise runner._placement_error(spec.pool, model=spec.role is not None)
+        want += count * acfg.num_cpus
+    want += 0.2  # a read and a write task
+    if want > total_cpu + 1e-9:
+        raise RuntimeError(
+            f"the pipeline's actor pools ask for {want:g} CPUs together ({', '.join(_pool_list(runner.cfg, specs))})"
+            f" but the cluster has {total_cpu:g}: Ray Data would wait forever. Lower the pools' count or "
+            f"num_cpus (fractional is fine: sleep-bound or GPU actors need little CPU), or add nodes.")
+
+
+def map_opts(runner: RayRunner, spec: StageSpec) -> dict[str, Any]:
+    import ray.data
+
+    acfg = getattr(runner.cfg, spec.pool)
+    opts: dict[str, Any] = {
+        "batch_format": "pyarrow", "batch_size": spec.batch_rows or acfg.batch_size,
+        "fn_constructor_kwargs": spec.kwargs, "num_cpus": acfg.num_cpus,
+        "compute": ray.data.ActorPoolStrategy(size=1 if spec.single else acfg.count),
+    }
+    opts.update(placement(runner.cfg, spec.pool, model=spec.role is not None))
+    return opts
+
+
+def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
+            progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
+            rows: int = 0) -> Any:
+    """ONE Dataset: read parquet `paths` (or `tables` held by the driver) -> map_batches per stage (actor
+    pools). Lazy: nothing runs until it is written or iterated.
+
+    `rows` (the input's row count, when known) splits the read into blocks of the first stage's batch:
+    a todo file holds up to 1,024 rows and one block reaches one actor, so without the split a
+    1,000-row job would keep one retrieval actor and one embedder busy however many there are."""
+    import ray.data
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = preserve_order
+    ctx.enable_progress_bars = progress  # a bar only on a TTY; no INFO flood otherwise
+    ctx.print_on_execution_start = False
+    if hasattr(ctx, "enable_operator_progress_bars"):
+        ctx.enable_operator_progress_bars = False
+    if hasattr(ctx, "op_resource_reservation_enabled"):
+        # Ray Data's per-operator reservations split what the actor pools leave free; on a small
+        # cluster the read tasks then get less than one task's CPUs and the job never starts
+        ctx.op_resource_reservation_enabled = False
+    if hasattr(ctx, "use_datasource_v2"):
+        # Ray 2.60's DataSourceV2 read_parquet adds a ListFiles task that asks for a whole CPU whatever
+        # the read's num_cpus; with the actor pools holding all but a fraction of the cluster it is never
+        # scheduled and the job sits with idle pools and no rows (measured: the stall of issue 9)
+        ctx.use_datasource_v2 = False
+    if hasattr(ctx, "wait_for_min_actors_s"):  # the fit check above catches most; never wait forever
+        ctx.wait_for_min_actors_s = int(runner.cfg.runner.placement_timeout_s)
+    ctx.verbose_stats_logs = False
+    for name in ("ray.data", "ray.data._internal"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # a small job (fewer blocks than a pool has actors) is not worth a warning per pool
+    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
+    specs = fuse_specs(specs)
+    check_fits(runner, specs)
+    io_cpus = 0.1  # read/write tasks must not wait behind the actor pools (ray#44687)
+    if tables is not None:
+        ds = ray.data.from_arrow(tables)
+    else:
+        first = specs[0].batch_rows or getattr(runner.cfg, specs[0].pool).batch_size if specs else 1
+        blocks = max(len(paths), -(-rows // max(1, first))) if rows else None
+        ds = ray.data.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus, override_num_blocks=blocks)
+    for spec in specs:
+        ds = ds.map_batches(spec.cls, **map_opts(runner, spec))
+    return ds
+
+
+def run_dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str], out_dir: str, filesystem: Any = None,
+                progress: bool = False, rows: int = 0) -> str:
+    """Run the Dataset and write its rows as parquet parts under `out_dir`; returns Ray Data's stats."""
+    ds = dataset(runner, specs, paths, filesystem, progress, rows=rows)
+    try:
+        ds.write_parquet(out_dir, filesystem=filesystem, ray_remote_args={"num_cpus": 0.1})
+    except Exception as e:  # a pool that timed out starting: say why in our words
+        if "actor" in str(e).lower() and "time" in str(e).lower():
+            raise RuntimeError(f"{e}; {_pool_list(runner.cfg, specs)}") from e
+        raise
+    runner.last_stats = ""
+    with contextlib.suppress(Exception):
+        runner.last_stats = ds.stats()
+    runner.last_timings = stage_seconds(runner.last_stats, fuse_specs(specs))
+    return runner.last_stats
+
+
+_OP = re.compile(r"^Operator \d+ (.+?): \d+ tasks")
+_WALL = re.compile(r"Remote wall time: .*?, ([\d.]+)(us|ms|s) total")
+
+
+def stage_seconds(stats: str, specs: list[StageSpec] | None = None) -> dict[str, float]:
+    """Per operator of a Ray Data run, its tasks' summed remote wall time in seconds, read off
+    `Dataset.stats()`. With the (fused) `specs` the MapBatches operators are named by their stages, a
+    Chain as `A+B+C`; the read and write operators keep Ray Data's names."""
+    names = [("+".join(c.__name__ for c, _ in s.kwargs["stages"]) if s.cls is Chain else s.name)
+             for s in specs or []]
+    unit = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+    out: dict[str, float] = {}
+    name, k = None, 0
+    for line in stats.splitlines():
+        if m := _OP.match(line.strip()):
+            name = m.group(1)
+            if name.startswith("MapBatches(") and k < len(names):
+                name, k = names[k], k + 1
+        elif name and (w := _WALL.search(line)):
+            out[name] = out.get(name, 0.0) + float(w.group(1)) * unit[w.group(2)]
+            name = None
+    return out
+
+
+def _pool_list(cfg: Config, specs: list[StageSpec]) -> list[str]:
+    out = []
+    for spec in specs:
+        a = getattr(cfg, spec.pool)
+        out.append(f"{spec.name}: {1 if spec.single else a.count} x num_cpus={a.num_cpus:g} ({spec.pool})")
+    return out
+
+
+def placement(cfg: Config, section: str, model: bool) -> dict[str, Any]:
+    """Ray options that place one actor of a pool: GPUs when `n_gpu_layers` is set, the model resource."""
+    acfg = getattr(cfg, section)
+    opts: dict[str, Any] = {}
+    if acfg.n_gpu_layers:
+        opts["num_gpus"] = acfg.num_gpus
+    if model and cfg.runner.model_resource:
+        opts["resources"] = {cfg.runner.model_resource: 1e-3}
+    return opts
+
+
