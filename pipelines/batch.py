@@ -14,12 +14,14 @@ results as Python lists; counting and ordering are columnar passes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -189,6 +191,49 @@ class Steps:
         return pa.concat_tables(out, promote_options="permissive") if out else pipe(table)
 
 
+class PartsWatcher:
+    """Progress of a Ray Data job, off a TTY: a driver thread lists the parts the write stage has finished
+    every `seconds` and reports `(answered, total)` from their parquet footers (one row per query), so the
+    count moves per written block (one block = one retrieval batch) while the job runs. Parts present at the
+    start (a resumed job's) are not counted; a part still being written is read on a later pass."""
+
+    def __init__(self, fs: pafs.FileSystem, rdir: str, total: int, on_rows: Callable[[int, int], Any],
+                 seconds: float):
+        self.fs, self.rdir, self.total, self.on_rows, self.seconds = fs, rdir, total, on_rows, seconds
+        self.seen: dict[str, int] = dict.fromkeys(_files(fs, rdir), 0)  # resumed parts: counted elsewhere
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="parts-watcher", daemon=True)
+
+    def poll(self) -> int:
+        for f in _files(self.fs, self.rdir):
+            if f in self.seen or not f.endswith(".parquet"):
+                continue
+            try:
+                with self.fs.open_input_file(f) as fh:
+                    self.seen[f] = pq.read_metadata(fh).num_rows
+            except (OSError, pa.ArrowInvalid):  # not finished yet
+                continue
+        done = min(sum(self.seen.values()), self.total)
+        self.on_rows(done, self.total)
+        return done
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.seconds):
+            with contextlib.suppress(Exception):  # progress never fails the job
+                self.poll()
+
+    def __enter__(self) -> Self:
+        self.on_rows(0, self.total)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if exc[0] is None:
+            self.poll()
+
+
 def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opts: SearchOptions,
               slice_size: int | None = None, on_slice: Callable[[int, int], None] | None = None,
               progress: bool = False) -> dict:
@@ -217,7 +262,10 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     engine = "data" if runner.kind == "ray" and cfg.runner.engine == "data" else "loop"
     if todo and engine == "data":
         specs = searcher.stages(opts)
-        stats_text = runner.run_dataset(specs, files, rdir, filesystem=fs, progress=progress, rows=todo)
+        watch = PartsWatcher(fs, rdir, todo, on_slice, cfg.runner.progress_step_s) if on_slice and not progress \
+            else contextlib.nullcontext()
+        with watch:  # on a TTY Ray Data draws its own bar (rows/s)
+            stats_text = runner.run_dataset(specs, files, rdir, filesystem=fs, progress=progress, rows=todo)
         log.debug("Ray Data stats:\n%s", stats_text)
         timings = dict(getattr(runner, "last_timings", {}))  # summed remote wall s per stage (pool)
     elif todo:

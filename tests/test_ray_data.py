@@ -45,7 +45,7 @@ def fake_db(tmp_path_factory, fake_cfg) -> Path:
 
 @pytest.fixture(scope="module")
 def ray_runner(fake_cfg):
-    from fanout.runner import RayRunner
+    from fanout.ray_runner import RayRunner
 
     with RayRunner(fake_cfg) as r:
         yield r
@@ -76,8 +76,11 @@ def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, r
     opts = SearchOptions(n=5, explain=True)
     with Runner(fake_cfg) as r:
         a = run_batch(q, tmp_path / "inproc.jsonl", Searcher(fake_db, "t", fake_cfg, r), opts)
-    b = run_batch(q, tmp_path / "ray.jsonl", Searcher(fake_db, "t", fake_cfg, ray_runner), opts)
+    seen: list[tuple[int, int]] = []  # progress off a TTY: the parts watcher's (answered, total)
+    b = run_batch(q, tmp_path / "ray.jsonl", Searcher(fake_db, "t", fake_cfg, ray_runner), opts,
+                  on_slice=lambda done, total: seen.append((done, total)))
     assert a["engine"] == "loop" and b["engine"] == "data"
+    assert seen[0] == (0, 302) and seen[-1] == (302, 302) and seen == sorted(seen)
     assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
     assert a["errors"] == b["errors"] == 3 and a["queries"] == b["queries"] == 302
     c = run_batch(q, tmp_path / "ray.parquet", Searcher(fake_db, "t", fake_cfg, ray_runner), opts)
@@ -145,7 +148,7 @@ def test_kill_9_of_a_ray_batch_resumes_to_the_same_output_and_leaves_nothing(tmp
 
 
 def test_unplaceable_pool_fails_fast_with_the_message(fake_cfg, fake_db, ray_runner):
-    from fanout.runner import RayRunner
+    from fanout.ray_runner import RayRunner
     from pipelines.search import search_stages
 
     for change, why in (({"retriever": {"num_cpus": 64}}, "no node has 64 CPUs: lower retriever.num_cpus"),
@@ -175,7 +178,7 @@ def test_expand_job_runs_as_one_dataset(tmp_path, fake_db, fake_cfg, ray_runner)
 
 def test_ray_data_equals_in_process_with_real_models_on_the_sample_vault(tmp_path, cfg, runner):
     """The bundled sample vault and its queries, real embedder: byte-identical results files."""
-    from fanout.runner import RayRunner
+    from fanout.ray_runner import RayRunner
     from pipelines.batch import run_batch
     from pipelines.index import index_vault
     from pipelines.search import Searcher, SearchOptions
