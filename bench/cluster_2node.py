@@ -6,7 +6,7 @@ Steps: (1) the batch in-process (`Runner`); (2) on a quiet private local Ray (`R
 and a worker node are started with `ray start --block`, each with its own temp dir, ports and process session;
 the worker advertises `{"models": 1}` and `runner.model_resource=models` puts the embedder actor there; the
 batch runs once clean (timed), then once more while the embedder actor is killed mid-batch (Ray restarts it
-and retries the calls it had in flight). Both cluster outputs must equal the in-process output row for row,
+and retries the calls it had in flight). Both cluster outputs must equal the in-process output row for row (scores to SCORE_TOL),
 with no query lost and none duplicated. Both nodes are stopped (their sessions' processes, by pid) and their
 temp dirs removed, also when something fails. Prints one timing table with the batch's stage timings.
 
@@ -38,7 +38,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fanout.config import Config, load_config
-from fanout.runner import RayRunner, Runner
+from fanout.ray_runner import RayRunner
+from fanout.runner import Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("bench.cluster_2node")
@@ -211,6 +212,16 @@ def bench_queries(n: int, lang: str = "en") -> list[dict]:
     return rows[:n]
 
 
+# Scores may differ by float noise: llama.cpp's sums depend on which texts share an embed call, and Ray Data
+# groups a job's texts into calls differently from the in-process loop (tests/test_ray_data.py: 1.8e-3 measured)
+SCORE_TOL = 5e-3
+
+
+def max_score_diff(expected: pa.Table, got: pa.Table) -> float:
+    a, b = expected.to_pylist(), got.to_pylist()
+    return max((abs((x["score"] or 0) - (y["score"] or 0)) for x, y in zip(a, b)), default=0.0)
+
+
 def compare(expected: pa.Table, got: pa.Table) -> list[str]:
     """Differences between two results files ([] when equal): lost or extra queries, duplicates, changed rows."""
     problems = []
@@ -227,7 +238,7 @@ def compare(expected: pa.Table, got: pa.Table) -> list[str]:
         problems.append(f"row count {len(b)} != {len(a)}")
     cols = ("qid", "rank", "path", "title", "heading", "snippet", "error")
     changed = [i for i, (x, y) in enumerate(zip(a, b))
-               if any(x[c] != y[c] for c in cols) or abs((x["score"] or 0) - (y["score"] or 0)) > 1e-6]
+               if any(x[c] != y[c] for c in cols) or abs((x["score"] or 0) - (y["score"] or 0)) > SCORE_TOL]
     if changed:
         i = changed[0]
         problems.append(f"{len(changed)} rows differ, first: {a[i]} vs {b[i]}")
@@ -253,13 +264,12 @@ def run_one(name: str, runner: Runner, cfg: Config, db: str, collection: str, qu
 
 
 def print_table(rows: list[dict]) -> None:
-    stages = [k for k in rows[0] if k.startswith("t_")]
-    head = ["mode", "setup", "model load", "embed", *[s[2:] for s in stages], "batch", "q/s", "load avg"]
+    head = ["mode", "setup", "model load", "embed", "batch", "q/s", "load avg", "stage seconds (summed over workers)"]
     lines = [head]
     for r in rows:
+        stages = "; ".join(f"{k[2:]} {v:.1f}" for k, v in r.items() if k.startswith("t_"))
         lines.append([r["mode"], f"{r['setup_s']:.1f}", f"{r['load_s']:.1f}", f"{r['embed_s']:.1f}",
-                      *[f"{r.get(s, 0.0):.2f}" for s in stages], f"{r['batch_s']:.1f}",
-                      f"{r['queries'] / r['batch_s']:.1f}", r["load"]])
+                      f"{r['batch_s']:.1f}", f"{r['queries'] / r['batch_s']:.1f}", r["load"], stages])
     widths = [max(len(x[i]) for x in lines) for i in range(len(head))]
 
     def fmt(cells: list[str]) -> str:
@@ -270,8 +280,9 @@ def print_table(rows: list[dict]) -> None:
     for cells in lines[1:]:
         print(fmt(cells))
     print("seconds; setup = Ray start/attach (in-process: none), model load = embedder actor creation "
-          "(in the batch: it happens inside `retrieve`), embed = time in embedder calls (inside `retrieve`), "
-          "stage columns = the batch's `timings`, batch = run_batch total; load avg = 1-min load average "
+          "and embed = time in embedder calls, both as the driver sees them (0 for the Ray Data engine: its actors "
+          "live in the pools); stage seconds = the batch's `timings` (Ray Data: each operator's summed remote "
+          "wall time, fused CPU stages as A+B); batch = run_batch total; load avg = 1-min load average "
           f"before-after the batch on this {os.cpu_count()}-CPU machine.")
 
 
@@ -360,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"killed embedder pid {killed['pid']} with {killed['batches_in_flight']} batches in flight; "
                   f"restarted as pid {after}")
+        diffs = {mode: max_score_diff(expected, pq.read_table(work / f)) for mode, f in
+                 (("local Ray", "ray.parquet"), ("2-node cluster", "cluster.parquet"), ("2-node + kill", "killed.parquet"))}
     finally:
         if cluster:
             cluster.stop()
@@ -369,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     ok = True
     for mode, probs in problems.items():
-        print(f"{mode}: {'output identical to in-process, no query lost or duplicated' if not probs else probs}")
+        print(f"{mode}: {'same pages, ranks and snippets as in-process, no query lost or duplicated' if not probs else probs}"
+              f"; max |score diff| {diffs.get(mode, 0.0):.1e} (allowed {SCORE_TOL:g})")
         ok &= not probs
     return 0 if ok else 1
 
