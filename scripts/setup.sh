@@ -4,7 +4,7 @@
 #   2. a portable llama-cpp-python wheel, built once into $FANOUT_CACHE/wheels/llama-<hash of version+flags>/
 #      (the default -march=native build SIGILLs here: AMX is advertised but not allowed; pip's own wheel
 #      cache ignores CMAKE_ARGS, so we keep our own), then installed into .venv;
-#   3. pip install -e '.[dev]' (redone only when pyproject.toml changes);
+#   3. pip install -e '.[dev]' (redone only when pyproject.toml changes), then the project's bytecode;
 #   4. the local profile's models (fanout.models install --profile local; skipped when present);
 #   5. a smoke test of the build on this CPU (scripts/smoke_llama.py in a subprocess: a real quantized
 #      embedding and one expander token), redone when the wheel, the CPU or $FANOUT_GGML_CPU changes.
@@ -73,9 +73,15 @@ STAMP=$VENV/.fanout-editable
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   say "pip install -e '.[dev]'"
-  "$PY" -m pip install -q -e '.[dev]'
+  # compat mode: a plain path entry in a .pth file. The default editable finder is an import hook that
+  # costs every Python start ~24 ms here (pathlib, importlib.util, ...), the warm `fanout query` included
+  "$PY" -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
   echo "$want" > "$STAMP"
 fi
+# bytecode for the project's modules, as an installed wheel has it: with PYTHONDONTWRITEBYTECODE set (CI,
+# sandboxes) every CLI start would compile them from source again (~20 ms of the warm query path). Only
+# changed files are recompiled; a stale .pyc is never used (Python checks the source's mtime)
+"$PY" -m compileall -q fanout actors pipelines faces >/dev/null
 
 # 4. models of the local profile (idempotent: size+mtime stamps, sha256 checked when first provisioned)
 if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
