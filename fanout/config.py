@@ -247,6 +247,14 @@ class CacheConfig:
     # rows of immutable lookups a long-lived process (fanout serve, MCP) keeps in memory: cache hits (keyed by
     # model + prompt + text) and chunk texts of the pinned index version; ~1-3 KB each. 0 = always read Lance
     memory_rows: int = 20_000
+    # answers `fanout serve` keeps for repeated identical requests (keyed by the request and the collections'
+    # manifest stamps; a re-index invalidates them). A repeat costs the warm CLI ~94 -> ~60 ms here
+    # (bench/cli_latency.py); 0 = answer every request anew
+    serve_answers: int = 256
+
+    def validate(self) -> None:
+        _check(self.memory_rows >= 0, f"cache.memory_rows must be >= 0, got {self.memory_rows}")
+        _check(self.serve_answers >= 0, f"cache.serve_answers must be >= 0, got {self.serve_answers}")
 
 
 @dataclass(frozen=True)
@@ -340,6 +348,7 @@ class Config:
         self.fuse.validate()
         self.retrieve.validate()
         self.expand.validate()
+        self.cache.validate()
         from fanout.schemas import LANE_KINDS
 
         bad = set(self.retrieve.lanes) - set(LANE_KINDS)

@@ -35,6 +35,8 @@ from pipelines.write_caches import WriteCaches
 
 log = logging.getLogger(__name__)
 
+MAX_PIPELINES = 32  # option sets (n, filter, explain, ...) a long-lived Searcher keeps built, least recent dropped
+
 
 @dataclass(frozen=True)
 class SearchOptions:
@@ -141,6 +143,7 @@ class Searcher:
         self.col = Collection(db_dir, collection, cfg)
         self.runner = runner
         self._pipes: dict[SearchOptions, Pipeline] = {}
+        self._stages: dict = {}  # stage instances by (class, kwargs), shared by the pipelines of other options
         self.refresh()
 
     def refresh(self) -> None:
@@ -156,26 +159,32 @@ class Searcher:
             if langs != tuple(cfg.index.languages):
                 log.warning("index %r has full-text languages %s, the config says %s: searching the index's "
                             "(re-index to change them)", self.col.name, list(langs), list(cfg.index.languages))
-            self.cfg, self._pipes = want, {}
+            self.cfg, self._pipes, self._stages = want, {}, {}
 
     def stages(self, opts: SearchOptions = SearchOptions()) -> list[StageSpec]:
         return search_stages(self.cfg, self.db, self.collection, opts)
 
     def pipeline(self, opts: SearchOptions = SearchOptions()) -> Pipeline:
         """The in-process executor for these options, built once (stages open the collection once)."""
-        if opts not in self._pipes:
-            self._pipes[opts] = self.runner.pipeline(self.stages(opts))
+        if opts in self._pipes:
+            self._pipes[opts] = self._pipes.pop(opts)  # most recently used last
+        else:
+            self._pipes[opts] = self.runner.pipeline(self.stages(opts), self._stages)
+            while len(self._pipes) > MAX_PIPELINES:  # per-request filters must not grow a server without end
+                self._pipes.pop(next(iter(self._pipes)))
+            live = {id(st) for p in self._pipes.values() for st in p.stages}
+            for key in [k for k, st in self._stages.items() if id(st) not in live]:
+                del self._stages[key]
         return self._pipes[opts]
 
     def cache_stats(self) -> dict[str, dict[str, int]]:
         hits: dict[str, int] = {}
         misses: dict[str, int] = {}
-        for pipe in self._pipes.values():
-            for stage in pipe.stages:
-                c = getattr(stage, "caches", None)
-                for src, dst in ((getattr(c, "hits", {}), hits), (getattr(c, "misses", {}), misses)):
-                    for k, v in src.items():
-                        dst[k] = dst.get(k, 0) + v
+        for stage in {id(st): st for p in self._pipes.values() for st in p.stages}.values():  # shared: once
+            c = getattr(stage, "caches", None)
+            for src, dst in ((getattr(c, "hits", {}), hits), (getattr(c, "misses", {}), misses)):
+                for k, v in src.items():
+                    dst[k] = dst.get(k, 0) + v
         return {"hits": hits, "misses": misses}
 
     def search(self, rows: list[dict] | pa.Table, opts: SearchOptions = SearchOptions()) -> SearchOutput:

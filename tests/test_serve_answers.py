@@ -1,0 +1,52 @@
+"""`fanout serve` answers a repeated identical request from memory, never after a re-index, and never keeps
+an answer with errors (faces/serve.py `_App`; no models, no HTTP)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from faces.serve import _App
+
+
+class CountingService:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self._searchers = {("t", "query"): object()}
+        self.calls = 0
+
+    def run(self, req):
+        self.calls += 1
+        return {"results": [{"path": f"answer {self.calls}"}], "errors": [] if req.get("query") else [{"e": 1}]}
+
+
+def test_repeats_come_from_memory_until_the_index_changes(tmp_path):
+    mf = tmp_path / "t.manifest.json"
+    mf.write_text("{}")
+    svc = CountingService()
+    app = _App(str(tmp_path), svc, max_answers=2)
+    req = {"mode": "query", "query": "sync", "collections": ["t"], "n": 5}
+    first = app.run(req)
+    again = app.run(dict(reversed(list(req.items()))))  # the same request, keys in another order
+    assert svc.calls == 1 and again["answered"] == "memory" and again["results"] == first["results"]
+    assert app.run({**req, "n": 6})["results"][0]["path"] == "answer 2"  # another request: answered anew
+    st = mf.stat()
+    os.utime(mf, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a re-index rewrites the manifest
+    assert app.run(req)["results"][0]["path"] == "answer 3" and svc.calls == 3
+    assert ("t", "query") not in svc._searchers  # and its tables are reopened
+    app.run({**req, "n": 7})
+    app.run({**req, "n": 8})
+    assert len(app.answers) == 2  # least recently used dropped
+
+
+def test_errors_are_never_kept_and_zero_turns_it_off(tmp_path):
+    svc = CountingService()
+    app = _App(str(tmp_path), svc, max_answers=8)
+    bad = {"mode": "query", "query": "", "collections": ["t"]}
+    app.run(bad)
+    app.run(bad)
+    assert svc.calls == 2
+    off = _App(str(tmp_path), CountingService(), max_answers=0)
+    off.run({"query": "x"})
+    off.run({"query": "x"})
+    assert off.service.calls == 2 and not off.answers
