@@ -113,9 +113,9 @@ def save(out: Path, per_query: pa.Table, timings: list[dict]) -> None:
 def render(per_query: pa.Table, timings: list[dict], spec: dict[str, Any], args: argparse.Namespace) -> str:
     from faces.bench_data import load_published_runs, load_queries
     from faces.bootstrap_ci import paired_diff, set_intervals
-    from faces.evaluate import category_table
+    from faces.evaluate import category_table, pair_side
     from faces.report_eval import published_rows, render_markdown, with_intervals
-    from faces.score_runs import per_query_metrics, summarize
+    from faces.score_runs import summarize
 
     desc = {r["name"]: r.get("description", r["name"]) for r in spec["rows"]}
     summary = summarize(per_query)
@@ -151,12 +151,8 @@ def render(per_query: pa.Table, timings: list[dict], spec: dict[str, Any], args:
     for a, b in spec.get("pairs") or []:
         if a not in ours:
             continue
-        if b in ours:
-            tb = ours[b]
-        elif b in published:
-            ids = set(ours[a]["id"].to_pylist())
-            tb = per_query_metrics(published[b], [q for q in queries if q["id"] in ids], system=b)
-        else:
+        tb = pair_side(ours, published, queries, a, b)
+        if tb is None:
             continue
         for name, d in paired_diff(ours[a], tb, "ndcg_5", args.n_boot).items():
             lines.append(f"| {a} - {b} | {name} | {d['n']} | {d['mean_diff']:+.3f} | {d['interval']} | "

@@ -409,13 +409,26 @@ PAIRS = (("fields", "fields-w1"), ("short", "fields-short"), ("hybrid", "trip2g-
 OWN_PAIRS = (("fields", "hybrid"), ("hybrid", "bm25"), ("hybrid", "vector"))
 
 
+def pair_side(ours: dict, published: dict, queries: list[dict], a: str, b: str):
+    """Per-query metrics of system `b` to pair with our system `a`: our own run, or a published run scored on
+    a's queries; None when there is neither."""
+    from faces.score_runs import per_query_metrics
+
+    if b in ours:
+        return ours[b]
+    if b in published:
+        ids = set(ours[a]["id"].to_pylist())
+        return per_query_metrics(published[b], [q for q in queries if q["id"] in ids], system=b)
+    return None
+
+
+
 def paired_section(per_query: pa.Table, bench: str | Path | None, n_boot: int, with_published: bool = True) -> str:
     """Paired bootstrap of nDCG@5 differences: on the benchmark against the closest published runs (same
     queries); on your own data (`with_published=False`) between our own modes."""
     import pyarrow as pa
 
     from faces.bootstrap_ci import paired_diff
-    from faces.score_runs import per_query_metrics
 
     published, queries = {}, []
     if with_published:
@@ -429,12 +442,8 @@ def paired_section(per_query: pa.Table, bench: str | Path | None, n_boot: int, w
     for mine, other in PAIRS if published else OWN_PAIRS:
         if mine not in ours:
             continue
-        if other in ours:
-            b = ours[other]
-        elif other in published:
-            ids = set(ours[mine]["id"].to_pylist())
-            b = per_query_metrics(published[other], [q for q in queries if q["id"] in ids], system=other)
-        else:
+        b = pair_side(ours, published, queries, mine, other)
+        if b is None:
             continue
         for name, d in paired_diff(ours[mine], b, "ndcg_5", n_boot).items():
             lines.append(f"| {mine} - {other} | {name} | {d['n']} | {d['mean_diff']:+.3f} | {d['interval']} |")

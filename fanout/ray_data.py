@@ -1,7 +1,8 @@
 """The Ray Data engine: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
 each an actor pool sized by its config section -> write parquet parts), its fit check and its stats.
 
-Functions over a `RayRunner` (fanout/ray_runner.py holds the Ray session). A runner module: it may import Ray.
+Functions over a `RayRunner` (fanout/ray_runner.py holds the Ray session and is the one module that imports
+Ray; these reach `ray.data` through `runner.ray_data()`).
 """
 
 from __future__ import annotations
@@ -52,13 +53,12 @@ def check_fits(runner: RayRunner, specs: list[StageSpec]) -> None:
 
 
 def map_opts(runner: RayRunner, spec: StageSpec) -> dict[str, Any]:
-    import ray.data
-
+    rd = runner.ray_data()
     acfg = getattr(runner.cfg, spec.pool)
     opts: dict[str, Any] = {
         "batch_format": "pyarrow", "batch_size": spec.batch_rows or acfg.batch_size,
         "fn_constructor_kwargs": spec.kwargs, "num_cpus": acfg.num_cpus,
-        "compute": ray.data.ActorPoolStrategy(size=1 if spec.single else acfg.count),
+        "compute": rd.ActorPoolStrategy(size=1 if spec.single else acfg.count),
     }
     opts.update(placement(runner.cfg, spec.pool, model=spec.role is not None))
     return opts
@@ -73,9 +73,8 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     `rows` (the input's row count, when known) splits the read into blocks of the first stage's batch:
     a todo file holds up to 1,024 rows and one block reaches one actor, so without the split a
     1,000-row job would keep one retrieval actor and one embedder busy however many there are."""
-    import ray.data
-
-    ctx = ray.data.DataContext.get_current()
+    rd = runner.ray_data()
+    ctx = rd.DataContext.get_current()
     ctx.execution_options.preserve_order = preserve_order
     ctx.enable_progress_bars = progress  # a bar only on a TTY; no INFO flood otherwise
     ctx.print_on_execution_start = False
@@ -101,11 +100,11 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     check_fits(runner, specs)
     io_cpus = 0.1  # read/write tasks must not wait behind the actor pools (ray#44687)
     if tables is not None:
-        ds = ray.data.from_arrow(tables)
+        ds = rd.from_arrow(tables)
     else:
         first = specs[0].batch_rows or getattr(runner.cfg, specs[0].pool).batch_size if specs else 1
         blocks = max(len(paths), -(-rows // max(1, first))) if rows else None
-        ds = ray.data.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus, override_num_blocks=blocks)
+        ds = rd.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus, override_num_blocks=blocks)
     for spec in specs:
         ds = ds.map_batches(spec.cls, **map_opts(runner, spec))
     return ds

@@ -138,6 +138,12 @@ class RayRunner(Runner):
                                 ray.shutdown()
             self._owns = True
 
+    def ray_data(self) -> Any:
+        """The `ray.data` module (fanout/ray_data.py uses it through here: Ray is imported in this module only)."""
+        import ray.data
+
+        return ray.data
+
     def _actors_for(self, role: str) -> list[Any]:
         if role in self._pools:
             return self._pools[role]

@@ -11,8 +11,8 @@ config section that sizes its pool). Three executors run the same list:
 - `RayRunner.run_dataset(specs, ...)` (fanout/ray_data.py): ONE Ray Data Dataset: read parquet ->
   `map_batches` per stage (each an actor pool sized by its config section) -> write parquet parts.
 
-The runner modules (this one, fanout/ray_runner.py, fanout/ray_data.py) are the only ones that import Ray,
-and this one only inside `make_runner`.
+Only fanout/ray_runner.py imports Ray (this module loads it inside `make_runner`; fanout/ray_data.py reaches
+`ray.data` through the runner).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def test_no_upward_import():
     assert not bad, "upward imports:\n" + "\n".join(bad)
 
 
-RAY_MODULES = {"fanout/runner.py", "fanout/ray_runner.py", "fanout/ray_data.py"}  # the runner
+RAY_MODULES = {"fanout/ray_runner.py"}  # the runner (fanout/ray_data.py reaches ray.data through it)
 
 
 def test_only_the_runner_imports_ray():
