@@ -6,7 +6,8 @@ Steps: (1) the batch in-process (`Runner`); (2) on a quiet private local Ray (`R
 and a worker node are started with `ray start --block`, each with its own temp dir, ports and process session;
 the worker advertises `{"models": 1}` and `runner.model_resource=models` puts the embedder actor there; the
 batch runs once clean (timed), then once more while the embedder actor is killed mid-batch (Ray restarts it
-and retries the calls it had in flight). Both cluster outputs must equal the in-process output row for row (scores to SCORE_TOL),
+and retries the calls it had in flight). Each output is compared with the in-process one as closely as llama.cpp
+allows (see OVERLAP_SLACK: the noise floor is measured in the same run),
 with no query lost and none duplicated. Both nodes are stopped (their sessions' processes, by pid) and their
 temp dirs removed, also when something fails. Prints one timing table with the batch's stage timings.
 
@@ -212,18 +213,26 @@ def bench_queries(n: int, lang: str = "en") -> list[dict]:
     return rows[:n]
 
 
-# Scores may differ by float noise: llama.cpp's sums depend on which texts share an embed call, and Ray Data
-# groups a job's texts into calls differently from the in-process loop (tests/test_ray_data.py: 1.8e-3 measured)
-SCORE_TOL = 5e-3
+# llama.cpp's vectors depend slightly on which texts share an embed call, and Ray Data groups a job's texts
+# into calls differently from the in-process loop. Measured on the 100 benchmark queries, in-process alone
+# with embedder.batch_size 40 vs 7: 26 of 1,000 result rows differ (near-ties swap ranks), 996 of the 1,000
+# (query, page) pairs are in both top-10s. So each run is compared with in-process as the noise floor is:
+# never a query lost, added or duplicated; then the share of (query, page) pairs kept must be within
+# OVERLAP_SLACK of the floor measured in the same run (in-process with another embed batch size).
+NOISE_BATCH = 7
+OVERLAP_SLACK = 0.01
 
 
-def max_score_diff(expected: pa.Table, got: pa.Table) -> float:
-    a, b = expected.to_pylist(), got.to_pylist()
-    return max((abs((x["score"] or 0) - (y["score"] or 0)) for x, y in zip(a, b)), default=0.0)
+def overlap(expected: pa.Table, got: pa.Table) -> float:
+    """Share of the expected (query, page) result pairs that are also in `got`."""
+    a = set(zip(expected["qid"].to_pylist(), expected["path"].to_pylist()))
+    b = set(zip(got["qid"].to_pylist(), got["path"].to_pylist()))
+    return len(a & b) / max(1, len(a))
 
 
-def compare(expected: pa.Table, got: pa.Table) -> list[str]:
-    """Differences between two results files ([] when equal): lost or extra queries, duplicates, changed rows."""
+def compare(expected: pa.Table, got: pa.Table, floor: float | None = None) -> tuple[list[str], str]:
+    """(problems, what differs): lost or extra queries and duplicates are problems; rows that differ are
+    counted, and a problem only when fewer (query, page) pairs are kept than `floor` - OVERLAP_SLACK."""
     problems = []
     a, b = expected.to_pylist(), got.to_pylist()
     qa, qb = {r["qid"] for r in a}, {r["qid"] for r in b}
@@ -234,15 +243,14 @@ def compare(expected: pa.Table, got: pa.Table) -> list[str]:
     keys = [(r["qid"], r["rank"], r["path"]) for r in b]
     if len(set(keys)) != len(keys) or len({(r["qid"], r["rank"]) for r in b}) != len(b):
         problems.append(f"duplicate rows: {len(keys) - len(set(keys))}")
-    if len(a) != len(b):
-        problems.append(f"row count {len(b)} != {len(a)}")
+    if {r["qid"] for r in a if r["error"]} != {r["qid"] for r in b if r["error"]}:
+        problems.append("other queries failed")
     cols = ("qid", "rank", "path", "title", "heading", "snippet", "error")
-    changed = [i for i, (x, y) in enumerate(zip(a, b))
-               if any(x[c] != y[c] for c in cols) or abs((x["score"] or 0) - (y["score"] or 0)) > SCORE_TOL]
-    if changed:
-        i = changed[0]
-        problems.append(f"{len(changed)} rows differ, first: {a[i]} vs {b[i]}")
-    return problems
+    changed = sum(1 for x, y in zip(a, b) if any(x[c] != y[c] for c in cols) or x["score"] != y["score"])
+    kept = overlap(expected, got)
+    if floor is not None and kept < floor - OVERLAP_SLACK:
+        problems.append(f"only {kept:.3f} of the (query, page) pairs kept; llama.cpp's batch noise keeps {floor:.3f}")
+    return problems, f"{changed} of {len(a)} rows differ, {kept:.3f} of (query, page) pairs kept"
 
 
 # -- runs ------------------------------------------------------------------------------------------------
@@ -332,13 +340,21 @@ def main(argv: list[str] | None = None) -> int:
             table.append(run_one("in-process", r, cfg, db, collection, qfile, work / "inproc.parquet",
                                  args.slice, 0.0))
         expected = pq.read_table(work / "inproc.parquet")
+        ncfg = cfg.replace(embedder={"batch_size": NOISE_BATCH})
+        with Runner(ncfg) as r:
+            table.append(run_one(f"in-process, embed batch {NOISE_BATCH}", r, ncfg, db, collection, qfile,
+                                 work / "noise.parquet", args.slice, 0.0))
+        _, floor_text = compare(expected, pq.read_table(work / "noise.parquet"))
+        floor = overlap(expected, pq.read_table(work / "noise.parquet"))
+        seen = {"noise floor (in-process, other embed batch)": floor_text}
 
         t = time.perf_counter()
         with RayRunner(cfg) as r:
             setup = time.perf_counter() - t
             table.append(run_one("local Ray", r, cfg, db, collection, qfile, work / "ray.parquet",
                                  args.slice, setup))
-        problems = {"local Ray": compare(expected, pq.read_table(work / "ray.parquet"))}
+        problems: dict[str, list[str]] = {}
+        problems["local Ray"], seen["local Ray"] = compare(expected, pq.read_table(work / "ray.parquet"), floor)
 
         t = time.perf_counter()
         cluster = LoopbackCluster(head_cpus=1, worker_cpus=2).start()
@@ -351,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             table.append(run_one("2-node cluster", r, ccfg, db, collection, qfile, work / "cluster.parquet",
                                  args.slice, setup))
             where = r.actor_info("embedder")
-        problems["2-node cluster"] = compare(expected, pq.read_table(work / "cluster.parquet"))
+        problems["2-node cluster"], seen["2-node cluster"] = compare(expected, pq.read_table(work / "cluster.parquet"), floor)
         print(f"embedder actor on node {where[0]['node_id'][:12]}, assigned {where[0]['resources']} "
               f"(cluster started in {started:.1f}s at {cluster.address})")
         if "models" not in where[0]["resources"]:
@@ -365,14 +381,12 @@ def main(argv: list[str] | None = None) -> int:
                                  args.slice, setup))
             after = r.actor_info("embedder")[0]["pid"]
             killed = r.killed
-        problems["2-node + kill"] = compare(expected, pq.read_table(work / "killed.parquet"))
+        problems["2-node + kill"], seen["2-node + kill"] = compare(expected, pq.read_table(work / "killed.parquet"), floor)
         if not killed or after == killed["pid"]:
             problems["2-node + kill"].append(f"the embedder actor was not restarted: {killed}, pid now {after}")
         else:
             print(f"killed embedder pid {killed['pid']} with {killed['batches_in_flight']} batches in flight; "
                   f"restarted as pid {after}")
-        diffs = {mode: max_score_diff(expected, pq.read_table(work / f)) for mode, f in
-                 (("local Ray", "ray.parquet"), ("2-node cluster", "cluster.parquet"), ("2-node + kill", "killed.parquet"))}
     finally:
         if cluster:
             cluster.stop()
@@ -381,9 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     print_table(table)
     print()
     ok = True
-    for mode, probs in problems.items():
-        print(f"{mode}: {'same pages, ranks and snippets as in-process, no query lost or duplicated' if not probs else probs}"
-              f"; max |score diff| {diffs.get(mode, 0.0):.1e} (allowed {SCORE_TOL:g})")
+    for mode, text in seen.items():
+        probs = problems.get(mode, [])
+        print(f"{mode}: {text}; " + ("no query lost, added or duplicated" if not probs else f"PROBLEMS: {probs}"))
         ok &= not probs
     return 0 if ok else 1
 
