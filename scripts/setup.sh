@@ -75,7 +75,9 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   say "pip install -e '.[dev]'"
   # compat mode: a plain path entry in a .pth file. The default editable finder is an import hook that
   # costs every Python start ~24 ms here (pathlib, importlib.util, ...), the warm `fanout query` included
-  "$PY" -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
+  # (setuptools calls compat "transitional" and warns; if a later one drops it, the default finder is used)
+  "$PY" -m pip install -q -e '.[dev]' --config-settings editable_mode=compat 2>/dev/null \
+    || "$PY" -m pip install -q -e '.[dev]'
   echo "$want" > "$STAMP"
 fi
 # bytecode for the project's modules, as an installed wheel has it: with PYTHONDONTWRITEBYTECODE set (CI,
