@@ -226,7 +226,7 @@ def serve(args: Any) -> int:
         app = _App(str(args.db), service, cfg.cache.serve_answers)
         for name in args.warm or []:  # a re-index after this point reopens the collection's tables
             with contextlib.suppress(OSError):
-                app.stamps[name] = os.stat(os.path.join(str(args.db), f"{name}.manifest.json")).st_mtime
+                app.stamps[name] = os.stat(os.path.join(str(args.db), f"{name}.manifest.json")).st_mtime_ns
         from http.server import ThreadingHTTPServer
 
         httpd = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(app))

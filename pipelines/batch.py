@@ -206,7 +206,7 @@ class PartsWatcher:
 
     def poll(self) -> int:
         for f in _files(self.fs, self.rdir):
-            if f in self.seen or not f.endswith(".parquet"):
+            if f in self.seen:
                 continue
             try:
                 with self.fs.open_input_file(f) as fh:
