@@ -73,7 +73,8 @@ class Progress:
         elif time.monotonic() - self.last >= self.every_s:
             self.last = time.monotonic()
             rate = self.done / max(1e-9, self.last - self.t0)
-            log.warning("expand: %d/%d queries (%.0f/s)", self.done, self.total, rate)
+            speed = f"{rate:.0f}/s" if rate >= 1 else f"{1 / max(rate, 1e-9):.1f} s/query"  # a 1.5B model: ~9 s
+            log.warning("expand: %d/%d queries (%s)", self.done, self.total, speed)
 
     def close(self) -> None:
         if self.bar is not None:
