@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from fanout.config import load_config
-    from fanout.db import Collection, ensure_scalar_index
+    from fanout.db import Collection
+    from fanout.vectors import ensure_scalar_index
     from pipelines.format_results import fetch_chunks
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="index-scale-"))
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     sec, res = timed(lambda: vsearch(tbl, q, exact=True), reps=3 if args.rows < 500_000 else 1)
     add("vector brute force", f"{nq} queries in one call", round(1000 * sec / nq, 2), round(recall(res, truth), 3))
 
-    from fanout.db import build_vector_index
+    from fanout.vectors import build_vector_index
 
     last_built = ""
     for kind in [t for t in args.types.split(",") if t]:
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             setting = f"nprobes={nprobes}" + (f" refine={refine}" if refine else "") + (f" ef={ef}" if ef else "")
             add(f"vector {kind}", setting, round(1000 * sec / nq, 2), round(recall(res, truth), 3))
 
-    from fanout.db import build_vector_index
+    from fanout.vectors import build_vector_index
 
     final = cfg.index.vector_index_type
     if not last_built or last_built != final:
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cache_rows(col, cache_rows: int, upsert_keys: int, add) -> None:
-    from fanout.db import ensure_scalar_index
+    from fanout.vectors import ensure_scalar_index
 
     def keys(rng, n):
         return [f"{x:032x}" for x in rng.integers(0, 2**62, n, dtype=np.int64) * 7919 + 13]

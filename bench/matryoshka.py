@@ -13,7 +13,7 @@ Quality: run `fanout eval` once per dimension into its own folder, then point --
 (the index re-derives its vectors from the kept full ones at each change: nothing is re-embedded).
 
 Quality straight from an existing index (--score-index DB): a copy of DB, its vectors re-derived per dimension
-(fanout.db.rederive_vectors: nothing re-embedded, nothing re-chunked), then the eval's `vector` mode (the `vec`
+(fanout.vectors.rederive_vectors: nothing re-embedded, nothing re-chunked), then the eval's `vector` mode (the `vec`
 lane only, n=20, no expansion, no rerank) per language through pipelines.search.Searcher, scored with
 faces.score_runs. Use it when `fanout eval` would rebuild the index first (a chunker change since the index was
 built re-chunks and re-embeds every page: ~40 min per language on this machine). Query vectors come from the
@@ -78,8 +78,9 @@ def quality_from_index(src: str, dims: list[int], langs: list[str]) -> dict[tupl
     from faces.evaluate import MODES, mode_rows
     from faces.score_runs import per_query_metrics
     from fanout.config import load_config
-    from fanout.db import Collection, rederive_vectors, vector_dims
+    from fanout.db import Collection
     from fanout.runner import make_runner
+    from fanout.vectors import rederive_vectors, vector_dims
     from pipelines.search import Searcher, SearchOptions
 
     queries = load_queries(None)
@@ -137,7 +138,8 @@ def search_ms(tbl, queries: np.ndarray, k: int = 60) -> float:
 
 def bench_vectors(db: str, collection: str, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
     """(full chunk vectors, up to n real query vectors from the cache, else chunk vectors) of a collection."""
-    from fanout.db import VECTOR_FULL, Collection
+    from fanout.db import Collection
+    from fanout.vectors import VECTOR_FULL
 
     col = Collection(db, collection)
     t = col.table(col.chunks_name).to_arrow()
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from index_scale import BATCH, Synth
 
-    from fanout.db import truncate_vectors
+    from fanout.vectors import truncate_vectors
 
     dims = [int(d) for d in args.dims.split(",")]
     runs = [r for r in args.runs.split(",") if r]

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from cluster_2node import LoopbackCluster
+from loopback import LoopbackCluster
 
 from fanout.config import load_config
 from fanout.ray_runner import RayRunner

@@ -49,7 +49,7 @@ def main() -> int:
     ap.add_argument("--fields", nargs="*", default=None, help="your own agent fields (keyed by your ids)")
     args = ap.parse_args()
     if args.queries:
-        from faces.evaluate import load_judged, load_own_fields
+        from faces.eval_own import load_judged, load_own_fields
 
         queries = {q["id"]: q for q in load_judged(args.queries)}
         fields = load_own_fields(args.fields, set(queries)) if args.fields else {}

@@ -113,8 +113,7 @@ def save(out: Path, per_query: pa.Table, timings: list[dict]) -> None:
 def render(per_query: pa.Table, timings: list[dict], spec: dict[str, Any], args: argparse.Namespace) -> str:
     from faces.bench_data import load_published_runs, load_queries
     from faces.bootstrap_ci import paired_diff, set_intervals
-    from faces.evaluate import category_table, pair_side
-    from faces.report_eval import published_rows, render_markdown, with_intervals
+    from faces.report_eval import category_table, pair_side, published_rows, render_markdown, with_intervals
     from faces.score_runs import summarize
 
     desc = {r["name"]: r.get("description", r["name"]) for r in spec["rows"]}

@@ -18,7 +18,6 @@ import argparse
 import json
 import logging
 import time
-import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -222,104 +221,11 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 # -- your own data ------------------------------------------------------------------------------------------
 
 
-def _path(p: str) -> str:
-    return unicodedata.normalize("NFC", p.strip().replace("\\", "/")).removeprefix("./")
-
-
-def load_judged(path: str | Path) -> list[dict]:
-    """Judged queries in the documented format (EVAL_HELP); every problem is reported with its line."""
-    text = Path(path).read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        try:
-            items = [(f"item {i}", x) for i, x in enumerate(json.loads(text), 1)]
-        except ValueError as e:
-            raise ValueError(f"{path}: not valid JSON ({e}); give a JSON list or one object per line") from None
-    else:
-        items = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    items.append((f"line {n}", json.loads(line)))
-                except ValueError as e:
-                    items.append((f"line {n}", ValueError(f"not valid JSON ({e})")))
-    problems: list[str] = []
-    out: list[dict] = []
-    seen: set[str] = set()
-    for where, q in items:
-        if isinstance(q, Exception) or not isinstance(q, dict):
-            problems.append(f"{where}: {q if isinstance(q, Exception) else 'not a JSON object'}")
-            continue
-        qid = q.get("id")
-        if not isinstance(qid, (str, int)) or isinstance(qid, bool) or str(qid).strip() == "":
-            problems.append(f"{where}: `id` is missing or not a string")
-            continue
-        qid = str(qid)
-        if qid in seen:
-            problems.append(f"{where}: id {qid!r} appears twice; ids must be unique")
-        seen.add(qid)
-        if not isinstance(q.get("query"), str) or not q["query"].strip():
-            problems.append(f"{where} ({qid}): `query` is missing or empty")
-        lists = {}
-        for key in ("relevant", "partial"):
-            v = q.get(key) or []
-            v = [v] if isinstance(v, str) else v
-            if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
-                problems.append(f"{where} ({qid}): `{key}` must be a list of note paths")
-                v = []
-            lists[key] = [_path(x) for x in v]
-        if not lists["relevant"]:
-            problems.append(f"{where} ({qid}): `relevant` is empty; judge at least one page relevant")
-        extra = {k: str(q[k]) for k in ("lang", "subset", "category") if q.get(k) not in (None, "")}
-        out.append({"id": qid, "query": q.get("query"), **lists, "lang": extra.get("lang", ""),
-                    "subset": extra.get("subset", ""), "category": extra.get("category", ""),
-                    "set": extra.get("subset", "all")})
-    if problems:
-        raise ValueError(f"{path}: {len(problems)} problem(s) in the judged queries:\n  " + "\n  ".join(problems[:20])
-                         + "\nformat: one JSON object a line with id, query, relevant [paths], optional partial, "
-                         "subset, category, lang (see `fanout eval --help`)")
-    return out
-
-
-def load_own_fields(files: list[str], ids: set[str]) -> dict[str, dict[str, str]]:
-    """Agent fields keyed by the judged queries' own ids (a list of objects with `id`, or a map id -> object)."""
-    fields: dict[str, dict[str, str]] = {}
-    for f in files:
-        data = json.loads(Path(f).read_text(encoding="utf-8"))
-        items = [dict(v, id=k) for k, v in data.items()] if isinstance(data, dict) else list(data or [])
-        for item in items:
-            if isinstance(item, dict) and item.get("id") is not None:
-                fields[str(item["id"])] = {k: item[k].strip() for k in FIELDS if isinstance(item.get(k), str)}
-    unknown = sorted(set(fields) - ids)
-    if fields and len(unknown) == len(fields):
-        raise ValueError(f"agent fields in {files} are keyed by ids like {unknown[:3]}, none of which is a "
-                         f"query id (e.g. {sorted(ids)[:3]}); key them by the judged queries' `id`")
-    if unknown:
-        log.warning("%d agent-field entries match no query id (e.g. %s); ignored", len(unknown), unknown[:3])
-    return fields
-
-
-def check_judged(col, queries: list[dict]) -> None:
-    """Every judged path must be a note of the index; the error lists the strays and the closest paths."""
-    from difflib import get_close_matches
-
-    t = col.table(col.documents_name).search().select(["path"]).limit(None).to_arrow()
-    known = set(t["path"].to_pylist())
-    missing = [(q["id"], p) for q in queries for p in q["relevant"] + q["partial"] if p not in known]
-    if not missing:
-        return
-    lines = []
-    for qid, p in missing[:10]:
-        close = get_close_matches(p, known, n=1)
-        lines.append(f"{qid}: {p!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise ValueError(f"{len(missing)} judged path(s) are not notes of collection {col.name!r} "
-                     f"({len(known)} notes, vault {col.read_manifest().get('vault')}):\n  " + "\n  ".join(lines)
-                     + "\npaths are relative to the vault root, with .md, as `fanout ls` prints them")
-
-
 def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
     """Your own judged queries on your own vault (one collection; sets = the queries' subsets)."""
 
     from faces.common import DEFAULT_DB
+    from faces.eval_own import check_judged, load_judged, load_own_fields
     from faces.score_runs import per_query_metrics
     from fanout.db import Collection
     from fanout.runner import make_runner
@@ -367,7 +273,15 @@ def write_scores(out: Path, per_query: list, timings: list[dict]) -> tuple[pa.Ta
 
 def main_eval(args: argparse.Namespace) -> int:
     from faces.bootstrap_ci import set_intervals
-    from faces.report_eval import plot_sets, published_rows, render_markdown, score_runs_cli, with_intervals
+    from faces.report_eval import (
+        category_table,
+        paired_section,
+        plot_sets,
+        published_rows,
+        render_markdown,
+        score_runs_cli,
+        with_intervals,
+    )
     from faces.score_runs import summarize
     from fanout.config import load_config
 
@@ -403,66 +317,3 @@ def main_eval(args: argparse.Namespace) -> int:
     print(f"wrote {out}/report.md, {out}/ndcg5.png, per_query.parquet, timings.parquet; "
           f"SQL over them: fanout analyze {out}")
     return 0
-
-
-PAIRS = (("fields", "fields-w1"), ("short", "fields-short"), ("hybrid", "trip2g-alias"), ("fields", "hybrid"))
-OWN_PAIRS = (("fields", "hybrid"), ("hybrid", "bm25"), ("hybrid", "vector"))
-
-
-def pair_side(ours: dict, published: dict, queries: list[dict], a: str, b: str):
-    """Per-query metrics of system `b` to pair with our system `a`: our own run, or a published run scored on
-    a's queries; None when there is neither."""
-    from faces.score_runs import per_query_metrics
-
-    if b in ours:
-        return ours[b]
-    if b in published:
-        ids = set(ours[a]["id"].to_pylist())
-        return per_query_metrics(published[b], [q for q in queries if q["id"] in ids], system=b)
-    return None
-
-
-
-def paired_section(per_query: pa.Table, bench: str | Path | None, n_boot: int, with_published: bool = True) -> str:
-    """Paired bootstrap of nDCG@5 differences: on the benchmark against the closest published runs (same
-    queries); on your own data (`with_published=False`) between our own modes."""
-    import pyarrow as pa
-
-    from faces.bootstrap_ci import paired_diff
-
-    published, queries = {}, []
-    if with_published:
-        from faces.bench_data import load_published_runs, load_queries
-
-        published, queries = load_published_runs(bench), load_queries(bench)
-    ours = {s.removeprefix("fanout-"): per_query.filter(pa.compute.equal(per_query["system"], s))
-            for s in set(per_query["system"].to_pylist())}
-    lines = ["\n## paired bootstrap, nDCG@5 difference (95% interval)\n", "| ours - other | set | n | mean | interval |",
-             "|---|---|---|---|---|"]
-    for mine, other in PAIRS if published else OWN_PAIRS:
-        if mine not in ours:
-            continue
-        b = pair_side(ours, published, queries, mine, other)
-        if b is None:
-            continue
-        for name, d in paired_diff(ours[mine], b, "ndcg_5", n_boot).items():
-            lines.append(f"| {mine} - {other} | {name} | {d['n']} | {d['mean_diff']:+.3f} | {d['interval']} |")
-    return "\n".join(lines) + "\n"
-
-
-def category_table(per_query: pa.Table) -> str:
-    import duckdb
-
-    t = per_query  # noqa: F841 - read by duckdb by name
-    rows = duckdb.sql("select system, coalesce(nullif(concat_ws(':', nullif(lang, ''), nullif(category, '')), ''),"
-                      " '-') as cat, count(*) n, avg(ndcg_5) v from t group by all order by cat, system").fetchall()
-    systems = list(dict.fromkeys(r[0] for r in rows))
-    cats = list(dict.fromkeys(r[1] for r in rows))
-    val = {(r[0], r[1]): (r[2], r[3]) for r in rows}
-    lines = ["| category | n | " + " | ".join(s.replace("fanout-", "") for s in systems) + " |",
-             "|---|---|" + "---|" * len(systems)]
-    for c in cats:
-        n = next(val[(s, c)][0] for s in systems if (s, c) in val)
-        cells = [f"{val[(s, c)][1]:.3f}" if (s, c) in val else "–" for s in systems]
-        lines.append(f"| {c} | {n} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"

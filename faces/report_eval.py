@@ -193,3 +193,66 @@ def score_runs_cli(
         row["description"] = published[row["system"]]["system"] if row["system"] in published else ""
     rows = (published_rows(bench_dir) if include_published else []) + list(summary)
     return render_markdown(rows)
+
+
+PAIRS = (("fields", "fields-w1"), ("short", "fields-short"), ("hybrid", "trip2g-alias"), ("fields", "hybrid"))
+OWN_PAIRS = (("fields", "hybrid"), ("hybrid", "bm25"), ("hybrid", "vector"))
+
+
+def pair_side(ours: dict, published: dict, queries: list[dict], a: str, b: str):
+    """Per-query metrics of system `b` to pair with our system `a`: our own run, or a published run scored on
+    a's queries; None when there is neither."""
+    from faces.score_runs import per_query_metrics
+
+    if b in ours:
+        return ours[b]
+    if b in published:
+        ids = set(ours[a]["id"].to_pylist())
+        return per_query_metrics(published[b], [q for q in queries if q["id"] in ids], system=b)
+    return None
+
+
+
+def paired_section(per_query: pa.Table, bench: str | Path | None, n_boot: int, with_published: bool = True) -> str:
+    """Paired bootstrap of nDCG@5 differences: on the benchmark against the closest published runs (same
+    queries); on your own data (`with_published=False`) between our own modes."""
+    import pyarrow as pa
+
+    from faces.bootstrap_ci import paired_diff
+
+    published, queries = {}, []
+    if with_published:
+        from faces.bench_data import load_published_runs, load_queries
+
+        published, queries = load_published_runs(bench), load_queries(bench)
+    ours = {s.removeprefix("fanout-"): per_query.filter(pa.compute.equal(per_query["system"], s))
+            for s in set(per_query["system"].to_pylist())}
+    lines = ["\n## paired bootstrap, nDCG@5 difference (95% interval)\n", "| ours - other | set | n | mean | interval |",
+             "|---|---|---|---|---|"]
+    for mine, other in PAIRS if published else OWN_PAIRS:
+        if mine not in ours:
+            continue
+        b = pair_side(ours, published, queries, mine, other)
+        if b is None:
+            continue
+        for name, d in paired_diff(ours[mine], b, "ndcg_5", n_boot).items():
+            lines.append(f"| {mine} - {other} | {name} | {d['n']} | {d['mean_diff']:+.3f} | {d['interval']} |")
+    return "\n".join(lines) + "\n"
+
+
+def category_table(per_query: pa.Table) -> str:
+    import duckdb
+
+    t = per_query  # noqa: F841 - read by duckdb by name
+    rows = duckdb.sql("select system, coalesce(nullif(concat_ws(':', nullif(lang, ''), nullif(category, '')), ''),"
+                      " '-') as cat, count(*) n, avg(ndcg_5) v from t group by all order by cat, system").fetchall()
+    systems = list(dict.fromkeys(r[0] for r in rows))
+    cats = list(dict.fromkeys(r[1] for r in rows))
+    val = {(r[0], r[1]): (r[2], r[3]) for r in rows}
+    lines = ["| category | n | " + " | ".join(s.replace("fanout-", "") for s in systems) + " |",
+             "|---|---|" + "---|" * len(systems)]
+    for c in cats:
+        n = next(val[(s, c)][0] for s in systems if (s, c) in val)
+        cells = [f"{val[(s, c)][1]:.3f}" if (s, c) in val else "–" for s in systems]
+        lines.append(f"| {c} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -38,6 +38,7 @@ class ExpandQueries:
     def __init__(self, cfg: Config, db: str, collection: str, generate: bool = False, runner: Runner | None = None):
         self.cfg = cfg
         self.generate = generate
+        self.kinds = set(cfg.expand.use_kinds)  # the cache keeps every line; only these are searched
         self.version = prompt_key(cfg.expand)  # the expansions cache's prompt version
         # the index the queries are for: the fields prompt takes its language and page titles from it
         self.collection = json.dumps({"db": db, "name": collection})
@@ -91,7 +92,7 @@ class ExpandQueries:
                 hit = cached.get(key)
                 if hit is not None:
                     source[i] = "cache"
-                    variants[i] += [{**v, "source": "cache"} for v in hit[0]]
+                    variants[i] += [{**v, "source": "cache"} for v in hit[0] if v["kind"] in self.kinds]
                 elif self.generate:
                     todo.append(i)
                 else:
@@ -122,7 +123,7 @@ class ExpandQueries:
             src = "model" if r["source"] == "model" else "fallback"
             source[i] = src
             got = [{"kind": v["kind"], "text": v["text"]} for v in r["variants"] or []]
-            variants[i] += [{**v, "source": src} for v in got]
+            variants[i] += [{**v, "source": src} for v in got if v["kind"] in self.kinds]
             if not r.get("error"):  # never cache a model error
                 new_rows[i] = Caches.expansion_rows(self.model, self.version, [
                     {"query": rows[i]["query"], "intent": rows[i]["intent"], "variants": got, "source": src}])

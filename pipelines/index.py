@@ -17,7 +17,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout import db as fdb
 from fanout import storage
 from fanout.config import Config
 from fanout.db import SCHEMA_VERSION, Collection
@@ -25,6 +24,7 @@ from fanout.filters import FILTER_COLUMNS
 from fanout.integrity import IndexStateError, parse_manifest
 from fanout.runner import Runner, model_identity
 from fanout.vault import resolve_vault
+from fanout.vectors import fit_vectors, rederive_vectors
 from pipelines.check_vectors import check_vectors, embed_reusing, old_vectors, split_reused
 from pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
 from pipelines.embed_chunks import embed_groups
@@ -131,7 +131,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
             log.warning("%s: a stored vector is damaged; re-embedding the note", p)
     rederived = ""
     if not rebuild:  # a new Matryoshka size is cut from the stored full vectors, not re-embedded
-        a, b = fdb.rederive_vectors(col, cfg.index.vector_dim)
+        a, b = rederive_vectors(col, cfg.index.vector_dim)
         rederived = f"{a} -> {b}" if a != b else ""
     existing = None
     if not rebuild:
@@ -193,7 +193,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         part_notes = todo.filter(pc.is_in(todo["path"], pa.array(ok, pa.string())))
         if ok:
             embedded = add_filter_columns(add_fts_columns(vectors, part_notes, cfg.index.languages), part_notes)
-            embedded = fdb.fit_vectors(embedded, cfg.index.vector_dim)
+            embedded = fit_vectors(embedded, cfg.index.vector_dim)
             write_index(col, embedded, documents_table(part_notes, embedded), set(sel))
             wrote_any = True
         else:  # every note of the group failed: only remove their old rows

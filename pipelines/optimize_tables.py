@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from fanout.config import Config, load_config
-from fanout.db import Collection, build_vector_index, ensure_scalar_index
+from fanout.db import Collection
+from fanout.vectors import build_vector_index, ensure_scalar_index
 from pipelines.write_index import vector_index_reason
 
 log = logging.getLogger(__name__)

@@ -14,19 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fanout.config import Config, IndexConfig
-from fanout.db import (
-    FTS_FIELDS,
-    LANG_NAMES,
-    VECTOR_FULL,
-    Collection,
-    build_vector_index,
-    ensure_scalar_index,
-    fts_columns,
-    has_vector_index,
-    vector_dims,
-)
+from fanout.db import FTS_FIELDS, LANG_NAMES, Collection, fts_columns
 from fanout.filters import FILTER_COLUMNS, tag_values
 from fanout.schemas import DOCUMENTS
+from fanout.vectors import VECTOR_FULL, build_vector_index, ensure_scalar_index, has_vector_index, vector_dims
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from faces.cli import main
-from faces.evaluate import load_judged, load_own_fields
+from faces.eval_own import load_judged, load_own_fields
 
 
 def write(path, rows):

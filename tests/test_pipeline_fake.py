@@ -98,6 +98,10 @@ def test_cached_expansions_are_used_even_when_expansion_is_off(fake_db, fake_cfg
     assert res.results["path"].to_pylist() == gen.results["path"].to_pylist()
     other = off.search([{"id": "n", "query": "a query nobody expanded"}], SearchOptions())
     assert other.stats["expansion"]["none"] == 1  # missing and not generated
+    # expand.use_kinds picks which cached lines are searched, without generating again
+    lex = Searcher(fake_db, "t", cfg.replace(expand={"enabled": False, "use_kinds": ["lex"]}), fake_runner)
+    kinds = [v["kind"] for v in lex.search(rows, SearchOptions()).variants.to_pylist()]
+    assert kinds and set(kinds) == {"orig", "lex"}
 
 
 def test_expansions_precomputed_by_fanout_expand_are_used_with_expansion_off(tmp_path, fake_db, fake_cfg,

@@ -17,8 +17,9 @@ from conftest import NOTES, write_vault
 
 from fanout import storage
 from fanout.config import StorageConfig
-from fanout.db import Collection, index_columns, truncate_vectors, vector_dims
+from fanout.db import Collection
 from fanout.runner import Runner
+from fanout.vectors import index_columns, truncate_vectors, vector_dims
 
 
 # -- locations --------------------------------------------------------------------------------------------
@@ -184,10 +185,10 @@ def test_above_threshold_vector_and_scalar_indexes_land_in_the_manifest(tmp_path
 
 
 def test_matryoshka_dimension_is_rederived_not_reembedded(tmp_path, cfg, monkeypatch):
-    import fanout.db
+    import fanout.vectors
     from pipelines.index import index_vault
 
-    monkeypatch.setattr(fanout.db, "REDERIVE_BATCH", 7)  # the rewrite streams in several batches
+    monkeypatch.setattr(fanout.vectors, "REDERIVE_BATCH", 7)  # the rewrite streams in several batches
 
     vault = write_vault(tmp_path / "v", many_notes(20))
     db = tmp_path / "db"

@@ -19,7 +19,8 @@ import pytest
 from conftest import NOTES, write_vault
 
 from fanout import storage
-from fanout.db import Collection, index_columns
+from fanout.db import Collection
+from fanout.vectors import index_columns
 
 
 @pytest.fixture(scope="module")
