@@ -93,6 +93,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             where += " (a repeated request: its answer from memory; timings of the first)"
         print(f"{where}; " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in resp["timings"].items()),
               file=sys.stderr)
+        if resp.get("expansion"):  # "cache": a precomputed expansion (`fanout expand`) was used
+            print("expansion: " + ", ".join(f"{c} {src}" for c, src in resp["expansion"].items()), file=sys.stderr)
     return 2 if resp["errors"] else 0
 
 

@@ -65,12 +65,14 @@ class SearchService:
         results: list[dict] = []
         errors: list[dict] = []
         timings: dict[str, float] = {}
+        expansion: dict[str, str] = {}  # collection -> where the variants came from (agent, cache, model, ...)
         with self.lock:
             for ci, name in enumerate(collections):
                 s = self.searcher(name, mode)
                 out = s.search([row], opts)
                 for k, v in out.timings.items():
                     timings[k] = timings.get(k, 0.0) + v
+                expansion[name] = next((k for k, v in out.stats.get("expansion", {}).items() if v), "none")
                 variants = {(v["qid"], v["vid"]): v for v in out.variants.to_pylist()}
                 for r in out.results.to_pylist():
                     results.append(_result(r, name, ci, variants))
@@ -91,7 +93,7 @@ class SearchService:
             self._add_text(results, bool(req.get("full")))
         timings["total"] = time.perf_counter() - t0
         resp = {"mode": mode, "collections": collections, "results": results, "errors": errors,
-                "timings": {k: round(v, 4) for k, v in timings.items()}}
+                "timings": {k: round(v, 4) for k, v in timings.items()}, "expansion": expansion}
         if opts.explain:  # the query-level facts (the same in every result's explanation)
             ex = next((r["explain"] for r in results if r.get("explain")), {})
             resp["explain"] = {"query": ex.get("query") or req.get("query"), "probe": ex.get("probe"),

@@ -159,8 +159,9 @@ class ExpandConfig:
     prompt_version: str = "v1"  # part of the cache key: bump when the prompt or grammar changes
     max_variants: int = 6  # lines kept after filtering (qmd format)
     # qmd: lex/vec/hyde lines under a grammar; fields: the agent's three fields from the MCP descriptions
-    # (issue 11; fanout/agent_fields.py). qmd stays the default: the fields format was not measured on all
-    # 236 queries yet (bench/issue11/expand_subset.yaml runs both).
+    # (issue 11; fanout/agent_fields.py). qmd stays the local default because expansion is off there (the
+    # 0.5B's qmd lines did not help: README "Without an agent"); local-1.5b uses fields, which with the 1.5B
+    # (all 236 queries, precomputed) scored 0.805/0.836/0.728/0.809 vs hybrid 0.796/0.803/0.742/0.796.
     format: Literal["qmd", "fields"] = "qmd"
     fields: tuple[str, ...] = ("short_query", "rephrased_query", "expected_answer")  # fields format: which to write
     titles_in_prompt: bool = False  # fields format: list the collection's page titles in the prompt
@@ -168,6 +169,10 @@ class ExpandConfig:
     # which expansion kinds are searched (lex -> full text, vec/hyde -> vectors); the cache keeps every line,
     # so a subset is tried without generating again (bench/issue11/full.yaml)
     use_kinds: tuple[str, ...] = ("lex", "vec", "hyde")
+    # `fanout expand` also embeds each query's vector-lane variants into the query-vector cache, so a later
+    # search of a precomputed query calls no model at all (1.5B fields, 236 queries: 0.43-0.54 s/query of
+    # embedding moved offline; bench/issue11/full.yaml)
+    precompute_vectors: bool = True
 
     def validate(self) -> None:
         from fanout.agent_fields import EXPAND_FORMATS, FIELD_KINDS

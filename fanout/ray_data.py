@@ -106,8 +106,18 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
         blocks = max(len(paths), -(-rows // max(1, first))) if rows else None
         ds = rd.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus, override_num_blocks=blocks)
     for spec in specs:
-        ds = ds.map_batches(spec.cls, **map_opts(runner, spec))
+        ds = ds.map_batches(_named(spec), **map_opts(runner, spec))
     return ds
+
+
+def _named(spec: StageSpec) -> type:
+    """The class Ray Data runs for a stage. A Chain gets a subclass named after its stages (`A+B+C`): Ray
+    names an operator after its class, and two operators of one name share one stats entry (the second
+    prints `[execution cached]`, so its time was lost and the next stage's read as its own)."""
+    if spec.cls is not Chain:
+        return spec.cls
+    name = "+".join(c.__name__ for c, _ in spec.kwargs["stages"])
+    return type(name, (Chain,), {"__module__": Chain.__module__, "__qualname__": name})
 
 
 def run_dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str], out_dir: str, filesystem: Any = None,
@@ -123,28 +133,27 @@ def run_dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str], out
     runner.last_stats = ""
     with contextlib.suppress(Exception):
         runner.last_stats = ds.stats()
-    runner.last_timings = stage_seconds(runner.last_stats, fuse_specs(specs))
+    runner.last_timings = stage_seconds(runner.last_stats)
     return runner.last_stats
 
 
 _OP = re.compile(r"^Operator \d+ (.+?): \d+ tasks")
+_MAP = re.compile(r"MapBatches\((.+?)\)(?=->|$)")
 _WALL = re.compile(r"Remote wall time: .*?, ([\d.]+)(us|ms|s) total")
 
 
-def stage_seconds(stats: str, specs: list[StageSpec] | None = None) -> dict[str, float]:
+def stage_seconds(stats: str) -> dict[str, float]:
     """Per operator of a Ray Data run, its tasks' summed remote wall time in seconds, read off
-    `Dataset.stats()`. With the (fused) `specs` the MapBatches operators are named by their stages, a
-    Chain as `A+B+C`; the read and write operators keep Ray Data's names."""
-    names = [("+".join(c.__name__ for c, _ in s.kwargs["stages"]) if s.cls is Chain else s.name)
-             for s in specs or []]
+    `Dataset.stats()`. A MapBatches operator is named by its stage (a Chain as `A+B+C`, see `_named`; Ray's
+    own fusion as `A->B`); the read and write operators keep Ray Data's names."""
     unit = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
     out: dict[str, float] = {}
-    name, k = None, 0
+    name = None
     for line in stats.splitlines():
         if m := _OP.match(line.strip()):
-            name = m.group(1)
-            if name.startswith("MapBatches(") and k < len(names):
-                name, k = names[k], k + 1
+            name = _MAP.sub(r"\1", m.group(1))
+        elif line.strip().startswith("Operator "):
+            name = None  # e.g. "[execution cached]": no timing of its own
         elif name and (w := _WALL.search(line)):
             out[name] = out.get(name, 0.0) + float(w.group(1)) * unit[w.group(2)]
             name = None

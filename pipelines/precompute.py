@@ -1,12 +1,13 @@
 """Job: precompute expansions of a query log into the cache (`fanout expand LOG`).
 
-    ParseQueries -> ExpandQueries(generate) -> WriteCaches -> KeepColumns
+    ParseQueries -> ExpandQueries(generate) -> EmbedVariants -> WriteCaches -> KeepColumns
 
 The input is staged as a batch job stages it (positions, ids; under `<db>/.jobs/expand-<hash>/`, removed at
 the end); queries already in the cache are skipped by ExpandQueries; the one writer commits new expansions
 batch by batch, so the cache itself is the resume state: a killed job, run again, generates only what is
-still missing. On the Ray runner it is ONE Ray Data Dataset; the driver only counts the small rows that come
-back (a bar on a TTY, a periodic log line otherwise).
+still missing. EmbedVariants puts the variants' query vectors in their cache too (`expand.precompute_vectors`),
+so a precomputed query is answered with no model call. On the Ray runner it is ONE Ray Data Dataset; the
+driver only counts the small rows that come back (a bar on a TTY, a periodic log line otherwise).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from fanout.runner import Runner, StageSpec
 from pipelines.batch import _iter_todo, stage_input, write_todo
 from pipelines.expand_queries import SOURCES, ExpandQueries
 from pipelines.parse_queries import ParseQueries
+from pipelines.retrieve_variants import EmbedVariants
 from pipelines.write_caches import WriteCaches
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
     return [
         StageSpec(ParseQueries, {"cfg": cfg}),
         StageSpec(ExpandQueries, {**ix, "generate": True}, pool="expander", role="expander"),
+        *([StageSpec(EmbedVariants, ix, pool="embedder", role="embedder")] if cfg.expand.precompute_vectors else []),
         StageSpec(WriteCaches, ix, pool="writer", single=True),
         StageSpec(KeepColumns, {"names": ["_row", "expansion", "error"]}, pool="writer"),
     ]

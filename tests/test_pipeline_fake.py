@@ -113,11 +113,17 @@ def test_expansions_precomputed_by_fanout_expand_are_used_with_expansion_off(tmp
     assert _cli("expand", str(log), "--db", str(fake_db), "--collection", "t", "--config", "fake",
                 "--runner", "inproc") == 0
     cfg = fake_cfg.replace(probe={"enabled": False}, expand={"enabled": False})
-    calls = fake_runner.calls.get("expander", 0)
+    calls = fake_runner.calls.get("expander", 0), fake_runner.calls.get("embedder", 0)
     res = Searcher(fake_db, "t", cfg, fake_runner).search([{"id": "a", "query": q}], SearchOptions())
-    assert fake_runner.calls.get("expander", 0) == calls  # no model call: the precomputed lines were read
+    # no model call: the precomputed lines were read, and their vectors too (expand.precompute_vectors)
+    assert (fake_runner.calls.get("expander", 0), fake_runner.calls.get("embedder", 0)) == calls
+    assert res.stats["stages"]["EmbedVariants"]["embedded"] == 0 < res.stats["stages"]["EmbedVariants"]["cached"]
     assert res.stats["expansion"]["cache"] == 1 and res.stats["stages"]["ExpandQueries"]["cache"] == 1
     assert {v["source"] for v in res.variants.to_pylist() if v["kind"] != "orig"} == {"cache"}
+    from faces.service import SearchService  # `fanout query -v` says so: "expansion: t cache"
+
+    resp = SearchService(fake_db, cfg, fake_runner).run({"mode": "query", "collections": ["t"], "query": q})
+    assert resp["expansion"] == {"t": "cache"} and resp["results"]
     # another prompt format is another cache key: the qmd-format lines are not served to a fields config
     fields = cfg.replace(expand={"format": "fields"})
     other = Searcher(fake_db, "t", fields, fake_runner).search([{"id": "a", "query": q}], SearchOptions())
