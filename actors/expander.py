@@ -93,7 +93,10 @@ FIELDS_PROMPTS: dict[str, dict[str, str]] = {
     "en": {
         "titles": "The knowledge base has pages with these titles (short_query is usually one of them):",
         "query": "Question: {query}", "intent": "Context: {intent}",
+        "hits": "Full-text search of the knowledge base found (these may be unrelated):",
         "example_q": "Question: how do I print only some of the pages",
+        "example_hits": ["Print > Page range: Enter the pages to print, separated by commas or as a range.",
+                         "Export to PDF: Export a note as a PDF file from the command palette."],
         "short_query": "Print range",
         "rephrased_query": "How can I print a selected range of pages instead of the whole document?",
         "expected_answer": "To print only some pages, open the Print dialog and enter a page range such as 2-5.",
@@ -101,7 +104,10 @@ FIELDS_PROMPTS: dict[str, dict[str, str]] = {
     "ru": {
         "titles": "В базе знаний есть страницы с такими заголовками (short_query обычно один из них):",
         "query": "Вопрос: {query}", "intent": "Контекст: {intent}",
+        "hits": "Полнотекстовый поиск по базе знаний нашёл (это может быть не то):",
         "example_q": "Вопрос: как напечатать только некоторые страницы",
+        "example_hits": ["Печать > Диапазон страниц: Укажите страницы через запятую или диапазоном.",
+                         "Экспорт в PDF: Экспортируйте заметку в PDF из палитры команд."],
         "short_query": "Диапазон печати",
         "rephrased_query": "Как распечатать выбранные страницы, а не весь документ?",
         "expected_answer": "Чтобы напечатать только часть страниц, откройте окно печати и укажите диапазон "
@@ -115,7 +121,8 @@ def prompt_key(cfg: ExpandConfig) -> str:
     if cfg.format == "qmd":
         return cfg.prompt_version
     titles = f"titles={cfg.max_titles}" if cfg.titles_in_prompt else "titles=0"
-    return f"{cfg.prompt_version}:{cfg.format}:{','.join(cfg.fields)}:{titles}"
+    ground = f":ground={cfg.ground_hits}x{cfg.ground_chars}" if cfg.ground_hits else ""
+    return f"{cfg.prompt_version}:{cfg.format}:{','.join(cfg.fields)}:{titles}{ground}"
 
 
 def parse_fields(raw: str, query: str, stats: dict[str, int] | None = None) -> list[tuple[str, str]]:
@@ -197,10 +204,11 @@ def fallback_variants(query: str) -> list[tuple[str, str]]:
 
 
 class QueryExpander:
-    """`__call__(batch)`: qid, query, intent, lang (+ collection) -> qid, raw, variants, source, error.
+    """`__call__(batch)`: qid, query, intent, lang (+ collection, grounding) -> qid, raw, variants, source, error.
 
     `collection` (optional, JSON {"db", "name"}) names the index the query is for: the fields format takes
-    the knowledge base's language and page titles from it.
+    the knowledge base's language and page titles from it; `grounding` (optional, list of strings) are the
+    query's BM25 pages, shown after the question (expand.ground_hits).
     """
 
     def __init__(self, cfg: Config):
@@ -235,8 +243,10 @@ class QueryExpander:
             self._contexts[collection] = (langs[0] if langs else None, titles)
         return self._contexts[collection]
 
-    def fields_prompt(self, query: str, intent: str | None, kb_lang: str | None, titles: list[str]) -> str:
-        """The fields-format chat prompt: system (+ titles) and the example are a prefix shared by all queries."""
+    def fields_prompt(self, query: str, intent: str | None, kb_lang: str | None, titles: list[str],
+                      hits: tuple[str, ...] = ()) -> str:
+        """The fields-format chat prompt: system (+ titles) and the example are a prefix shared by all queries;
+        `hits` (expand.ground_hits) are the query's own BM25 pages, after the question."""
         lang = kb_lang if kb_lang in FIELDS_PROMPTS else ("en" if kb_lang is None else kb_lang)
         p = FIELDS_PROMPTS.get(lang, FIELDS_PROMPTS["en"])
         fields = self.cfg.expand.fields
@@ -254,8 +264,12 @@ class QueryExpander:
         user = p["query"].format(query=query)
         if intent:
             user += "\n" + p["intent"].format(intent=intent)
+        example = p["example_q"]
+        if self.cfg.expand.ground_hits:  # the example shows hits too, so the format is the same every turn
+            example += "\n" + p["hits"] + "".join(f"\n- {h}" for h in p["example_hits"])
+            user += "\n" + p["hits"] + ("".join(f"\n- {h}" for h in hits) if hits else "\n-")
         messages = [{"role": "system", "content": system},
-                    {"role": "user", "content": p["example_q"]},
+                    {"role": "user", "content": example},
                     {"role": "assistant", "content": "".join(f"{f}: {p[f]}\n" for f in fields)},
                     {"role": "user", "content": user}]
         return render_chat(self.llm, messages)
@@ -274,7 +288,8 @@ class QueryExpander:
                     {"role": "user", "content": user}]
         return render_chat(self.llm, messages)
 
-    def generate(self, query: str, intent: str | None, lang: str | None, collection: str | None = None) -> str:
+    def generate(self, query: str, intent: str | None, lang: str | None, collection: str | None = None,
+                 hits: tuple[str, ...] = ()) -> str:
         """Model text for one query (greedy when expand.temperature is 0); qmd format under its grammar.
 
         When the model stopped on its own (not at max_tokens) its last line is complete: a newline is
@@ -282,7 +297,7 @@ class QueryExpander:
         """
         if self.cfg.expand.format == "fields":
             kb_lang, titles = self.context(collection)
-            prompt = self.fields_prompt(query, intent, kb_lang or lang or detect_lang(query), titles)
+            prompt = self.fields_prompt(query, intent, kb_lang or lang or detect_lang(query), titles, hits)
         else:
             prompt = self.prompt(query, intent, lang)
         out = self.llm.create_completion(
@@ -296,14 +311,14 @@ class QueryExpander:
         return text
 
     def expand_one(self, query: str, intent: str | None, lang: str | None,
-                   collection: str | None = None) -> dict[str, object]:
+                   collection: str | None = None, hits: tuple[str, ...] = ()) -> dict[str, object]:
         """One output row (without qid); a model error gives the fallback and an error message."""
         self.stats["queries"] += 1
         raw, error = "", None
         try:
             if not query.strip():
                 raise ValueError("empty query: nothing to expand")
-            raw = self.generate(query, intent, lang, collection)
+            raw = self.generate(query, intent, lang, collection, hits)
             if self.cfg.expand.format == "fields":
                 variants = parse_fields(raw, query, self.stats)
             else:
@@ -331,9 +346,10 @@ class QueryExpander:
         intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
         langs = batch.column("lang").to_pylist() if "lang" in batch.column_names else [None] * n
         cols = batch.column("collection").to_pylist() if "collection" in batch.column_names else [None] * n
-        keys = [(q or "", it or None, lg or detect_lang(q or ""), c)
-                for q, it, lg, c in zip(queries, intents, langs, cols)]
-        done: dict[tuple[str, str | None, str, str | None], dict[str, object]] = {}
+        grounds = batch.column("grounding").to_pylist() if "grounding" in batch.column_names else [None] * n
+        keys = [(q or "", it or None, lg or detect_lang(q or ""), c, tuple(g or ()))
+                for q, it, lg, c, g in zip(queries, intents, langs, cols, grounds)]
+        done: dict[tuple[str, str | None, str, str | None, tuple[str, ...]], dict[str, object]] = {}
         # identical queries are generated once; one prompt prefix at a time (collection, language), so
         # llama-cpp-python keeps the KV cache of the system prompt and example between queries
         for key in sorted(dict.fromkeys(keys), key=lambda k: (k[3] or "", k[2])):

@@ -23,6 +23,9 @@ from fanout.models import ModelError
 from fanout.runner import Runner, model_id
 from fanout.schemas import VARIANT
 from fanout.text import detect_lang
+from pipelines.format_results import fetch_chunks
+from pipelines.rerank_candidates import query_keys, snippet
+from pipelines.retrieve_variants import fts_page_lists
 
 log = logging.getLogger(__name__)
 SOURCES = ("agent", "probe_skip", "cache", "model", "fallback", "none")
@@ -43,6 +46,7 @@ class ExpandQueries:
         # the index the queries are for: the fields prompt takes its language and page titles from it
         self.collection = json.dumps({"db": db, "name": collection})
         col = Collection(db, collection, cfg)
+        self.col = col
         self.caches = Caches(col, "", cfg.models.embed_prompt, memory_rows=cfg.cache.memory_rows) \
             if cfg.cache.enabled else None
         self._model: str | None = None
@@ -98,7 +102,8 @@ class ExpandQueries:
                 else:
                     source[i] = "none"
             if todo:
-                self._expand(rows, todo, source, variants, new_rows)
+                probe = batch.column("_probe").to_pylist() if "_probe" in batch.column_names else None
+                self._expand(rows, todo, source, variants, new_rows, probe)
         for i, s in enumerate(source):
             if s is not None:
                 self.stats[s] += 1
@@ -112,12 +117,37 @@ class ExpandQueries:
                 batch = batch.append_column(name, arr)
         return batch
 
+    def grounding(self, queries: list[str], probe: list[list[dict] | None] | None) -> list[list[str]]:
+        """expand.ground_hits: each query's top BM25 pages as `title > heading: snippet` lines (the probe's
+        lists when the search ran one, else a BM25 search here), for the fields prompt."""
+        n, chars = self.cfg.expand.ground_hits, self.cfg.expand.ground_chars
+        if probe is None:
+            probe = fts_page_lists(self.col, queries, self.cfg)
+        tops = [[p["chunk_id"] for p in (pages or [])[:n]] for pages in probe]
+        rows = fetch_chunks(self.col, {c for ids in tops for c in ids})
+        out = []
+        for q, ids in zip(queries, tops):
+            keys = query_keys(q)
+            lines = []
+            for c in ids:
+                r = rows.get(c)
+                if r is None:
+                    continue
+                head = " > ".join(x for x in (r["title"], r["heading"]) if x)
+                lines.append(f"{head}: {snippet(r['text'] or '', keys, 60, chars)}")
+            out.append(lines)
+        return out
+
     def _expand(self, rows: list[dict[str, Any]], todo: list[int], source: list, variants: list,
-                new_rows: list) -> None:
-        table = pa.table({"qid": [rows[i]["qid"] for i in todo], "query": [rows[i]["query"] for i in todo],
+                new_rows: list, probe: list | None = None) -> None:
+        queries = [rows[i]["query"] for i in todo]
+        table = pa.table({"qid": [rows[i]["qid"] for i in todo], "query": queries,
                           "intent": pa.array([rows[i]["intent"] for i in todo], pa.string()),
                           "lang": [detect_lang(rows[i]["query"]) for i in todo],
                           "collection": [self.collection] * len(todo)})
+        if self.cfg.expand.ground_hits and self.cfg.expand.format == "fields":
+            hits = self.grounding(queries, [probe[i] for i in todo] if probe is not None else None)
+            table = table.append_column("grounding", pa.array(hits, pa.list_(pa.string())))
         res = self.runner.map("expander", table).to_pylist()
         for i, r in zip(todo, res):
             src = "model" if r["source"] == "model" else "fallback"

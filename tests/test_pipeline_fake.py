@@ -247,3 +247,29 @@ def test_two_concurrent_batch_jobs_leave_no_duplicate_cache_keys(tmp_path, fake_
 
     keys = lancedb.connect(str(fake_db)).open_table("t_cache_qvec").to_arrow()["key"].to_pylist()
     assert len(keys) == len(set(keys)) == 30 * 2 + 2 * 20  # shared texts once, each job's own once
+
+
+def test_grounded_expansion_shows_the_expander_the_querys_bm25_pages(fake_db, fake_cfg, fake_runner):
+    from pipelines.expand_queries import ExpandQueries
+    from pipelines.search import Searcher, SearchOptions
+
+    cfg = fake_cfg.replace(probe={"enabled": False}, expand={"enabled": True, "format": "fields", "ground_hits": 2})
+    seen: list[pa.Table] = []
+    real_map = fake_runner.map
+
+    def spy(role, table, *a, **kw):
+        if role == "expander":
+            seen.append(table)
+        return real_map(role, table, *a, **kw)
+
+    fake_runner.map = spy
+    try:
+        res = Searcher(fake_db, "t", cfg, fake_runner).search([{"id": "g", "query": "sync settings"}], SearchOptions())
+    finally:
+        fake_runner.map = real_map
+    assert res.stats["expansion"]["model"] == 1 and len(seen) == 1
+    lines = seen[0].column("grounding").to_pylist()[0]
+    assert 1 <= len(lines) <= 2 and lines[0].startswith("Sync") and ": " in lines[0]  # title > heading: snippet
+    # the precompute job has no probe: the stage runs the same BM25 search itself
+    stage = ExpandQueries(cfg, str(fake_db), "t")
+    assert stage.grounding(["sync settings"], None) == [lines]
