@@ -169,6 +169,8 @@ class ExpandConfig:
     # fields format: show the model the original query's top BM25 pages (title > heading: snippet), so it
     # writes fields grounded in this knowledge base rather than in what it guesses the words mean (the 1.5B
     # read `корзина` as a shopping cart). 0 = off; the probe's lists are reused when the search ran one.
+    # Off: with 3, on the first 20 queries of each set (bench/issue11/ground_screen.yaml, all four sets), the
+    # 1.5B's fields scored -0.007 / -0.045 / +0.039 / +0.000 against its ungrounded fields at ~2x the seconds.
     ground_hits: int = 0
     ground_chars: int = 160  # each grounding snippet is cut to this many characters
     # which expansion kinds are searched (lex -> full text, vec/hyde -> vectors); the cache keeps every line,
