@@ -165,6 +165,9 @@ def test_provisioned_models_match_manifest(name: str) -> None:
 @pytest.mark.slow
 def test_embeddinggemma_loads_in_llama_cpp() -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
+    from actors._llama import load_backends
+
+    load_backends()  # a dynamic-backend build has no CPU backend until then (it passed only after other tests)
     path = resolve_model("pypi:embeddinggemma-300m-q8_0", provision=False)
     llm = llama_cpp.Llama(model_path=str(path), embedding=True, n_ctx=1024, n_batch=512, n_ubatch=512,
                           n_threads=2, verbose=False)
