@@ -84,6 +84,38 @@ def _amx_permitted() -> bool:
         return False
 
 
+def sigill_record() -> Path:
+    """The file where set-up lists the CPU variants that died with SIGILL on this machine kind.
+
+    Keyed by the kernel's CPU flags and release: a VM can advertise and even permit AMX and still kill ggml's
+    AMX kernels (the 2026-12-02 Firecracker VM: ARCH_REQ_XCOMP_PERM granted, tileloadd raises #UD inside
+    ggml_backend_amx_mul_mat). No static check sees that, so scripts/setup.sh records what its smoke test saw.
+    """
+    import hashlib
+
+    from fanout.models import cache_root
+
+    key = hashlib.sha256(f"{sorted(_cpu_flags() or ())}|{os.uname().release}".encode()).hexdigest()[:16]
+    return cache_root() / "cpu" / f"sigill-{key}.txt"
+
+
+def refused_variants() -> set[str]:
+    """Variants the set-up smoke test saw die with SIGILL here (empty when none or never recorded)."""
+    try:
+        return {ln.strip() for ln in sigill_record().read_text(encoding="utf-8").splitlines() if ln.strip()}
+    except OSError:
+        return set()
+
+
+def record_sigill(variant: str) -> Path:
+    """Add `variant` to this machine's SIGILL record (called by scripts/setup.sh after a smoke test died)."""
+    path = sigill_record()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(variant + "\n")
+    return path
+
+
 def _variant_score(lib: Path) -> int:
     """The variant's own `ggml_backend_score()` (what ggml ranks by); the library is closed again."""
     import _ctypes
@@ -131,12 +163,15 @@ def choose_cpu_variant(variants: list[Path], forced: str = "") -> tuple[Path, li
 
     ggml itself picks the highest `ggml_backend_score`, which reads CPUID only ("FIXME: this does not check
     for OS support"); here a variant also needs every feature it was built for enabled by the kernel, and an
-    AMX variant needs the AMX permission. `forced` (from $FANOUT_GGML_CPU) must name a usable variant.
+    AMX variant needs the AMX permission, and none that set-up saw die with SIGILL here. `forced` (from $FANOUT_GGML_CPU) must name a usable variant.
     """
     flags = _cpu_flags()
     scores = {v: _variant_score(v) for v in variants}
     amx_ok = any((s - 1) >> _AMX_BIT & 1 for s in scores.values() if s > 0) and _amx_permitted()
-    table = [{"variant": _variant_name(v), "score": scores[v], "why_not": _why_unusable(scores[v], flags, amx_ok)}
+    died = refused_variants()
+    table = [{"variant": _variant_name(v), "score": scores[v], "why_not": _why_unusable(scores[v], flags, amx_ok)
+              or ("died with SIGILL in the set-up smoke test (see actors/_llama.py sigill_record)"
+                  if _variant_name(v) in died else "")}
              for v in variants]
     by_name = dict(zip((_variant_name(v) for v in variants), variants))
     if forced:

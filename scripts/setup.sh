@@ -95,10 +95,19 @@ if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
                  cat scripts/smoke_llama.py; } | sha256sum | cut -c1-16)
   if [ "$(cat "$SMOKE_STAMP" 2>/dev/null)" != "$smoke_key" ]; then
     say "smoke test of llama-cpp-python on this CPU"
-    set +e
-    FANOUT_CACHE=$CACHE "$PY" scripts/smoke_llama.py 2>"$VENV/.fanout-smoke.err"
-    rc=$?
-    set -e
+    for attempt in 1 2 3 4; do
+      set +e
+      FANOUT_CACHE=$CACHE "$PY" scripts/smoke_llama.py 2>"$VENV/.fanout-smoke.err"
+      rc=$?
+      set -e
+      # a variant that dies with SIGILL although every static check passed (a VM that permits AMX and still
+      # traps its tile instructions): record it for this CPU, so fanout never loads it here, and try the next
+      [ $rc -eq 132 ] && [ -z "${FANOUT_GGML_CPU:-}" ] || break
+      died=$(FANOUT_CACHE=$CACHE "$PY" -c 'from actors._llama import backend_info; print(backend_info()["variant"])' 2>/dev/null || true)
+      case "$died" in ""|built-in|"ggml's choice") break;; esac
+      rec=$(FANOUT_CACHE=$CACHE "$PY" -c 'import sys; from actors._llama import record_sigill; print(record_sigill(sys.argv[1]))' "$died")
+      say "ggml CPU variant $died died with SIGILL on this CPU: recorded in $rec; smoke test again without it"
+    done
     if [ $rc -ne 0 ]; then
       tail -n 5 "$VENV/.fanout-smoke.err" >&2
       if [ $rc -eq 132 ]; then why="died with SIGILL (an instruction this CPU refuses)"

@@ -14,6 +14,7 @@ import pytest
 from actors import _llama
 
 ROOT = Path(__file__).resolve().parent.parent
+_REAL_REFUSED = _llama.refused_variants
 BITS = {"fma": 0, "f16c": 1, "sse42": 2, "bmi2": 3, "avx": 4, "avx2": 5, "avx_vnni": 6, "avx512": 7, "vbmi": 8,
         "bf16": 9, "vnni": 10, "amx": 11}
 HASWELL = ["sse42", "avx", "f16c", "fma", "avx2", "bmi2"]
@@ -42,6 +43,7 @@ def fake_cpu(monkeypatch, tmp_path):
         monkeypatch.setattr(_llama, "_variant_score", lambda p: cpuid_score(_llama._variant_name(p), cpuid))
         monkeypatch.setattr(_llama, "_cpu_flags", lambda: flags)
         monkeypatch.setattr(_llama, "_amx_permitted", lambda: amx_ok)
+        monkeypatch.setattr(_llama, "refused_variants", lambda: set())
         return libs
     return make
 
@@ -54,6 +56,22 @@ def test_amx_advertised_but_refused_picks_best_non_amx_variant(fake_cpu):
     assert _llama._variant_name(lib) == "zen4"  # highest score without AMX
     why = {r["variant"]: r["why_not"] for r in table}
     assert "ARCH_REQ_XCOMP_PERM" in why["sapphirerapids"] and why["zen4"] == ""
+
+
+def test_variant_that_died_in_the_smoke_test_is_skipped(fake_cpu, monkeypatch, tmp_path):
+    # the 2026-12-02 machine: AMX advertised and permitted, yet ggml's tileloadd traps; set-up records it
+    cpuid = {"sse42", "avx", "f16c", "fma", "avx2", "bmi2", "avx512", "vbmi", "vnni", "bf16", "amx"}
+    libs = fake_cpu(cpuid, SPR_FLAGS, amx_ok=True)
+    monkeypatch.setenv("FANOUT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(_llama, "refused_variants", _REAL_REFUSED)
+    assert _llama.refused_variants() == set()
+    path = _llama.record_sigill("sapphirerapids")
+    assert path.is_relative_to(tmp_path) and _llama.refused_variants() == {"sapphirerapids"}
+    lib, table = _llama.choose_cpu_variant(libs)
+    assert _llama._variant_name(lib) == "zen4"
+    assert "SIGILL" in {r["variant"]: r["why_not"] for r in table}["sapphirerapids"]
+    with pytest.raises(RuntimeError, match="SIGILL"):
+        _llama.choose_cpu_variant(libs, forced="sapphirerapids")
 
 
 def test_amx_permitted_picks_amx_variant(fake_cpu):
