@@ -18,12 +18,22 @@ PYTHON=${PYTHON:-python3}
 CACHE=${FANOUT_CACHE:-$HOME/.cache/fanout}
 VENV=.venv
 LLAMA_VERSION=0.3.36
-# Runtime CPU dispatch (issue 14): one ggml CPU backend per micro-architecture (x64, sse42, haswell,
-# skylakex, icelake, zen4, sapphirerapids, ...) in the wheel's bin/, the best usable one loaded at start by
-# actors/_llama.py (llama-cpp-python 0.3.36 does not call ggml_backend_load_all itself). No -march=native:
-# the same wheel serves every machine of our kind, and AMX is never chosen where the kernel forbids it.
+# Runtime CPU dispatch: ggml CPU backends per micro-architecture in the wheel's bin/, the best usable one
+# loaded at start by actors/_llama.py (llama-cpp-python 0.3.36 does not call ggml_backend_load_all itself).
+# No -march=native; AMX is never chosen where the kernel forbids it. Which variants: scripts/cpu_variants.py
+# (the best two this CPU can run plus the portable x64: 3 compiled instead of GGML_CPU_ALL_VARIANTS' 14;
+# FANOUT_GGML_VARIANTS=all builds every one, e.g. for an image shared by different CPUs). The vendored
+# CMakeLists gets a two-line filter (GGML_CPU_VARIANTS_ONLY) so ALL_VARIANTS compiles only those.
+VARIANTS=$("$PYTHON" scripts/cpu_variants.py)
 LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON \
+-DGGML_CPU_VARIANTS_ONLY=$VARIANTS \
 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DGGML_OPENMP=ON"
+# FANOUT_GGML_CUDA=1 adds llama.cpp's CUDA backend to the same runtime-dispatch wheel (libggml-cuda.so in bin/,
+# loaded beside the CPU variant): nvcc from the system or PyPI's nvidia-cuda-nvcc; CUDA architectures from
+# FANOUT_CUDA_ARCHS (default 80;90: A100, H100/H200). Without it a role with n_gpu_layers != 0 refuses to start.
+if [ "${FANOUT_GGML_CUDA:-0}" = 1 ]; then
+  LLAMA_CMAKE_ARGS="$LLAMA_CMAKE_ARGS -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${FANOUT_CUDA_ARCHS:-80;90}"
+fi
 KEY=$(printf '%s|%s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-16)
 WHEEL_DIR=$CACHE/wheels/llama-$KEY
 say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
@@ -44,11 +54,18 @@ if [ -z "$(wheel)" ]; then
   (
     flock 9
     if [ -z "$(wheel)" ]; then
-      say "building llama-cpp-python $LLAMA_VERSION portable (~5 min on 2 cores) into $WHEEL_DIR"
+      say "building llama-cpp-python $LLAMA_VERSION (CPU variants $VARIANTS${FANOUT_GGML_CUDA:+, CUDA}) into $WHEEL_DIR"
       tmp=$(mktemp -d "$CACHE/wheels/.build-XXXXXX")
       src=$(ls "$CACHE"/dl/*/llama_cpp_python-"$LLAMA_VERSION".tar.gz 2>/dev/null | head -n1 || true)
+      if [ -z "$src" ]; then
+        mkdir -p "$CACHE/dl/llama"
+        "$PY" -m pip download -q --no-deps --no-binary :all: -d "$CACHE/dl/llama" "llama-cpp-python==$LLAMA_VERSION"
+        src=$(ls "$CACHE"/dl/llama/llama_cpp_python-"$LLAMA_VERSION".tar.gz)
+      fi
+      tar xzf "$src" -C "$tmp"
+      "$PYTHON" scripts/cpu_variants.py --patch "$tmp/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/ggml/src/CMakeLists.txt"
       CMAKE_ARGS="$LLAMA_CMAKE_ARGS" FORCE_CMAKE=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-        "$PY" -m pip wheel -q --no-cache-dir --no-deps -w "$tmp" "${src:-llama-cpp-python==$LLAMA_VERSION}"
+        "$PY" -m pip wheel -q --no-cache-dir --no-deps -w "$tmp" "$tmp/llama_cpp_python-$LLAMA_VERSION"
       mkdir -p "$WHEEL_DIR"
       printf '%s\n%s\n' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" > "$tmp/BUILD_FLAGS"
       mv "$tmp"/llama_cpp_python-*.whl "$tmp/BUILD_FLAGS" "$WHEEL_DIR"/
