@@ -30,7 +30,7 @@ from faces.common import (
 
 def cmd_index(args: argparse.Namespace) -> int:
     from faces.common import config_from_args
-    from faces.progress import Progress
+    from faces.progress import EMBED_STARTING, Progress
     from fanout.runner import make_runner
     from pipelines.index import index_vault
 
@@ -39,7 +39,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if len(names) > 1:
         raise UserError(f"index builds one collection at a time, got {names}; run it once per collection")
     with make_runner(cfg, n_rows=0 if args.runner is None else 10**9) as runner, \
-            Progress("embedding", "chunk") as progress:
+            Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
         s = index_vault(args.vault, args.db, names[0], cfg, runner, progress=progress,
                         rebuild=getattr(args, "rebuild", False))
     for sk in s.skipped:

@@ -5,7 +5,8 @@
 #      (the default -march=native build SIGILLs here: AMX is advertised but not allowed; pip's own wheel
 #      cache ignores CMAKE_ARGS, so we keep our own), then installed into .venv;
 #   3. pip install -e '.[dev]' (redone only when pyproject.toml changes), then the project's bytecode;
-#   4. the local profile's models (fanout.models install --profile local; skipped when present);
+#   4. the local profile's models (fanout.models install local, started in the background right after step 1
+#      so downloads and the embedder's conversion overlap the wheel's compile; skipped when present);
 #   5. a smoke test of the build on this CPU (scripts/smoke_llama.py in a subprocess: a real quantized
 #      embedding and one expander token), redone when the wheel, the CPU or $FANOUT_GGML_CPU changes.
 # A second run takes seconds. Env: PYTHON (default python3), FANOUT_CACHE (default ~/.cache/fanout),
@@ -47,6 +48,16 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
 PY=$VENV/bin/python
+
+# 1b. the models, in the background while the wheel compiles (downloads and the embedder's conversion need
+#     only the standard library, PyYAML and pip: fanout/models.py; step 4 waits for them)
+MODELS_PID=
+if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
+  "$PY" -c 'import yaml' 2>/dev/null || "$PY" -m pip install -q pyyaml
+  say "provisioning the local profile's models in the background (log: $VENV/.fanout-models.log)"
+  ( PYTHONPATH=$PWD FANOUT_CACHE=$CACHE "$PY" -m fanout.models install local >"$VENV/.fanout-models.log" 2>&1 ) &
+  MODELS_PID=$!
+fi
 
 # 2. portable llama-cpp-python wheel (built once per version+flags, shared by every checkout on the machine)
 wheel() { ls "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n1; }
@@ -104,7 +115,11 @@ fi
 
 # 4. models of the local profile (idempotent: size+mtime stamps, sha256 checked when first provisioned)
 if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
-  FANOUT_CACHE=$CACHE "$PY" -m faces.cli models install --profile local
+  if [ -n "$MODELS_PID" ] && ! wait "$MODELS_PID"; then
+    tail -n 20 "$VENV/.fanout-models.log" >&2
+    say "model provisioning failed (above; full log $VENV/.fanout-models.log)"; exit 1
+  fi
+  FANOUT_CACHE=$CACHE "$PY" -m faces.cli models install --profile local  # present: checks stamps, drops the converter
 
   # 5. smoke test: a SIGILL or a wrong vector fails set-up here, not a query later
   SMOKE_STAMP=$VENV/.fanout-smoke
