@@ -217,7 +217,7 @@ class QueryExpander:
         self.cfg = cfg
         self.path = model_path(cfg, "expander")
         self.model_id = model_id(cfg, "expander")
-        self.llm = load_llama(self.path, cfg.expander)
+        self.llm = load_llama(self.path, cfg.expander, "expander")
         self.grammar = None
         if cfg.expand.format == "qmd":
             gbnf = resources.files("fanout").joinpath("grammars/expand.gbnf").read_text(encoding="utf-8")

@@ -137,7 +137,7 @@ class Section:
 
 def sections(body: str) -> list[Section]:
     """The headed sections of a note body (code fences respected), each up to the next heading of its level."""
-    from pipelines.chunk_notes import scan_lines, split_sections
+    from pipelines.markdown import scan_lines, split_sections
 
     secs = [s for s in split_sections(body, scan_lines(body)) if s.level]
     out = []

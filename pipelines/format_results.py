@@ -10,8 +10,7 @@ import pyarrow as pa
 
 from fanout.db import Collection
 from fanout.filters import describe
-from fanout.schemas import RESULT
-from pipelines.probe_bm25 import PROBE_SEEN
+from fanout.schemas import PROBE_SEEN, RESULT
 
 
 def fetch_chunks(col: Collection, chunk_ids: set[str], memory_rows: int = 0) -> dict[str, dict]:

@@ -14,11 +14,8 @@ import pyarrow as pa
 from fanout.config import Config
 from fanout.db import Collection, tag_batch
 from fanout.filters import needs_columns, where_sql
-from fanout.schemas import HITS, PAGE
-from pipelines.retrieve_variants import _set, fts_page_lists, hit_rows
-
-WHERE = "_where"  # batch column: each query's LanceDB prefilter (null: none), read by Retrieve
-PROBE_SEEN = "_probe_seen"  # batch column: the probe's normalised top score and gap, for --explain
+from fanout.schemas import HITS, PAGE, PROBE_SEEN, WHERE, set_column
+from pipelines.lanes import fts_page_lists, hit_rows
 
 
 def normalise(score: float) -> float:
@@ -108,7 +105,7 @@ class ProbeBM25:
         self.stats["queries"] += len(ok)
         self.stats["skip_expansion"] += sum(skip)
         batch = batch.append_column("_probe", pa.array(probe, pa.list_(PAGE)))
-        batch = _set(batch, PROBE_SEEN, pa.array(seen, pa.struct([("top", pa.float64()), ("gap", pa.float64())])))
+        batch = set_column(batch, PROBE_SEEN, pa.array(seen, pa.struct([("top", pa.float64()), ("gap", pa.float64())])))
         return batch.append_column("skip_expansion", pa.array(skip, pa.bool_()))
 
     def check_filters(self, batch: pa.Table) -> pa.Table:
@@ -128,6 +125,6 @@ class ProbeBM25:
                 bad += 1
         if bad:
             self.stats["dropped_bad_filter"] = self.stats.get("dropped_bad_filter", 0) + bad
-            batch = _set(batch, "error", pa.array(errors, pa.string()))
-            batch = _set(batch, "field", pa.array(fields, pa.string()))
-        return _set(batch, WHERE, pa.array(wheres, pa.string()))
+            batch = set_column(batch, "error", pa.array(errors, pa.string()))
+            batch = set_column(batch, "field", pa.array(fields, pa.string()))
+        return set_column(batch, WHERE, pa.array(wheres, pa.string()))
