@@ -5,6 +5,10 @@ The server writes a port file `<db>/.fanout-serve.json` (mode 0600: port, pid, c
 every request must carry); the CLI reads it and posts its request there, and falls back to running the
 pipeline in-process when there is no file, the server does not answer, or the server runs another config
 (`FANOUT_NO_SERVER=1` forces in-process). Only the stdlib is imported on the client side.
+
+The server trusts no client: a malformed request gets a 4xx JSON answer naming what is wrong, and the
+`serve:` config bounds each connection's time (idle and whole-request timeouts), their number and the body's
+size; the port file is written through `faces.common.write_private` (never through a planted link).
 """
 
 from __future__ import annotations
