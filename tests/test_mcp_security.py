@@ -67,6 +67,9 @@ def test_a_notes_lang_value_never_reaches_agent_facing_text(hostile_db, fake_cfg
     status = tools.status({})
     assert status["languages"] == {"en": 5, "ru": 2, "other": 3}  # Secret/Keys.md has no lang: detected
     assert tools.get({"path": "Evil.md"})["lang"] is None
+    with pytest.raises(ValueError, match=r"the index has \['en', 'ru'\] and 3 other values") as e:
+        tools.search({"query": "hello", "filter": {"lang": "de"}})
+    assert "IMPORTANT" not in str(e.value)
     assert tools.get({"path": "Sync/Sync your notes.md"})["lang"] == "en"
 
 
