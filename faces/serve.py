@@ -139,9 +139,18 @@ def _handler(app: Any, limits: Any) -> type:
             self.end_headers()
             self.wfile.write(body)
 
+        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+            """http.server's own rejections (bad request line, too many headers, unknown method) as JSON."""
+            from http import HTTPStatus
+
+            self.close_connection = True
+            self.request_version = "HTTP/1.0"  # a status line even for a request line without a version
+            phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else "error"
+            self._send(code, {"error": f"{message or phrase}; POST /query with a JSON body, or GET /health"})
+
         def do_GET(self) -> None:
-            if self.path == "/health":
-                self._send(200, {"ok": True, "db": app.db})
+            if self.path == "/health":  # liveness only: nothing about the db without the token
+                self._send(200, {"ok": True})
             else:
                 self._send(404, {"error": "POST /query or GET /health"})
 
