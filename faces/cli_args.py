@@ -330,6 +330,9 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         _db(p)
         _engine(p)
         p.add_argument("--http", default=None, help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
+        p.add_argument("--token-file", default=None,
+                       help="with --http: the file holding the bearer token clients must send (created 0600 with "
+                       "a random token if missing; default <db>/.fanout-mcp-token, or env FANOUT_MCP_TOKEN)")
         p.set_defaults(fn=fns["mcp"])
 
     if want("serve"):

@@ -36,9 +36,29 @@ FIELD_DESC_RU: dict[str, str] = {
 }
 
 
+def language_code(value: object) -> str | None:
+    """`value` if it is a language code fanout knows (LANG_NAMES), else None.
+
+    A note's `lang:` is free text its author wrote; only a known code may reach a prompt, a tool description
+    or the MCP server's instructions.
+    """
+    return value if isinstance(value, str) and value in LANG_NAMES else None
+
+
+def known_languages(counts: dict[str, int]) -> dict[str, int]:
+    """Notes per known language code (as count_languages orders them); every other `lang` value, and notes
+    without one, are counted together under "other"."""
+    out: dict[str, int] = {}
+    for code, n in counts.items():
+        key = language_code(code) or "other"
+        out[key] = out.get(key, 0) + n
+    return out
+
+
 def language_line(langs: dict[str, int] | list[str]) -> str:
-    """The sentence the descriptions carry: which language(s) to write short_query and expected_answer in."""
-    names = [LANG_NAMES.get(code, code) for code in langs]
+    """The sentence the descriptions carry: which language(s) to write short_query and expected_answer in.
+    Only known language codes are named (by their LANG_NAMES name); anything else is left out."""
+    names = [LANG_NAMES[code] for code in langs if language_code(code)]
     if not names:
         return ""
     if len(names) == 1:

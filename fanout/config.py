@@ -28,6 +28,7 @@ from fanout.config_sections import (
     RerankConfig,
     RetrieveConfig,
     RunnerConfig,
+    ServeConfig,
     StorageConfig,
     _check,
 )
@@ -62,6 +63,7 @@ class Config:
     fuse: FuseConfig = field(default_factory=FuseConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
 
@@ -76,6 +78,7 @@ class Config:
         self.retrieve.validate()
         self.expand.validate()
         self.cache.validate()
+        self.serve.validate()
         from fanout.schemas import LANE_KINDS
 
         bad = set(self.retrieve.lanes) - set(LANE_KINDS)

@@ -270,6 +270,26 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    """Limits of the interactive faces: `fanout serve` (and the same checks on an in-process query)."""
+
+    max_results: int = 1000  # the largest `n` (-n) one query may ask for, served or in-process
+    max_body_kb: int = 1024  # the largest request body `fanout serve` reads; larger gets 413
+    idle_timeout_s: float = 10.0  # a connection silent this long while its request is due is closed
+    request_timeout_s: float = 30.0  # a request (headers and body) must arrive whole within this, else 408
+    max_connections: int = 32  # connections `fanout serve` holds at once; one more is answered 503 and closed
+
+    def validate(self) -> None:
+        _check(self.max_results >= 1, f"serve.max_results must be >= 1, got {self.max_results}")
+        _check(self.max_body_kb >= 1, f"serve.max_body_kb must be >= 1, got {self.max_body_kb}")
+        _check(self.max_connections >= 1, f"serve.max_connections must be >= 1, got {self.max_connections}")
+        _check(self.idle_timeout_s > 0, f"serve.idle_timeout_s must be > 0 seconds, got {self.idle_timeout_s}")
+        _check(self.request_timeout_s >= self.idle_timeout_s,
+               f"serve.request_timeout_s must be >= serve.idle_timeout_s ({self.idle_timeout_s}), got "
+               f"{self.request_timeout_s}")
+
+
+@dataclass(frozen=True)
 class StorageConfig:
     """Object-store access for `--db s3://...` (and batch files); "" = the usual environment variable."""
 

@@ -12,7 +12,7 @@ import json
 import pyarrow as pa
 
 from fanout.config import Config
-from fanout.db import Collection, tag_batch
+from fanout.db import LANG_NAMES, Collection, tag_batch
 from fanout.filters import needs_columns, where_sql
 from fanout.schemas import HITS, PAGE, PROBE_SEEN, WHERE, set_column
 from pipelines.lanes import fts_page_lists, hit_rows
@@ -57,8 +57,11 @@ def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[
     langs = index_languages(col)
     for f in filters:
         bad = [v for v in f.get("lang", []) if v not in langs]
-        if bad:
-            return None, "filter.lang", f"`filter.lang` {bad[0]!r}: no note of that language; the index has {langs}"
+        if bad:  # name the known codes only: other `lang` values are free text from front matter
+            known = [x for x in langs if x in LANG_NAMES]
+            more = f" and {len(langs) - len(known)} other values" if len(known) < len(langs) else ""
+            return None, "filter.lang", (f"`filter.lang` {bad[0][:40]!r}: no note of that language; the index "
+                                         f"has {known}{more}")
     return where_sql(filters), None, None
 
 
