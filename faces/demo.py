@@ -23,8 +23,7 @@ def next_commands(db: str) -> list[str]:
     d = shlex.quote(db)
     return [f'.venv/bin/fanout query "how long are backup snapshots kept" --db {d} -c samples',
             f'.venv/bin/fanout search "naming" --db {d} -c samples --tag team --files',
-            f".venv/bin/fanout serve --db {d} -c samples    # then, in another terminal, fanout query ... "
-            f"answers from the warm server"]
+            f".venv/bin/fanout serve --db {d} -c samples"]
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -68,4 +67,5 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"\nthe index is in {db} (collection samples); try next:")
     for c in next_commands(db):
         print(f"  {c}")
+    print("(with `fanout serve` running, `fanout query` and `fanout search` in another terminal answer from it)")
     return 0
