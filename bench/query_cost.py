@@ -71,7 +71,7 @@ def synthetic_vault(root: Path, notes: int, seed: int = 1) -> Path:
 def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
     t0 = time.perf_counter()
     from fanout.config import load_config
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher, SearchOptions
 

@@ -31,7 +31,7 @@ from faces.common import (
 def cmd_index(args: argparse.Namespace) -> int:
     from faces.common import config_from_args
     from faces.progress import EMBED_STARTING, Progress
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
     from pipelines.index import index_vault
 
     cfg = config_from_args(args)
@@ -68,7 +68,7 @@ def run_request(args: argparse.Namespace, req: dict) -> dict:
             return resp
     from faces.common import config_from_args
     from faces.service import SearchService
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
 
     setup_logging(args.verbose)  # main leaves it to here: the warm path above never logs
     cfg = config_from_args(args)
@@ -228,8 +228,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from faces.common import config_from_args
     from faces.progress import Progress
     from fanout.batch_io import check_out
+    from fanout.engines import make_runner
     from fanout.filters import as_option
-    from fanout.runner import make_runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher, SearchOptions
 
@@ -256,7 +256,7 @@ def _big_input(path: str, cfg) -> bool:
     """auto mode (runner.auto_ray): Ray for inputs of at least runner.ray_min_rows rows (counted by a
     streaming pass, only when the answer depends on it)."""
     from fanout.batch_io import read_input
-    from fanout.runner import attached, auto_ray
+    from fanout.engines import attached, auto_ray
 
     if cfg.runner.mode != "auto":
         return cfg.runner.mode == "ray"
@@ -273,7 +273,7 @@ def _big_input(path: str, cfg) -> bool:
 def cmd_expand(args: argparse.Namespace) -> int:
     """Precompute expansions for a query file into the cache (no retrieval); resumable, streaming."""
     from faces.common import config_from_args
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
     from pipelines.precompute import run_expand
 
     cfg = config_from_args(args)

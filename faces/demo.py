@@ -28,7 +28,7 @@ def next_commands(db: str) -> list[str]:
 
 def run_demo(args: argparse.Namespace) -> int:
     from faces.progress import EMBED_STARTING, Progress
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
     from pipelines.index import index_vault
     from pipelines.search import Searcher, SearchOptions
 

@@ -314,7 +314,7 @@ async def serve_http(server: Server, port: int, token: str) -> None:
 def main_mcp(args: Any) -> int:
     """`fanout mcp --db DIR --collection NAME [--http PORT]`: serve until the client disconnects."""
     from faces.common import config_from_args
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
 
     port = None
     if args.http is not None:

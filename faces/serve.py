@@ -320,7 +320,7 @@ def serve(args: Any) -> int:
 
     from faces.common import config_from_args, write_private
     from faces.service import SearchService
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be 0 (any free port) to 65535, got {args.port}")

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import pyarrow.compute as pc
 
-from fanout.db import LANG_NAMES, Collection
+from fanout.db import Collection
+from fanout.vocab import EXPAND_FORMATS, FIELD_KINDS, LANG_NAMES  # noqa: F401  (their home is fanout.vocab)
 
 # agent field -> the variant kind it becomes (short_query -> full text, the other two -> vectors)
-FIELD_KINDS: dict[str, str] = {"short_query": "lex", "rephrased_query": "vec", "expected_answer": "hyde"}
-EXPAND_FORMATS = ("qmd", "fields")  # expand.format: qmd lex/vec/hyde lines, or the agent fields above
 
 FIELD_DESC: dict[str, str] = {
     "query": "The user's question, as asked.",

@@ -161,9 +161,7 @@ class Caches:
 
     def vector_rows(self, vectors: dict[tuple[str, str], list[float]]) -> list[dict]:
         """Cache rows for new query vectors (not written: the writer commits them)."""
-        now = time.time()
-        return [{"key": self._vkey(r, t), "text": t, "role": r, "model": self.embed_model,
-                 "vector": list(v), "created": now} for (r, t), v in vectors.items()]
+        return qvec_rows(self.embed_model, self.embed_prompt, vectors)
 
     def put_vectors(self, vectors: dict[tuple[str, str], list[float]]) -> None:
         if vectors:
@@ -218,6 +216,14 @@ ROW_TYPES = {"qvec": QVEC_ROW,
              "expansions": pa.struct(list(SCHEMAS["expansions"])),
              "rerank": pa.struct(list(SCHEMAS["rerank"]))}
 NEW_COLUMNS = {"qvec": "_new_qvec", "expansions": "_new_exp", "rerank": "_new_rr"}  # per-query list columns
+
+
+def qvec_rows(embed_model: str, embed_prompt: str, vectors: dict[tuple[str, str], list[float]]) -> list[dict]:
+    """Query-vector cache rows for new vectors keyed (prompt role, text), without a Collection (a model actor
+    builds them; the writer commits them)."""
+    now = time.time()
+    return [{"key": cache_key("qvec", embed_model, embed_prompt, r, t), "text": t, "role": r, "model": embed_model,
+             "vector": list(v), "created": now} for (r, t), v in vectors.items()]
 
 
 def qvec_table(rows: list[dict] | pa.Table) -> pa.Table:

@@ -182,7 +182,7 @@ class ExpandConfig:
     precompute_vectors: bool = True
 
     def validate(self) -> None:
-        from fanout.agent_fields import EXPAND_FORMATS, FIELD_KINDS
+        from fanout.vocab import EXPAND_FORMATS, FIELD_KINDS
 
         _check(self.format in EXPAND_FORMATS,
                f"expand.format must be one of {sorted(EXPAND_FORMATS)}, got {self.format!r}")

@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LANG_NAMES = {"en": "English", "ru": "Russian", "de": "German", "fr": "French", "es": "Spanish",
-              "it": "Italian", "pt": "Portuguese"}
 FTS_FIELDS = ("body", "title", "heading")  # each gets one column per language: body_en, body_ru, ...
 SCHEMA_VERSION = 1
 

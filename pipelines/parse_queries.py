@@ -13,9 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout.agent_fields import FIELD_KINDS
 from fanout.filters import FilterError, combine, parse_filter
 from fanout.schemas import ERRORS, QUERIES, VARIANT
+from fanout.vocab import FIELD_KINDS
 
 SEARCH_TYPES = ("lex", "vec", "hyde")
 MAX_CHARS = 2000  # longer text is a mistake (a whole document pasted as a query)

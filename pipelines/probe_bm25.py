@@ -12,9 +12,10 @@ import json
 import pyarrow as pa
 
 from fanout.config import Config
-from fanout.db import LANG_NAMES, Collection, tag_batch
+from fanout.db import Collection, tag_batch
 from fanout.filters import needs_columns, where_sql
 from fanout.schemas import HITS, PAGE, PROBE_SEEN, WHERE, set_column
+from fanout.vocab import LANG_NAMES
 from pipelines.lanes import fts_page_lists, hit_rows
 
 

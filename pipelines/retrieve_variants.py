@@ -13,13 +13,21 @@ from collections import defaultdict
 
 import pyarrow as pa
 
-from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
+from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches, qvec_rows
 from fanout.config import Config
 from fanout.db import Collection, pin_batch
 from fanout.runner import Runner, model_identity
 from fanout.schemas import CANDIDATE, HIT, LANE_KINDS, QVEC, VECTOR_LANES, set_column
 from pipelines.fuse_rrf import fuse_rows, sent_rows
-from pipelines.lanes import alias_key, alias_map, allowed_paths, fts_page_lists, fts_text, hit_rows, to_pages  # noqa: F401  (fts_text, to_pages: re-exported for callers of this stage)
+from pipelines.lanes import (
+    alias_key,
+    alias_map,
+    allowed_paths,
+    fetch_chunks,
+    fts_page_lists,
+    hit_rows,
+    to_pages,
+)
 from pipelines.passages import best_passage, query_keys, snippet
 
 FTS_KINDS = LANE_KINDS["fts"]
@@ -27,21 +35,21 @@ VEC_KINDS = LANE_KINDS["vec"]
 ALIAS_KINDS = LANE_KINDS["alias"]
 
 
-class EmbedVariants:
-    """Model stage: + `vectors` (one per vector-lane variant: `vid`, `vector`) and `_new_qvec` cache rows.
+WANT = pa.struct([("vid", pa.int32()), ("role", pa.string()), ("text", pa.string()),
+                  ("vector", pa.list_(pa.float32()))])  # `_want`: a vector a query needs (null: not cached)
 
-    Vectors come from the query-vector cache when present (read directly); the rest are embedded in one
-    runner call per batch, each distinct (prompt role, text) once.
-    """
 
-    def __init__(self, cfg: Config, db: str, collection: str, runner: Runner | None = None):
+class LookupVectors:
+    """Stage (CPU pool): + `_want`, the query vectors each query's vector lanes need (`vid`, prompt role, text),
+    with the vector when the query-vector cache has it (read here, so the model pool never opens the index
+    or imports lancedb: EmbedVariants then embeds only what is missing)."""
+
+    def __init__(self, cfg: Config, db: str, collection: str):
         self.cfg = cfg
-        self.runner = runner or Runner(cfg)
-        col = Collection(db, collection, cfg)
         sha = model_identity(cfg, "embedder")[1]
-        self.caches = Caches(col, sha, cfg.models.embed_prompt, memory_rows=cfg.cache.memory_rows) \
-            if cfg.cache.enabled else None
-        self.stats: dict[str, int] = {"texts": 0, "cached": 0, "embedded": 0}
+        self.caches = Caches(Collection(db, collection, cfg), sha, cfg.models.embed_prompt,
+                             memory_rows=cfg.cache.memory_rows) if cfg.cache.enabled else None
+        self.stats: dict[str, int] = {"texts": 0, "cached": 0}
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         n = batch.num_rows
@@ -58,26 +66,46 @@ class EmbedVariants:
                                  for v in vs or [] if v["kind"] in kinds]
         items = list(dict.fromkeys((r, t) for w in wanted for _, r, t in w))
         found = self.caches.get_vectors(items) if self.caches and items else {}
-        missing = sorted({x for x in items if x not in found})  # sorted: the same embed batches as before
-        new: dict[tuple[str, str], list[float]] = {}
+        self.stats["texts"] += sum(len(w) for w in wanted)
+        self.stats["cached"] += sum(x in found for x in items)
+        want = [[{"vid": vid, "role": r, "text": t, "vector": found.get((r, t))} for vid, r, t in w] for w in wanted]
+        return set_column(batch, "_want", pa.array(want, pa.list_(WANT)))
+
+
+class EmbedVariants:
+    """Model stage: `_want` -> `vectors` (one per vector-lane variant: `vid`, `vector`) and `_new_qvec` cache
+    rows. What LookupVectors found in the cache is kept; the rest is embedded in one runner call per batch,
+    each distinct (prompt role, text) once. Holds no index: a model actor imports no lancedb."""
+
+    def __init__(self, cfg: Config, runner: Runner | None = None):
+        self.cfg = cfg
+        self.runner = runner or Runner(cfg)
+        self.model = model_identity(cfg, "embedder")[1]
+        self.stats: dict[str, int] = {"embedded": 0}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        n = batch.num_rows
+        want = batch.column("_want").to_pylist() if "_want" in batch.column_names else [[] for _ in range(n)]
+        found = {(x["role"], x["text"]): x["vector"] for w in want for x in w or [] if x["vector"] is not None}
+        missing = sorted({(x["role"], x["text"]) for w in want for x in w or []} - set(found))  # sorted: the
+        new: dict[tuple[str, str], list[float]] = {}  # same embed batches whatever the cache held
         if missing:
             out = self.runner.map("embedder", pa.table({"text": [t for _, t in missing],
                                                         "role": [r for r, _ in missing]}))
             new = dict(zip(missing, out["vector"].to_pylist()))
             found.update(new)
-        self.stats["texts"] += sum(len(w) for w in wanted)
-        self.stats["cached"] += len(items) - len(missing)
         self.stats["embedded"] += len(missing)
-        vectors = [[{"vid": vid, "vector": found[(r, t)]} for vid, r, t in w] for w in wanted]
+        vectors = [[{"vid": x["vid"], "vector": found[(x["role"], x["text"])]} for x in w or []] for w in want]
         new_rows: list[list[dict]] = [[] for _ in range(n)]
-        if new and self.caches:  # each new vector leaves once, with the first query that asked for it
+        if new and self.cfg.cache.enabled:  # each new vector leaves once, with the first query that asked for it
             owner: dict[tuple[str, str], int] = {}
-            for i, w in enumerate(wanted):
-                for _, r, t in w:
-                    owner.setdefault((r, t), i)
+            for i, w in enumerate(want):
+                for x in w or []:
+                    owner.setdefault((x["role"], x["text"]), i)
             for key, vec in new.items():
-                new_rows[owner[key]] += self.caches.vector_rows({key: vec})
+                new_rows[owner[key]] += qvec_rows(self.model, self.cfg.models.embed_prompt, {key: vec})
         batch = set_column(batch, "vectors", pa.array(vectors, pa.list_(QVEC)))
+        batch = batch.drop_columns(["_want"]) if "_want" in batch.column_names else batch
         return set_column(batch, NEW_COLUMNS["qvec"], pa.array(new_rows, pa.list_(ROW_TYPES["qvec"])))
 
 
@@ -155,8 +183,6 @@ class Retrieve:
         return out
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from pipelines.format_results import fetch_chunks
-
         pin_batch(self.col, batch)  # the index versions ProbeBM25 pinned for this batch (one consistent read)
         hits = self.hits(batch)
         qids = batch.column("qid").to_pylist()
