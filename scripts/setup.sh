@@ -25,19 +25,26 @@ LLAMA_VERSION=0.3.36
 # (the best two this CPU can run plus the portable x64: 3 compiled instead of GGML_CPU_ALL_VARIANTS' 14;
 # FANOUT_GGML_VARIANTS=all builds every one, e.g. for an image shared by different CPUs). The vendored
 # CMakeLists gets a two-line filter (GGML_CPU_VARIANTS_ONLY) so ALL_VARIANTS compiles only those.
+say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 VARIANTS=$("$PYTHON" scripts/cpu_variants.py)
 LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON \
 -DGGML_CPU_VARIANTS_ONLY=$VARIANTS \
 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DGGML_OPENMP=ON"
 # FANOUT_GGML_CUDA=1 adds llama.cpp's CUDA backend to the same runtime-dispatch wheel (libggml-cuda.so in bin/,
-# loaded beside the CPU variant): nvcc from the system or PyPI's nvidia-cuda-nvcc; CUDA architectures from
+# loaded beside the CPU variant): nvcc from the system ($CUDACXX, PATH or /usr/local/cuda); CUDA architectures from
 # FANOUT_CUDA_ARCHS (default 80;90: A100, H100/H200). Without it a role with n_gpu_layers != 0 refuses to start.
 if [ "${FANOUT_GGML_CUDA:-0}" = 1 ]; then
+  NVCC=${CUDACXX:-$(command -v nvcc || true)}
+  [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+  if [ -z "$NVCC" ]; then
+    say "FANOUT_GGML_CUDA=1 needs the CUDA toolkit's nvcc: install it (e.g. apt-get install nvidia-cuda-toolkit, or"
+    say "NVIDIA's CUDA 12 toolkit under /usr/local/cuda) or point CUDACXX at nvcc, then rerun"; exit 1
+  fi
+  export CUDACXX=$NVCC
   LLAMA_CMAKE_ARGS="$LLAMA_CMAKE_ARGS -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${FANOUT_CUDA_ARCHS:-80;90}"
 fi
 KEY=$(printf '%s|%s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-16)
 WHEEL_DIR=$CACHE/wheels/llama-$KEY
-say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 mkdir -p "$CACHE/locks" "$CACHE/wheels"
 
 # 1. venv
