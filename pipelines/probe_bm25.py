@@ -16,7 +16,7 @@ from fanout.db import Collection, tag_batch
 from fanout.filters import needs_columns, where_sql
 from fanout.schemas import HITS, PAGE, PROBE_SEEN, WHERE, set_column
 from fanout.vocab import LANG_NAMES
-from pipelines.lanes import fts_page_lists, hit_rows
+from pipelines.lanes import fts_page_lists, hit_rows, index_languages
 
 
 def normalise(score: float) -> float:
@@ -30,15 +30,6 @@ def strong_signal(pages: list[dict], min_top: float, min_gap: float) -> bool:
     top = normalise(pages[0]["_score"])
     second = normalise(pages[1]["_score"]) if len(pages) > 1 else 0.0
     return top >= min_top and top - second >= min_gap
-
-
-def index_languages(col: Collection) -> list[str]:
-    """The languages of the indexed notes (documents `lang`), built once per index version."""
-    def build() -> list[str]:
-        with col.guard(col.documents_name):
-            t = col.table(col.documents_name).search().select(["lang"]).limit(None).to_arrow()
-        return sorted({x for x in t["lang"].to_pylist() if x})
-    return col.memo("filter_languages", build)
 
 
 def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[str | None, str | None, str | None]:

@@ -84,7 +84,9 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         specs.append(StageSpec(RerankCandidates, ix, pool="reranker", role="reranker"))
     specs += [
         StageSpec(FormatResults, {"n": opts.n, "min_score": opts.min_score, "explain": opts.explain}),
-        StageSpec(WriteCaches, ix, pool="writer", single=True),
+        # the one cache writer; with caches off it commits nothing, so it joins the retrieval pool's chain
+        # (on Ray Data: one operator, one hand-off between processes fewer per block)
+        StageSpec(WriteCaches, ix, pool="writer", single=True) if cfg.cache.enabled else StageSpec(WriteCaches, ix),
     ]
     return specs
 

@@ -128,6 +128,7 @@ def embed_with(variant: str | None, text: str) -> tuple[str, np.ndarray]:
 
 
 @pytest.mark.slow
+@pytest.mark.model
 def test_machine_without_avx512_gives_the_same_vectors():
     """haswell (AVX2) and x64 (no SIMD) variants, forced, embed like the variant chosen for this CPU."""
     import llama_cpp
@@ -146,6 +147,7 @@ def test_machine_without_avx512_gives_the_same_vectors():
 # -- a GPU profile on a CPU-only wheel fails loudly, never runs on the CPU unnoticed ------------------------------
 
 
+@pytest.mark.model
 def test_gpu_layers_without_a_gpu_backend_fail_with_what_was_asked_and_the_fix():
     from actors.embedder import Embedder
     from fanout.config import load_config

@@ -52,6 +52,7 @@ def test_config_defaults_are_the_local_profile():
     assert Config().validate() == load_config("local")  # tests build the configuration people run
 
 
+@pytest.mark.model
 def test_fake_index_is_searchable_with_the_fake_profile_only(fake_db, fake_cfg, fake_runner):
     from fanout.config import load_config
     from fanout.db import Collection
