@@ -302,7 +302,8 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
     if want("demo"):
         p = _parser(sub, "demo", "index the bundled sample notes and run a small query batch")
         _engine(p)
-        p.add_argument("--db", default=None, help="index folder (default: a fresh temp folder)")
+        p.add_argument("--db", default=None, help="index folder (default: .fanout/demo-db in the repository, kept "
+                       "for the commands the demo prints at the end)")
         p.set_defaults(fn=fns["demo"])
 
     if want("eval"):
