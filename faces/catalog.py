@@ -36,8 +36,13 @@ def _disk_bytes(path: Path) -> int | None:
 
 def status(col: Collection, cfg: Config, detail: bool = False) -> dict[str, Any]:
     """Collection, vault, notes, chunks, languages, models, index time; `detail` adds table versions and the
-    caches' rows and bytes on disk."""
-    m = col.require()
+    caches' rows and bytes on disk.
+
+    Counts are of the table versions the manifest pins (`Collection.refresh`): what queries serve. A run that
+    stopped part-way (a full disk, a kill) may have written newer versions; `detail` shows them as
+    `latest_version` until the next `fanout index` completes.
+    """
+    m = col.refresh()
     updated = (m.get("stats") or {}).get("updated")
     models = cfg.models
     out: dict[str, Any] = {
@@ -61,10 +66,13 @@ def status(col: Collection, cfg: Config, detail: bool = False) -> dict[str, Any]
             if n not in present:
                 tables[n] = None
                 continue
-            t = col.table(n)
+            t = col.table(n)  # chunks and documents: the pinned versions
             tables[n] = {"rows": t.count_rows(), "version": t.version,
                          "bytes": None if storage.is_remote(col.db_dir) else
                          _disk_bytes(Path(col.db_dir) / f"{n}.lance")}
+            latest = col.table_versions().get(n) if n in col.pinned else None
+            if latest is not None and latest != t.version:
+                tables[n]["latest_version"] = latest
         out["tables"] = tables
         out["db"] = str(col.db_dir)
     return out
@@ -84,7 +92,9 @@ def status_text(st: dict[str, Any]) -> str:
                 lines.append(f"  {n:<34} (none)")
             else:
                 size = f"{t['bytes'] / 2**20:.1f} MiB" if t["bytes"] is not None else "?"
-                lines.append(f"  {n:<34} {t['rows']:>7}  v{t['version']:<5} {size}")
+                newer = (f"  (v{t['latest_version']} written by an unfinished index run; the next `fanout "
+                         "index` completes it)") if t.get("latest_version") else ""
+                lines.append(f"  {n:<34} {t['rows']:>7}  v{t['version']:<5} {size}{newer}")
     return "\n".join(lines)
 
 
