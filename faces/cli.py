@@ -365,13 +365,13 @@ EXIT_DISK_FULL = 4  # no space (or quota) left where the command writes
 
 def disk_full_line(e: BaseException, args: argparse.Namespace) -> str:
     """The one line for a full disk: DiskFull's own message, else the locations this command writes."""
-    from fanout.storage import DiskFull, free_text
+    from fanout.storage import DiskFull, free_bytes, free_text
 
     if isinstance(e, DiskFull):
         return str(e)
     where = [w for w in (getattr(e, "filename", None), getattr(args, "out", None), getattr(args, "db", None)) if w]
     where = list(dict.fromkeys(str(w) for w in where))
-    full = [w for w in where if free_text(w).startswith((" (0.", " (1.", " (2."))]  # under 3 MB free
+    full = [w for w in where if (f := free_bytes(w)) is not None and f < 3e6]  # the full ones, if known
     shown = " or ".join(f"{w}{free_text(w)}" for w in full or where) or "the output location"
     rerun = " (finished parts are kept: the same command resumes)" if args.cmd == "batch" else ""
     return (f"no space left on the device while writing {shown}; free space there (or write to another disk) "

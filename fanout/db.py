@@ -131,7 +131,7 @@ class Collection:
         version = self._latest_version(name) if existed else None
         try:
             yield
-        except BaseException:
+        except Exception:  # not KeyboardInterrupt: Lance may still be finishing that write in its own thread
             self._reclaim(name, root, existed, before, version)
             raise
 

@@ -58,17 +58,26 @@ def is_disk_full(e: BaseException) -> bool:
     return any(t in text for t in _FULL_TEXTS)
 
 
-def free_text(uri: str | os.PathLike) -> str:
-    """`(12.3 MB free)` for a local location (its nearest existing folder), '' for an object store."""
-    path = normalize_uri(uri)
+def free_bytes(uri: str | os.PathLike) -> int | None:
+    """Free bytes where a local location is (its nearest existing folder); None for an object store."""
+    try:
+        path = normalize_uri(uri)
+    except StorageError:
+        return None
     if scheme(path) != "file":
-        return ""
+        return None
     while path and not os.path.exists(path):
         path = os.path.dirname(path)
     try:
-        return f" ({shutil.disk_usage(path).free / 1e6:.1f} MB free)"
+        return shutil.disk_usage(path).free
     except OSError:
-        return ""
+        return None
+
+
+def free_text(uri: str | os.PathLike) -> str:
+    """` (12.3 MB free)` for a local location, '' for an object store."""
+    free = free_bytes(uri)
+    return "" if free is None else f" ({free / 1e6:.1f} MB free)"
 
 
 def scheme(uri: str) -> str:
