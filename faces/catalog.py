@@ -7,6 +7,7 @@ its manifest `<db>/<name>.manifest.json` records the vault, so no second registr
 from __future__ import annotations
 
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ def list_files(col: Collection, prefix: str = "") -> list[dict[str, Any]]:
     col.require()
     cols = ["path", "title", "lang", "n_chunks", "mtime"]
     rows = col.table(col.documents_name).search().select(cols).limit(None).to_arrow().to_pylist()
-    pre = prefix.strip().lstrip("./")
+    pre = unicodedata.normalize("NFC", prefix.strip().lstrip("./"))  # indexed paths are NFC
     return sorted((r for r in rows if r["path"].startswith(pre)), key=lambda r: r["path"])
 
 

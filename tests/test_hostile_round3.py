@@ -227,6 +227,9 @@ def test_full_text_matches_across_normal_forms_and_names_that_differ_by_form_are
     assert main(["multi-get", nfd("Café*"), "--db", str(db), "-c", "t"]) == 0
     out = capsys.readouterr().out
     assert "The composed café note." in out and "decomposed café" not in out
+    for prefix in ("Café", nfd("Café")):  # `ls` takes either form too
+        assert main(["ls", prefix, "--db", str(db), "-c", "t"]) == 0
+    assert capsys.readouterr().out.count("Café.md") == 2
 
 
 # -- 5. full disks ----------------------------------------------------------------------------------------
