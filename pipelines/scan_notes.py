@@ -198,6 +198,10 @@ def scan_notes(vault: str | Path, default_lang: str = "auto", max_note_mb: float
         except MemoryError:
             skipped.append({"path": rel, "reason": "too_large", "detail": "reading it ran out of memory; "
                             "split the note or simplify its front matter"})
+        except Exception as e:  # anything else one note's text raises: skip it, keep the rest
+            log.debug("parsing %s failed", rel, exc_info=True)
+            skipped.append({"path": rel, "reason": "bad_file", "detail": f"cannot be parsed "
+                            f"({type(e).__name__}: {str(e)[:200]}); check its front matter"})
     for s in skipped:
         log.debug("skipped %s: %s (%s)", s["path"], s["reason"], s["detail"])
     skipped += [{"path": p, "reason": IGNORED, "detail": "matches an ignore rule"} for p in listing.ignored]

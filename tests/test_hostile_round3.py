@@ -134,6 +134,23 @@ def test_deep_front_matter_is_skipped_by_name_never_a_recursion_error(tmp_path):
     assert skipped.to_pylist()[0]["path"] == "x.md" and skipped.to_pylist()[0]["reason"] == "bad_yaml"
 
 
+def test_any_error_parsing_one_note_skips_only_that_note(tmp_path, monkeypatch):
+    import pipelines.scan_notes as sn
+
+    real = sn.prop_values
+
+    def fragile(meta):  # a parser bug that only one note's front matter trips
+        if "trip" in meta:
+            raise TypeError("unexpected value")
+        return real(meta)
+
+    monkeypatch.setattr(sn, "prop_values", fragile)
+    notes, skipped = scan_notes(write(tmp_path / "v", {**GOOD, "trip.md": "---\ntrip: 1\n---\nx\n"}))
+    assert sorted(notes["path"].to_pylist()) == sorted(GOOD)
+    assert skipped.to_pylist() == [{"path": "trip.md", "reason": "bad_file", "detail": "cannot be parsed "
+                                    "(TypeError: unexpected value); check its front matter"}]
+
+
 def test_bad_lang_values_fall_back_to_the_detected_language(tmp_path, caplog):
     vault = write(tmp_path / "v", {
         "a.md": "---\nlang: English\n---\nText.\n", "b.md": "---\nlang: ru-RU\n---\nText.\n",
