@@ -100,8 +100,9 @@ def status_text(st: dict[str, Any]) -> str:
 
 
 def list_files(col: Collection, prefix: str = "") -> list[dict[str, Any]]:
-    """The notes of a collection (path, title, lang, chunks, mtime), optionally under a path prefix."""
-    col.require()
+    """The notes of a collection (path, title, lang, chunks, mtime), optionally under a path prefix (the
+    pinned documents version, like searches)."""
+    col.refresh()
     cols = ["path", "title", "lang", "n_chunks", "mtime"]
     rows = col.table(col.documents_name).search().select(cols).limit(None).to_arrow().to_pylist()
     pre = unicodedata.normalize("NFC", prefix.strip().lstrip("./"))  # indexed paths are NFC

@@ -105,7 +105,7 @@ def _open(args: argparse.Namespace):
     if len(names) > 1:
         raise UserError(f"{args.cmd} reads one collection, got {names}")
     col = Collection(args.db, names[0], config_from_args(args))
-    col.require()
+    col.refresh()  # the table versions the manifest pins: what searches are served
     return col
 
 

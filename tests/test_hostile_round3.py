@@ -11,6 +11,7 @@ succeeds; malformed arguments give a clear error, never a traceback. The fake mo
 from __future__ import annotations
 
 import errno
+import json
 import os
 import threading
 import tracemalloc
@@ -304,6 +305,8 @@ def test_a_full_disk_during_index_is_one_line_leaves_no_orphans_and_the_next_run
     col = Collection(db, "t", cfg)
     st = status(col, cfg, detail=True)  # what queries serve: the last completed run
     assert st["notes"] == len(GOOD) and st["tables"]["t_documents"].get("latest_version")
+    assert main(["ls", "--db", str(db), "-c", "t", "--json"]) == 0  # `ls` lists the same version
+    assert len(json.loads(capsys.readouterr().out)) == len(GOOD)
     monkeypatch.undo()
     assert main(_index_cli(vault, db)) == 0
     assert status(Collection(db, "t", cfg), cfg)["notes"] == len(GOOD) + 200
@@ -341,8 +344,6 @@ def test_optimize_keep_days_0_after_a_failed_run_keeps_the_pinned_version(tmp_pa
 
 def test_a_full_disk_during_batch_is_one_line_exit_4_and_the_rerun_resumes(tmp_path, monkeypatch, capsys,
                                                                              fake_cfg, fake_runner):
-    import json
-
     import pyarrow.parquet as pq
 
     from faces.cli import main
