@@ -508,3 +508,18 @@ def test_optimize_keep_days_0_reclaims_files_no_version_references(tmp_path, fak
     assert stray.exists()  # unverified (young, maybe a write in progress) files stay by default
     optimize_tables(db, "t", keep_days=0, cfg=fake_cfg)
     assert not stray.exists()
+
+
+def test_mcp_get_with_a_non_string_path_says_what_is_wrong(tmp_path, fake_cfg, fake_runner):
+    from faces.mcp_server import FanoutTools
+    from faces.notes import NoteError
+    from pipelines.index import index_vault
+
+    vault = write(tmp_path / "v", GOOD)
+    index_vault(vault, tmp_path / "db", "t", fake_cfg, fake_runner)
+    tools = FanoutTools(tmp_path / "db", "t", fake_cfg, fake_runner)
+    for bad, match in ((5, "`path` must be a string, got int 5"), ({"a": 1}, "must be a string, got dict"),
+                       (None, "`path` is missing")):
+        with pytest.raises(NoteError, match=match):
+            tools.get({"path": bad})
+    assert tools.get({"path": "good/note 1.md"})["title"] == "Good 1"
