@@ -105,7 +105,7 @@ def _open(args: argparse.Namespace):
     if len(names) > 1:
         raise UserError(f"{args.cmd} reads one collection, got {names}")
     col = Collection(args.db, names[0], config_from_args(args))
-    col.require()
+    col.refresh()  # the table versions the manifest pins: what searches are served
     return col
 
 
@@ -134,7 +134,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     vault, docs = _vault(col), _docs(col)
     ref = parse_ref(args.ref)
     target = locate(vault, ref.name, docs)
-    note = read_note(vault, target, "note")
+    note = read_note(vault, target, "note", col.cfg.index)
     head, first, lines = note_lines(note, ref.heading, ref.line_from, ref.line_to, args.lines)
     if args.json:
         print(json.dumps({"path": note["path"], "title": note["title"], "heading": head, "lang": note["lang"],
@@ -160,7 +160,7 @@ def cmd_multi_get(args: argparse.Namespace) -> int:
             if size > args.max_bytes:
                 out.append({"path": ref, "skipped": f"{size} bytes > --max-bytes {args.max_bytes}"})
                 continue
-            note = read_note(vault, target, "note")
+            note = read_note(vault, target, "note", col.cfg.index)
             _, first, lines = note_lines(note, max_lines=args.lines)
             out.append({"path": note["path"], "title": note["title"], "first_line": first, "text": lines})
         except NoteError as e:
@@ -360,6 +360,24 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return _build_parser(FNS, __doc__, only)
 
 
+EXIT_DISK_FULL = 4  # no space (or quota) left where the command writes
+
+
+def disk_full_line(e: BaseException, args: argparse.Namespace) -> str:
+    """The one line for a full disk: DiskFull's own message, else the locations this command writes."""
+    from fanout.storage import DiskFull, free_bytes, free_text
+
+    if isinstance(e, DiskFull):
+        return str(e)
+    where = [w for w in (getattr(e, "filename", None), getattr(args, "out", None), getattr(args, "db", None)) if w]
+    where = list(dict.fromkeys(str(w) for w in where))
+    full = [w for w in where if (f := free_bytes(w)) is not None and f < 3e6]  # the full ones, if known
+    shown = " or ".join(f"{w}{free_text(w)}" for w in full or where) or "the output location"
+    rerun = " (finished parts are kept: the same command resumes)" if args.cmd == "batch" else ""
+    return (f"no space left on the device while writing {shown}; free space there (or write to another disk) "
+            f"and run the same command again{rerun}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
@@ -367,14 +385,21 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging(getattr(args, "verbose", False))
     try:
         return int(args.fn(args) or 0)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:  # incl. UserError, ModelError, NoteError
-        print(f"fanout: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:  # `fanout ls | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a full disk, whatever raised it, is one line and exit 4
+        from fanout.storage import is_disk_full
+
+        if is_disk_full(e):
+            print(f"fanout: {disk_full_line(e, args)}", file=sys.stderr)
+            return EXIT_DISK_FULL
+        if isinstance(e, (FileNotFoundError, ValueError, RuntimeError)):  # incl. UserError, ModelError, NoteError
+            print(f"fanout: {e}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

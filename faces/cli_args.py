@@ -20,13 +20,18 @@ from faces.common import DEFAULT_COLLECTION, DEFAULT_DB
 # -- argument types: reject nonsense at parse time with what is allowed ------------------------------------
 
 
+MAX_INT = 2**31 - 1  # the largest count a flag takes (Lance and Arrow take 32/64-bit limits, not any int)
+
+
 def positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text[:40]!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    if v > MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_INT}, got {text[:40]}")
     return v
 
 

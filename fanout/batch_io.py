@@ -281,7 +281,6 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
     there would be a second full copy). parquet/CSV: one row per result page plus one per bad query; JSONL:
     one line per query."""
     import duckdb
-    import pyarrow.csv as pcsv
 
     ext = _ext(out, OUT_FORMATS, "output")
     fs, path = filesystem(out, storage_cfg)
@@ -293,6 +292,23 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
     con.register("parts", parts)
     counts = dict(zip(("queries", "errors"), con.execute(
         "select count(*), count(error) from parts").fetchall()[0]))
+    try:
+        _write_out(con, fs, tmp, ext)
+    except BaseException:  # a full disk: a cut-short file must not keep the space it took
+        if tmp != path:
+            with contextlib.suppress(OSError):
+                fs.delete_file(tmp)
+        con.close()
+        raise
+    if tmp != path:
+        fs.move(tmp, path)
+    con.close()
+    return counts
+
+
+def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str) -> None:
+    import pyarrow.csv as pcsv
+
     with fs.open_output_stream(tmp) as sink:
         if ext == ".jsonl":
             reader = arrow_reader(con, (_QUERY_SQL), 8192)
@@ -313,7 +329,3 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
                 writer.write_batch(pa.RecordBatch.from_arrays(
                     [batch.column(i).cast(FLAT.field(i).type) for i in range(len(FLAT))], schema=FLAT))
             writer.close()
-    if tmp != path:
-        fs.move(tmp, path)
-    con.close()
-    return counts

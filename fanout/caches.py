@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from fanout import storage
 from fanout.db import Collection
 
 log = logging.getLogger(__name__)
@@ -133,17 +134,20 @@ class Caches:
         with table_lock(self.col.db_dir, n):
             if not self.col.has(n):
                 try:
-                    self.col.db.create_table(n, data=rows)
+                    with self.col.writing(n):  # a failed create (full disk) leaves no files behind
+                        self.col.db.create_table(n, data=rows)
                     with contextlib.suppress(Exception):
                         self.col.table(n).create_scalar_index("key")  # BTREE: `key IN` lookups, merges
                     return rows.num_rows
-                except (ValueError, OSError):  # created by an older, unlocked writer: fall through
-                    pass
+                except (ValueError, OSError) as e:  # created by an older, unlocked writer: fall through
+                    if storage.is_disk_full(e):
+                        raise
             tbl = self.col.table(n)
             with contextlib.suppress(Exception):
                 tbl.checkout_latest()
             rows = rows.cast(tbl.schema) if rows.schema != tbl.schema else rows
-            res = tbl.merge_insert("key").when_not_matched_insert_all().execute(rows)
+            with self.col.writing(n):
+                res = tbl.merge_insert("key").when_not_matched_insert_all().execute(rows)
             self.commits[name] = self.commits.get(name, 0) + 1
             if optimize_every and self.commits[name] % optimize_every == 0:
                 with contextlib.suppress(Exception):  # folds new rows into the key index, compacts

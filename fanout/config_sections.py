@@ -98,6 +98,13 @@ class IndexConfig:
     languages: tuple[str, ...] = ("en", "ru")  # one FTS column (with its stemmer) per language
     default_lang: str = "auto"  # "auto" detects per note (Cyrillic share), or force a language
     max_note_mb: float = 20.0  # a note file larger than this is skipped (reason too_large)
+    front_matter_max_depth: int = 32  # front matter nested deeper than this: the note is skipped (bad_yaml)
+    # front matter larger than this (characters, with every YAML alias expanded): skipped (bad_yaml); this
+    # is what refuses an alias bomb, a few hundred bytes that expand to gigabytes, before anything expands
+    front_matter_max_chars: int = 1_000_000
+    # a note's aliases, tags, description or filterable properties holding more characters than this
+    # (each field counted on its own): the note is skipped (bad_front_matter); every chunk carries them
+    max_field_chars: int = 10_000
     verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
     # below this vector search is brute force: exact, ~5.6 ms/query at 50k rows (STACK.md); at 100k rows
     # brute force was ~10x slower than the index below (bench/index_scale.py, same run)
@@ -130,6 +137,8 @@ class IndexConfig:
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
+        for name in ("front_matter_max_depth", "front_matter_max_chars", "max_field_chars"):
+            _check(getattr(self, name) >= 1, f"index.{name} must be >= 1, got {getattr(self, name)}")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,
                f"index.vector_index_type must be one of {kinds}, got {self.vector_index_type!r}")
