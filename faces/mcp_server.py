@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 MAX_LIMIT = 50  # pages one search may return
 MAX_NOTE_CHARS = 40_000  # `get` cuts a longer note and lists its headings instead
-MAX_NOTE_BYTES = 50_000_000  # `get` refuses a larger file
 SEARCH_FIELDS = ("query", "short_query", "rephrased_query", "expected_answer", "intent", "searches")
 TOKEN_FILE = ".fanout-mcp-token"  # next to the db: the bearer token `fanout mcp --http` requires
 ENV_TOKEN = "FANOUT_MCP_TOKEN"  # the token itself, instead of a token file
@@ -160,7 +159,7 @@ class FanoutTools:
         with self.lock:  # one pinned index version per request
             self.refresh()
             target = self.resolve(args.get("path"))
-        note = read_note(self.vault, target)
+        note = read_note(self.vault, target, limits=self.cfg.index)  # index.max_note_mb, as fanout get
         heading, _, lines = note_lines(note, args.get("heading"))
         text = "\n".join(lines).strip()
         data = {"path": note["path"], "title": note["title"], "heading": heading,

@@ -20,7 +20,6 @@ import pyarrow as pa
 import yaml
 
 from fanout.config_sections import IndexConfig
-from fanout.db import LANG_NAMES
 from fanout.filters import inline_tags, prop_values
 from fanout.safe_yaml import YAMLLimitError, load_bounded
 from fanout.schemas import NOTES, SKIPPED
@@ -34,6 +33,7 @@ from fanout.vault import (
     shown,
     too_long,
 )
+from fanout.vocab import LANG_NAMES
 
 log = logging.getLogger(__name__)
 
