@@ -65,9 +65,11 @@ def test_a_notes_lang_value_never_reaches_agent_facing_text(hostile_db, fake_cfg
     assert "(10 notes)" in text  # every note counted, whatever its lang
     assert len(text) < 20_000
     status = tools.status({})
-    assert status["languages"] == {"en": 5, "ru": 2, "other": 3}  # Secret/Keys.md has no lang: detected
-    assert tools.get({"path": "Evil.md"})["lang"] is None
-    with pytest.raises(ValueError, match=r"the index has \['en', 'ru'\] and 3 other values") as e:
+    # an invalid `lang` never reaches the index: scan_notes takes the detected language instead (the three
+    # injected values and Secret/Keys.md, which has none, are English text)
+    assert status["languages"] == {"en": 8, "ru": 2}
+    assert tools.get({"path": "Evil.md"})["lang"] == "en"
+    with pytest.raises(ValueError, match=r"the index has \['en', 'ru'\]") as e:
         tools.search({"query": "hello", "filter": {"lang": "de"}})
     assert "IMPORTANT" not in str(e.value)
     assert tools.get({"path": "Sync/Sync your notes.md"})["lang"] == "en"
