@@ -102,14 +102,21 @@ def in_cgroup(cmd: list[str], name: str, code: Path = ROOT) -> tuple[float, str]
                              cwd=code)
         if res.returncode:
             raise RuntimeError(f"{cmd} failed ({res.returncode}):\n{res.stderr[-3000:]}")
-        time.sleep(1.0)  # Ray's processes exit after the driver: let them finish inside the cgroup
+        deadline = time.monotonic() + 30  # Ray's processes exit after the driver: their CPU counts too
+        while (cg / "cgroup.procs").read_text().split() and time.monotonic() < deadline:
+            time.sleep(0.2)
         cpu = int((cg / "cpuacct.usage").read_text()) / 1e9
         return cpu, res.stdout.strip().splitlines()[-1]
     finally:
-        for p in (cg / "cgroup.procs").read_text().split():  # stragglers (none expected)
-            subprocess.run(["kill", "-9", p], check=False)
-        time.sleep(0.2)
-        cg.rmdir()
+        for _ in range(50):  # stragglers past the deadline are killed; the cgroup goes when it is empty
+            procs = (cg / "cgroup.procs").read_text().split()
+            for p in procs:
+                subprocess.run(["kill", "-9", p], check=False)
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.2)
 
 
 def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, code: Path = ROOT) -> dict:
