@@ -158,6 +158,10 @@ class RayRunner(Runner):
             self._env_before["RAY_AUTH_TOKEN"] = os.environ.pop("RAY_AUTH_TOKEN")
         _reload_auth_settings()
 
+    @property
+    def engine(self) -> str:
+        return "data" if self.cfg.runner.engine == "data" else "loop"
+
     def ray_data(self) -> Any:
         """The `ray.data` module (fanout/ray_data.py uses it through here: Ray is imported in this module only)."""
         import ray.data

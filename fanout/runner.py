@@ -208,6 +208,14 @@ class Runner:
         self._actors: dict[str, Any] = {}
         self.calls: dict[str, int] = {}
         self.seconds: dict[str, float] = {}
+        self.last_stats = ""  # a Dataset job's Ray Data stats text (the data engine)
+        self.last_timings: dict[str, float] = {}  # a Dataset job's summed remote wall seconds per operator
+
+    @property
+    def engine(self) -> str:
+        """How a job's stage list runs here: "loop" (stages in this process, one slice after another; model
+        calls through `map`) or "data" (ONE Ray Data Dataset: `RayRunner` with `runner.engine: data`)."""
+        return "loop"
 
     def actor(self, role: str) -> Any:
         if role not in self._actors:

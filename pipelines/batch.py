@@ -276,7 +276,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     if resumed:
         log.info("resuming: %d of %d queries already answered", resumed, total)
     timings: dict[str, float] = {}
-    engine = "data" if runner.kind == "ray" and cfg.runner.engine == "data" else "loop"
+    engine = runner.engine
     if todo and engine == "data":
         specs = searcher.stages(opts)
         watch = PartsWatcher(fs, rdir, todo, on_slice, cfg.runner.progress_step_s) if on_slice and not progress \
@@ -284,7 +284,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
         with watch:  # on a TTY Ray Data draws its own bar (rows/s)
             stats_text = runner.run_dataset(specs, files, rdir, filesystem=fs, progress=progress, rows=todo)
         log.debug("Ray Data stats:\n%s", stats_text)
-        timings = dict(getattr(runner, "last_timings", {}))  # summed remote wall s per stage (pool)
+        timings = dict(runner.last_timings)  # summed remote wall s per stage (pool)
     elif todo:
         pipe = searcher.pipeline(opts)
         before = dict(pipe.seconds)

@@ -42,7 +42,7 @@ def embed_groups(groups: list[Any], runner: Runner, cfg: Config) -> Iterator[tup
     """(key, chunks) groups -> (key, chunks + vector), in order. On a Ray runner with `runner.engine: data`
     the groups are ONE Dataset (embedder actor pool, order preserved) so every embedder actor is busy while
     the caller writes the groups that came back; otherwise one runner call per group."""
-    if runner.kind != "ray" or cfg.runner.engine != "data" or not groups:
+    if runner.engine != "data" or not groups:
         for key, chunks in groups:
             yield key, embed_chunks(chunks, runner)
         return

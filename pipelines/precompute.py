@@ -118,7 +118,7 @@ def run_expand(in_path: str | Path, db: str | Path, collection: str, cfg: Config
             on_batch(bar.done, todo)
 
     try:
-        if todo and runner.kind == "ray" and cfg.runner.engine == "data":
+        if todo and runner.engine == "data":
             ds = runner.dataset(specs, files, filesystem=fs, progress=False, rows=todo)
             for t in ds.iter_batches(batch_format="pyarrow", batch_size=None):
                 add(t)
