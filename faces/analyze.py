@@ -31,7 +31,8 @@ EMPTY = {  # the schema of a cache that was never written (so the documented que
                                 ("model", pa.string()), ("created", pa.float64())]),
 }
 EVAL_VIEWS = {"per_query": "per_query.parquet", "timings": "timings.parquet", "results": "results-*.parquet",
-              "variants": "variants-*.parquet"}
+              "variants": "variants-*.parquet",
+              "flagged": "flagged.parquet", "groups": "groups.parquet"}  # the last two: a `fanout gaps` folder
 # The documented examples (README, --help); tests/test_analyze.py runs each.
 EXAMPLES = {
     "db": [
@@ -101,8 +102,9 @@ def path_views(con: Any, path: Path) -> dict[str, str]:
                             "union_by_name=true)")
                 made[view] = str(path / pattern)
         if not made:
-            raise UserError(f"{str(path)!r} holds no eval output (per_query.parquet, results-*.parquet...); give "
-                            "an eval --out folder, a batch output file, or --db DB for an index")
+            raise UserError(f"{str(path)!r} holds no eval or gaps output (per_query.parquet, results-*.parquet, "
+                            "flagged.parquet...); give an eval or gaps --out folder, a batch output file, or --db "
+                            "DB for an index")
         return made
     ext = path.suffix.lower()
     if ext == ".parquet":
