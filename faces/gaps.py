@@ -29,6 +29,7 @@ import math
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -149,7 +150,7 @@ def _read_csv(stream: Any, where: str, stats: ReadStats, tick: Callable) -> Iter
 
     text_cols = {c: pa.string() for c in COLUMNS if c not in ("score", "rank")}
     reader = pcsv.open_csv(io.BufferedReader(stream, 1 << 20),
-                           read_options=pcsv.ReadOptions(block_size=4 << 20),
+                           read_options=pcsv.ReadOptions(block_size=4 << 20, use_threads=False),
                            parse_options=pcsv.ParseOptions(newlines_in_values=True, invalid_row_handler=bad),
                            convert_options=pcsv.ConvertOptions(strings_can_be_null=True,  # "" = null
                                                                column_types={**text_cols, "score": pa.string(),
@@ -311,17 +312,60 @@ class Text:
     pages: dict[str, tuple[str, float, int]] = field(default_factory=dict)  # path -> (title, best, asks)
 
 
-def by_text(queries: list[Query]) -> dict[str, Text]:
-    out: dict[str, Text] = {}
-    for q in queries:
-        t = out.setdefault(text_key(q.query), Text(q.query))
-        t.asks += 1
-        t.score = max(t.score, q.score)
-        t.bands[q.band] += 1
-        for path, title, score in q.pages:
-            old = t.pages.get(path, (title, 0.0, 0))
-            t.pages[path] = (title, max(old[1], score), old[2] + 1)
-    return out
+def add_query(texts: dict[str, Text], q: Query) -> str:
+    """Count one flagged query under its text; returns the text key."""
+    key = text_key(q.query)
+    t = texts.get(key)
+    if t is None:
+        t = texts[key] = Text(q.query)
+    t.asks += 1
+    t.score = max(t.score, q.score)
+    t.bands[q.band] += 1
+    for path, title, score in q.pages:
+        old = t.pages.get(path, (title, 0.0, 0))
+        t.pages[path] = (title, max(old[1], score), old[2] + 1)
+    return key
+
+
+SPOOL = pa.schema([("qid", pa.string()), ("query", pa.string()), ("key", pa.string()), ("band", pa.string()),
+                   ("score", pa.float64())])
+
+
+class Spool:
+    """The flagged queries, one row each, written to a parquet file as they come (memory holds the distinct
+    texts only, not every flagged query); read back with their group once the groups exist."""
+
+    def __init__(self, path: Path, rows: int = READ_ROWS):
+        import pyarrow.parquet as pq
+
+        self.path, self.rows = path, rows
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.writer = pq.ParquetWriter(path, SPOOL)
+        self.buf: dict[str, list] = {n: [] for n in SPOOL.names}
+
+    def add(self, q: Query, key: str) -> None:
+        for n, v in zip(SPOOL.names, (q.qid, q.query, key, q.band, q.score)):
+            self.buf[n].append(v)
+        if len(self.buf["qid"]) >= self.rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buf["qid"]:
+            self.writer.write_table(pa.table(self.buf, schema=SPOOL))
+            self.buf = {n: [] for n in SPOOL.names}
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+    def flagged(self, group_of: dict[str, int]) -> Iterator[pa.RecordBatch]:
+        """FLAGGED batches: each spooled row with its text's group."""
+        import pyarrow.parquet as pq
+
+        for b in pq.ParquetFile(self.path).iter_batches(batch_size=self.rows):
+            gid = pa.array([group_of[k] for k in b.column("key").to_pylist()], pa.int32())
+            yield pa.RecordBatch.from_arrays([b.column("qid"), b.column("query"), gid, b.column("band"),
+                                              b.column("score")], schema=FLAGGED)
 
 
 def query_vectors(texts: list[str], cfg: Config, db: str, collection: str,
@@ -499,16 +543,21 @@ def page_headings(cfg: Config, db: str, collection: str, paths: list[str]) -> di
 class GapsResult:
     stats: ReadStats
     groups: list[Group]
-    flagged: pa.Table  # FLAGGED
+    spool: Spool  # the flagged queries (Spool.flagged(group_of) gives FLAGGED rows)
+    group_of: dict[str, int]  # text key -> group id
     distinct: int  # distinct flagged texts
     embedded: int  # flagged texts not in the query-vector cache, embedded now
     seconds: dict[str, float] = field(default_factory=dict)
 
+    def flagged(self) -> Iterator[pa.RecordBatch]:
+        return self.spool.flagged(self.group_of)
 
-def find_gaps(answers: str, db: str, collection: str, cfg: Config,
+
+def find_gaps(answers: str, db: str, collection: str, cfg: Config, spool: Path,
               progress: Callable[[int, int], None] | None = None,
               embed: Callable[[list[str]], list[list[float]]] | None = None) -> GapsResult:
-    """Read, band, group and name; nothing written (faces/gaps_report.py writes the report)."""
+    """Read, band, group and name; only the spool file (`spool`) is written here (faces/gaps_report.py
+    writes the report). Memory: the distinct flagged texts and one batch of answer rows."""
     import time
 
     from fanout.db import Collection, index_stamp
@@ -519,11 +568,16 @@ def find_gaps(answers: str, db: str, collection: str, cfg: Config,
     stats = ReadStats()
     t0 = time.perf_counter()
     tables = read_answers(answers, cfg.storage, stats, progress)
-    queries = list(flagged_queries(tables, g, want, answers, stats))
+    texts: dict[str, Text] = {}
+    sp = Spool(spool)
+    try:
+        for q in flagged_queries(tables, g, want, answers, stats):
+            sp.add(q, add_query(texts, q))
+    finally:
+        sp.close()
     if stats.queries == 0:
         raise UserError(f"{answers}: no query rows in it; give the --out file of `fanout batch`")
     t1 = time.perf_counter()
-    texts = by_text(queries)
     keys = list(texts)
     x, embedded = query_vectors([texts[k].text for k in keys], cfg, db, collection, embed)
     t2 = time.perf_counter()
@@ -532,12 +586,8 @@ def find_gaps(answers: str, db: str, collection: str, cfg: Config,
     paths = sorted({p["path"] for gr in groups[:g.max_groups] for p in gr.pages})
     mark_lacking(groups, page_headings(cfg, db, collection, paths))
     group_of = {k: gr.gid for gr in groups for k in gr.keys}
-    flagged = pa.table({
-        "qid": [q.qid for q in queries], "query": [q.query for q in queries],
-        "group_id": [group_of[text_key(q.query)] for q in queries], "band": [q.band for q in queries],
-        "score": [q.score for q in queries]}, schema=FLAGGED)
     t3 = time.perf_counter()
-    return GapsResult(stats, groups, flagged, len(keys), embedded,
+    return GapsResult(stats, groups, sp, group_of, len(keys), embedded,
                       {"read": t1 - t0, "vectors": t2 - t1, "groups": t3 - t2})
 
 
@@ -554,16 +604,20 @@ def groups_table(groups: list[Group]) -> pa.Table:
 def main_gaps(args: Any) -> int:
     """`fanout gaps ANSWERS --db DB -c NAME --out DIR`."""
     import sys
-    from pathlib import Path
 
     from faces.common import config_from_args
     from faces.gaps_report import write_report
     from faces.progress import Progress
 
     cfg = config_from_args(args)
-    with Progress("gaps: reading answers", "byte") as progress:
-        res = find_gaps(args.answers, args.db, args.collection, cfg, progress=progress)
-    out = write_report(res, Path(args.out), cfg.gaps, args.answers)
+    out = Path(args.out)
+    spool = out / ".flagged.spool.parquet"
+    try:
+        with Progress("gaps: reading answers", "byte") as progress:
+            res = find_gaps(args.answers, args.db, args.collection, cfg, spool, progress=progress)
+        write_report(res, out, cfg.gaps, args.answers)
+    finally:
+        spool.unlink(missing_ok=True)
     s = res.stats
     print(f"{s.queries} queries ({s.errors} error rows, {s.bad_lines} unreadable lines): {s.answered} answered, "
           f"{s.flagged['weak']} weakly answered, {s.flagged['unanswered']} unanswered -> {len(res.groups)} groups "

@@ -24,8 +24,12 @@ LABELS = {"unanswered": "unanswered", "weak": "weakly answered"}
 
 
 def write_report(res: GapsResult, out: Path, g: GapsConfig, source: str) -> Path:
+    from faces.gaps import FLAGGED
+
     out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(res.flagged, out / "flagged.parquet")
+    with pq.ParquetWriter(out / "flagged.parquet", FLAGGED) as w:  # streamed from the spool
+        for b in res.flagged():
+            w.write_batch(b)
     pq.write_table(groups_table(res.groups), out / "groups.parquet")
     (out / "report.md").write_text(markdown(res, g, source), encoding="utf-8")
     (out / "report.html").write_text(page(res, g, source), encoding="utf-8")

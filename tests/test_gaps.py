@@ -94,6 +94,8 @@ def test_gaps_flags_the_off_topic_questions_and_groups_them(kb, capsys):
     assert _gaps(kb, kb["parquet"], out) == 0
     flagged = pq.read_table(out / "flagged.parquet")
     assert flagged.schema.names == ["qid", "query", "group_id", "band", "score"]
+    assert sorted(p.name for p in out.iterdir()) == ["flagged.parquet", "groups.parquet", "report.html",
+                                                     "report.md"]  # the spool is gone
     rows = {r["qid"]: r for r in flagged.to_pylist()}
     # every off-topic question is flagged, no answered one is
     assert {q for q in rows if q.startswith("u")} == {f"u{i}" for i in range(len(UNANSWERED))}
@@ -278,3 +280,24 @@ def _colours_in_png(shot: Path) -> None:
     red = np.abs(img - np.array([0xC0, 0x39, 0x2B])).sum(axis=2) < 60
     assert red.sum() > 50  # the unanswered circles (and their band) were drawn
     assert (img.reshape(-1, 3).std(axis=0) > 10).all()
+
+
+def test_a_query_without_pages_keeps_a_row_and_is_unanswered(kb, tmp_path, capsys):
+    """Under --min-score every page of an off-topic query is dropped: the batch file still has a row for it
+    (no page), so gaps counts it as unanswered instead of never seeing it."""
+    from faces.cli import main
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps({"id": "x", "query": "billing invoice refund payment"}) + "\n"
+                   + json.dumps({"id": "y", "query": "set up sync on every device"}) + "\n", encoding="utf-8")
+    for ext in ("parquet", "csv", "jsonl"):
+        ans = tmp_path / f"a.{ext}"
+        assert main(["batch", str(log), "--out", str(ans), "--db", str(kb["db"]), "-c", "kb", "--config", "fake",
+                     "--runner", "inproc", "--min-score", "0.9"]) == 0
+        if ext == "parquet":
+            rows = [r for r in pq.read_table(ans).to_pylist() if r["qid"] == "x"]
+            assert len(rows) == 1 and rows[0]["path"] is None and rows[0]["query"].startswith("billing")
+        assert _gaps(kb, ans, tmp_path / f"r-{ext}") == 0
+        flagged = pq.read_table(tmp_path / f"r-{ext}" / "flagged.parquet").to_pylist()
+        assert [(r["qid"], r["band"], r["score"]) for r in flagged] == [("x", "unanswered", 0.0)]
+    assert "none came close" in (tmp_path / "r-csv" / "report.md").read_text(encoding="utf-8")
