@@ -2,7 +2,7 @@
 the flagged groups, and the rest not?
 
     .venv/bin/python bench/gaps_bench.py --src-db /work/bench-db [--collection bench-en] [--lang en]
-                                         [--bench ../shared/eval/obsidian-help] [--out out/gaps-bench]
+                                         [--bench DIR] [--out out/gaps-bench] [--config local]
 
 1. Copies the collection's Lance tables, caches and manifest from `--src-db` into `OUT/db` (the source is
    never written) and the corpus minus REMOVED into `OUT/vault` (under out/: never committed).
@@ -70,12 +70,16 @@ def main() -> int:
     ap.add_argument("--src-db", required=True, help="a benchmark index (read only)")
     ap.add_argument("--collection", default="bench-en")
     ap.add_argument("--lang", default="en", choices=["en", "ru"])
-    ap.add_argument("--bench", default=str(ROOT.parent / "shared" / "eval" / "obsidian-help"))
+    ap.add_argument("--bench", default=None, help="the benchmark folder (default: $FANOUT_BENCH or "
+                    "<repo>/../shared/eval/obsidian-help)")
     ap.add_argument("--out", default="out/gaps-bench")
     ap.add_argument("--config", default=None, help="profile (default: local)")
     a = ap.parse_args()
 
+    from faces.bench_data import resolve_bench_dir
     from faces.cli import main as cli
+
+    a.bench = str(resolve_bench_dir(a.bench))
 
     out, src, c = Path(a.out).resolve(), Path(a.src_db), a.collection
     db, vault = out / "db", out / "vault"

@@ -88,11 +88,11 @@ def plot_svg(groups: list[Group], g: GapsConfig, width: int = 760, height: int =
     w, h = width - left - right, height - top - bottom
     shown = [gr for gr in groups[:g.max_groups]]
     max_asks = max([gr.asks for gr in shown] + [10])
-    xmax = math.log10(max_asks) * 1.08
-    ymax = max(g.weak_below, 0.05)
+    xmin, xmax = math.log10(0.7), math.log10(max_asks) * 1.1  # room for the circles at 1 ask
+    ymax = max(g.weak_below, 0.05) + 0.05
 
     def x(asks: int) -> float:
-        return left + w * math.log10(max(asks, 1)) / xmax
+        return left + w * (math.log10(max(asks, 1)) - xmin) / (xmax - xmin)
 
     def y(score: float) -> float:
         return top + h * (1 - min(max(score, 0.0), ymax) / ymax)
@@ -106,13 +106,12 @@ def plot_svg(groups: list[Group], g: GapsConfig, width: int = 760, height: int =
            f'stroke="#c0392b" stroke-dasharray="4 3"/>'),
            (f'<text x="{left + w - 4}" y="{y(g.unanswered_below) - 4:.1f}" text-anchor="end" font-size="11" '
            f'fill="#c0392b">unanswered below {g.unanswered_below}</text>')]
-    ticks = [m * 10 ** e for e in range(int(xmax) + 1) for m in (1, 2, 5) if m * 10 ** e <= 10 ** xmax]
+    ticks = [m * 10 ** e for e in range(int(xmax) + 1) for m in (1, 2, 5) if m * 10 ** e <= 10 ** xmax * 0.95]
     for v in ticks:
         px = x(v)
         out.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{top + h}" y2="{top + h + 4}" stroke="#888"/>'
                    f'<text x="{px:.1f}" y="{top + h + 16}" text-anchor="middle" font-size="11">{v:,}</text>')
-    for k in range(5):
-        sv = ymax * k / 4
+    for sv in (0.0, 0.2, 0.4, 0.6, 0.8):
         out.append(f'<text x="{left - 6}" y="{y(sv) + 4:.1f}" text-anchor="end" font-size="11">{sv:.2f}</text>')
     out.append(f'<text x="{left + w / 2}" y="{height - 8}" text-anchor="middle" font-size="12">asks (log scale)'
                f'</text><text x="14" y="{top + h / 2}" text-anchor="middle" font-size="12" '
@@ -120,11 +119,14 @@ def plot_svg(groups: list[Group], g: GapsConfig, width: int = 760, height: int =
     placed: list[tuple[float, float, float]] = []
     for gr in sorted(shown, key=lambda gr: -len(gr.keys)):  # big circles first, small ones stay visible
         r = min(4 + 3 * math.sqrt(len(gr.keys)), 40)
-        cx, cy = x(gr.asks), y(gr.mean_score)
-        for step in range(1, 12):  # groups on the same spot (same asks and score) are set side by side
-            if all((cx - px) ** 2 + (cy - py) ** 2 >= (0.8 * (r + pr)) ** 2 for px, py, pr in placed):
+        x0, y0 = x(gr.asks), y(gr.mean_score)
+        cx, cy = x0, y0
+        for step in range(1, 200):  # groups on one spot (same asks and score): a spiral around it, in the frame
+            if all((cx - px) ** 2 + (cy - py) ** 2 >= (0.9 * (r + pr)) ** 2 for px, py, pr in placed):
                 break
-            cx = x(gr.asks) + (r + 2) * ((step + 1) // 2) * (1 if step % 2 else -1)
+            d = 0.9 * r * math.sqrt(step)
+            cx = min(max(x0 + d * math.cos(2.4 * step), left + r), left + w - r)
+            cy = min(max(y0 + 0.4 * d * math.sin(2.4 * step), top + r), top + h - r)  # mostly sideways
         placed.append((cx, cy, r))
         label = "-" if gr.gid < 0 else str(gr.gid)
         tip = html.escape(f"#{label} {gr.name}: {gr.asks} asks, {len(gr.keys)} questions, mean score "
