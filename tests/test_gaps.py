@@ -301,3 +301,20 @@ def test_a_query_without_pages_keeps_a_row_and_is_unanswered(kb, tmp_path, capsy
         flagged = pq.read_table(tmp_path / f"r-{ext}" / "flagged.parquet").to_pylist()
         assert [(r["qid"], r["band"], r["score"]) for r in flagged] == [("x", "unanswered", 0.0)]
     assert "none came close" in (tmp_path / "r-csv" / "report.md").read_text(encoding="utf-8")
+
+
+def test_questions_missing_from_the_vector_cache_are_embedded_and_counted(kb, tmp_path, capsys):
+    import lancedb
+
+    db = tmp_path / "db"
+    shutil.copytree(kb["db"], db)
+    lancedb.connect(str(db)).drop_table("kb_cache_qvec")
+    from faces.cli import main
+
+    assert main(["gaps", str(kb["parquet"]), "--db", str(db), "-c", "kb", "--config", "fake", "--out",
+                 str(tmp_path / "r")]) == 0
+    said = capsys.readouterr().out
+    assert "3 groups of 6 distinct questions (6 embedded, not in the cache)" in said
+    assert _gaps(kb, kb["parquet"], tmp_path / "r0") == 0  # the same answers, vectors from the cache
+    same = [pq.read_table(tmp_path / d / "flagged.parquet").sort_by("qid").to_pylist() for d in ("r", "r0")]
+    assert same[0] == same[1]
