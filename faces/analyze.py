@@ -49,6 +49,10 @@ EXAMPLES = {
     "batch": [
         "select qid, count(*) pages, round(max(score), 3) best from results where error is null group by qid",
     ],
+    "gaps": [  # tests/test_gaps.py runs these
+        "select group_id, name, asks, band from groups order by asks desc limit 10",
+        "select band, count(*) queries, round(avg(score), 3) mean_score from flagged group by band",
+    ],
 }
 
 
@@ -161,7 +165,8 @@ def main_analyze(args: Any) -> int:
         for view, src in made.items():
             n = con.execute(f"select count(*) from {view}").fetchone()[0]
             print(f"  {view:<14} {n:>8} rows  <- {src}")
-        kind = "db" if args.db or "documents" in made else "eval" if "per_query" in made else "batch"
+        kind = "db" if args.db or "documents" in made else "eval" if "per_query" in made else \
+            "gaps" if "flagged" in made else "batch"
         print("examples:\n" + "\n".join(f'  --sql "{e}"' for e in EXAMPLES[kind]))
         return 0
     rel = query(con, args.sql, made)

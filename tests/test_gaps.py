@@ -128,6 +128,10 @@ def test_closest_pages_and_the_headings_they_lack(kb):
     assert {"flagged", "groups"} <= set(made)
     pages = con.sql("select pages, terms from groups where group_id = 1").fetchall()[0]
     assert pages[0] and all(p.endswith(".md") for p in pages[0])
+    from faces.analyze import EXAMPLES
+
+    assert con.sql(EXAMPLES["gaps"][0]).fetchall()[0][2] == 3  # the most asked group first: 3 asks
+    assert {r[0]: r[1] for r in con.sql(EXAMPLES["gaps"][1]).fetchall()} == {"unanswered": 5, "weak": 2}
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "no heading on" in md  # the off-topic terms are in no heading of the closest pages
 
