@@ -455,15 +455,27 @@ class Group:
         return " / ".join(self.terms[:3]) if self.terms else (self.examples[0] if self.examples else "?")
 
 
+# words that name no topic, beyond fanout.text's search stopwords (which keep them out of full text too)
+NAMING_STOPWORDS = frozenset({
+    "have", "has", "had", "many", "much", "does", "did", "was", "were", "will", "would", "should", "could",
+    "some", "any", "all", "more", "most", "very", "also", "just", "only", "want", "need", "there", "here",
+    "than", "then", "them", "they", "we", "our", "us", "its", "it's", "been", "being", "way", "ways",
+    "thing", "things", "есть", "был", "была", "были", "будет", "мой", "моя", "мои", "все", "всё", "так",
+    "там", "тут", "уже", "ещё", "нужно", "надо", "очень",
+})
+
+
+def _name_terms(text: str) -> list[str]:
+    return [w for w in terms(text) if w not in NAMING_STOPWORDS and len(w) >= 2 and not w.isdigit()]
+
+
 def top_terms(group_texts: list[str], df_all: dict[str, int], n_all: int, k: int) -> list[str]:
     """Terms of a group by tf-idf: in how many of the group's texts a term occurs, times log(1 + N/df) over
     all flagged texts (Unicode words, English and Russian stopwords out: fanout.text.terms)."""
     df: dict[str, int] = {}
     shown: dict[str, str] = {}
     for t in group_texts:
-        for w in set(terms(t)):
-            if len(w) < 2 or w.isdigit():
-                continue
+        for w in set(_name_terms(t)):
             s = stem_key(w)
             df[s] = df.get(s, 0) + 1
             shown.setdefault(s, w)
@@ -476,7 +488,7 @@ def make_groups(texts: dict[str, Text], keys: list[str], x: np.ndarray, labels: 
     """Groups, most asked first (the unclustered ones, label -1, last), named and with their pages."""
     df_all: dict[str, int] = {}
     for k in keys:
-        for s in {stem_key(w) for w in terms(texts[k].text)}:
+        for s in {stem_key(w) for w in _name_terms(texts[k].text)}:
             df_all[s] = df_all.get(s, 0) + 1
     members: dict[int, list[int]] = {}
     for i, lab in enumerate(labels.tolist()):
