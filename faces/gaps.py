@@ -152,7 +152,7 @@ def _read_csv(stream: Any, where: str, stats: ReadStats, tick: Callable) -> Iter
     reader = pcsv.open_csv(io.BufferedReader(stream, 1 << 20),
                            read_options=pcsv.ReadOptions(block_size=4 << 20, use_threads=False),
                            parse_options=pcsv.ParseOptions(newlines_in_values=True, invalid_row_handler=bad),
-                           convert_options=pcsv.ConvertOptions(strings_can_be_null=True,  # "" = null
+                           convert_options=pcsv.ConvertOptions(strings_can_be_null=True, null_values=[""],  # not "NA"
                                                                column_types={**text_cols, "score": pa.string(),
                                                                              "rank": pa.string()}))
     for b in reader:

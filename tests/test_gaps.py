@@ -154,10 +154,15 @@ def test_bad_lines_and_error_rows_are_counted_not_fatal(kb, capsys):
     assert "(1 error rows, 2 unreadable lines)" in capsys.readouterr().out
     rows = list(csv_rows(kb["csv"]))
     rows[3]["score"] = "not-a-number"
+    for r in rows:
+        if r["qid"] == "u3":
+            r["query"] = "NA"  # a query, not a null: only "" is empty in CSV
     bad_csv = kb["tmp"] / "broken.csv"
     write_csv(bad_csv, rows)
     assert _gaps(kb, bad_csv, kb["tmp"] / "report-badcsv") == 0
-    assert "1 unreadable lines" in capsys.readouterr().out
+    assert "(1 error rows, 1 unreadable lines)" in capsys.readouterr().out
+    flagged = pq.read_table(kb["tmp"] / "report-badcsv" / "flagged.parquet").to_pylist()
+    assert {r["query"] for r in flagged if r["qid"] == "u3"} == {"NA"}
 
 
 def csv_rows(path: Path):
