@@ -1,11 +1,17 @@
 # make setup: venv + portable llama-cpp-python + editable install + local models (idempotent, seconds when done)
-.PHONY: setup test demo lint models
+.PHONY: setup test test-fast demo lint models
 
 setup:
 	bash scripts/setup.sh
 
 test: setup
 	.venv/bin/python -m pytest -q
+
+# every test that needs no model and no Ray, with no model installed (a contributor's loop, < 2 min)
+test-fast:
+	@test -x .venv/bin/python || FANOUT_SETUP_SKIP_MODELS=1 bash scripts/setup.sh
+	@d=$$(mktemp -d); cp -r $${FANOUT_CACHE:-$$HOME/.cache/fanout}/cpu $$d/ 2>/dev/null || true; \
+	FANOUT_MODELS_OFFLINE=1 FANOUT_CACHE=$$d .venv/bin/python -m pytest -q -m "not model and not ray"
 
 demo: setup
 	.venv/bin/fanout demo

@@ -254,12 +254,40 @@ def backend_info() -> dict[str, Any]:
     return info
 
 
-def load_llama(path: Path, acfg: ActorConfig, **kwargs: Any):
+class GPUBackendMissing(RuntimeError):
+    """A role asks for GPU offload (`n_gpu_layers != 0`) and no GPU backend is loaded in this process."""
+
+
+def check_gpu_offload(acfg: ActorConfig, role: str) -> None:
+    """Refuse to load a model with `n_gpu_layers != 0` when no GPU backend is loaded: llama.cpp would silently
+    run every layer on the CPU (a GPU profile on a CPU-only wheel). Says what was asked, what loaded, the fix."""
+    if not acfg.n_gpu_layers:
+        return
+    import llama_cpp
+
+    if llama_cpp.llama_supports_gpu_offload():
+        return
+    pkg = Path(llama_cpp.__file__).resolve().parent
+    gpu_libs = sorted(p.name for n in _NON_CPU_BACKENDS for p in (pkg.parent / "bin").glob(f"libggml-{n}*.so"))
+    info = {k: v for k, v in _BACKENDS.items() if k != "lib"}
+    cpu = ", ".join(info.get("variants", [])) or "built in"
+    found = (f"the wheel has {', '.join(gpu_libs)} but it did not load (no GPU or no driver on this node?)"
+             if gpu_libs else f"the llama-cpp-python wheel has CPU backends only ({cpu})")
+    raise GPUBackendMissing(
+        f"{role}.n_gpu_layers is {acfg.n_gpu_layers} (offload to a GPU) but no GPU backend is loaded: {found}; "
+        f"CPU variant in use: {info.get('variant', '?')}. Build the CUDA backend with `FANOUT_GGML_CUDA=1 bash "
+        f"scripts/setup.sh` on a node with the CUDA toolkit (nvcc) and a driver, or set {role}.n_gpu_layers: 0 "
+        f"to run this role on the CPU")
+
+
+def load_llama(path: Path, acfg: ActorConfig, role: str = "model", **kwargs: Any):
     """Load a model once; explicit n_threads (Ray sets OMP_NUM_THREADS=1 in fractional workers).
 
-    n_batch / n_ubatch come from the role's config (0 = n_ctx / n_batch) unless given here.
+    n_batch / n_ubatch come from the role's config (0 = n_ctx / n_batch) unless given here. A role that asks
+    for GPU layers on a process without a GPU backend fails here (check_gpu_offload), never runs on the CPU.
     """
     load_backends()
+    check_gpu_offload(acfg, role)
     from llama_cpp import Llama
 
     n_batch, n_ubatch = acfg.batch_tokens

@@ -41,7 +41,7 @@ class Embedder:
         # embed() packs texts into decodes of up to n_batch tokens (one long chunk, or many short queries);
         # non-causal attention needs each decode in one ubatch, so n_ubatch = n_batch
         self.n_batch = self.acfg.batch_tokens[0]
-        self.llm = load_llama(self.path, self.acfg, embedding=True, n_batch=self.n_batch, n_ubatch=self.n_batch)
+        self.llm = load_llama(self.path, self.acfg, "embedder", embedding=True, n_batch=self.n_batch, n_ubatch=self.n_batch)
         self.dim = int(self.llm.n_embd())
         self.batch_size = self.acfg.batch_size  # texts per embed() call
         self.truncated = 0

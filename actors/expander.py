@@ -25,7 +25,14 @@ from importlib import resources
 import pyarrow as pa
 
 from actors._llama import load_llama, model_id, model_path, render_chat
-from fanout.agent_fields import FIELD_DESC, FIELD_DESC_RU, FIELD_KINDS, count_languages, language_line
+from fanout.agent_fields import (
+    FIELD_DESC,
+    FIELD_DESC_RU,
+    FIELD_KINDS,
+    count_languages,
+    language_code,
+    language_line,
+)
 from fanout.config import Config, ExpandConfig
 from fanout.db import Collection
 from fanout.text import detect_lang, shares_term
@@ -217,7 +224,7 @@ class QueryExpander:
         self.cfg = cfg
         self.path = model_path(cfg, "expander")
         self.model_id = model_id(cfg, "expander")
-        self.llm = load_llama(self.path, cfg.expander)
+        self.llm = load_llama(self.path, cfg.expander, "expander")
         self.grammar = None
         if cfg.expand.format == "qmd":
             gbnf = resources.files("fanout").joinpath("grammars/expand.gbnf").read_text(encoding="utf-8")
@@ -234,7 +241,7 @@ class QueryExpander:
         if collection not in self._contexts:
             spec = json.loads(collection)
             col = Collection(spec["db"], spec["name"], self.cfg)
-            langs = [lg for lg in count_languages(col) if lg != "unknown"]
+            langs = [lg for lg in count_languages(col) if language_code(lg)]  # never a note's free text
             titles: list[str] = []
             if self.cfg.expand.titles_in_prompt:
                 docs = col.table(col.documents_name).search().select(["title"]).limit(None).to_arrow()

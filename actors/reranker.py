@@ -34,7 +34,7 @@ class Reranker:
         self.path = model_path(cfg, "reranker")
         self.model_id = model_id(cfg, "reranker")
         # logits_all=False: only the last token of each decode gets logits (read with llama_get_logits_ith)
-        self.llm = load_llama(self.path, cfg.reranker, logits_all=False)
+        self.llm = load_llama(self.path, cfg.reranker, "reranker", logits_all=False)
         # Qwen3-Reranker opens the answer with an empty think block; a model whose chat template has no
         # think tokens never saw one (Qwen2.5-Coder-0.5B: MRR 0.41 with it, 0.76 without; see
         # bench/model_calls.py)

@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     from fanout.config import load_config
     from fanout.db import Collection
     from fanout.vectors import ensure_scalar_index
-    from pipelines.format_results import fetch_chunks
+    from pipelines.lanes import fetch_chunks
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="index-scale-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -79,7 +79,7 @@ def quality_from_index(src: str, dims: list[int], langs: list[str]) -> dict[tupl
     from faces.score_runs import per_query_metrics
     from fanout.config import load_config
     from fanout.db import Collection
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
     from fanout.vectors import rederive_vectors, vector_dims
     from pipelines.search import Searcher, SearchOptions
 

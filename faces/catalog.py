@@ -7,6 +7,7 @@ its manifest `<db>/<name>.manifest.json` records the vault, so no second registr
 from __future__ import annotations
 
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,13 @@ def _disk_bytes(path: Path) -> int | None:
 
 def status(col: Collection, cfg: Config, detail: bool = False) -> dict[str, Any]:
     """Collection, vault, notes, chunks, languages, models, index time; `detail` adds table versions and the
-    caches' rows and bytes on disk."""
-    m = col.require()
+    caches' rows and bytes on disk.
+
+    Counts are of the table versions the manifest pins (`Collection.refresh`): what queries serve. A run that
+    stopped part-way (a full disk, a kill) may have written newer versions; `detail` shows them as
+    `latest_version` until the next `fanout index` completes.
+    """
+    m = col.refresh()
     updated = (m.get("stats") or {}).get("updated")
     models = cfg.models
     out: dict[str, Any] = {
@@ -61,10 +67,13 @@ def status(col: Collection, cfg: Config, detail: bool = False) -> dict[str, Any]
             if n not in present:
                 tables[n] = None
                 continue
-            t = col.table(n)
+            t = col.table(n)  # chunks and documents: the pinned versions
             tables[n] = {"rows": t.count_rows(), "version": t.version,
                          "bytes": None if storage.is_remote(col.db_dir) else
                          _disk_bytes(Path(col.db_dir) / f"{n}.lance")}
+            latest = col.table_versions().get(n) if n in col.pinned else None
+            if latest is not None and latest != t.version:
+                tables[n]["latest_version"] = latest
         out["tables"] = tables
         out["db"] = str(col.db_dir)
     return out
@@ -84,16 +93,19 @@ def status_text(st: dict[str, Any]) -> str:
                 lines.append(f"  {n:<34} (none)")
             else:
                 size = f"{t['bytes'] / 2**20:.1f} MiB" if t["bytes"] is not None else "?"
-                lines.append(f"  {n:<34} {t['rows']:>7}  v{t['version']:<5} {size}")
+                newer = (f"  (v{t['latest_version']} written by an unfinished index run; the next `fanout "
+                         "index` completes it)") if t.get("latest_version") else ""
+                lines.append(f"  {n:<34} {t['rows']:>7}  v{t['version']:<5} {size}{newer}")
     return "\n".join(lines)
 
 
 def list_files(col: Collection, prefix: str = "") -> list[dict[str, Any]]:
-    """The notes of a collection (path, title, lang, chunks, mtime), optionally under a path prefix."""
-    col.require()
+    """The notes of a collection (path, title, lang, chunks, mtime), optionally under a path prefix (the
+    pinned documents version, like searches)."""
+    col.refresh()
     cols = ["path", "title", "lang", "n_chunks", "mtime"]
     rows = col.table(col.documents_name).search().select(cols).limit(None).to_arrow().to_pylist()
-    pre = prefix.strip().lstrip("./")
+    pre = unicodedata.normalize("NFC", prefix.strip().lstrip("./"))  # indexed paths are NFC
     return sorted((r for r in rows if r["path"].startswith(pre)), key=lambda r: r["path"])
 
 

@@ -30,8 +30,8 @@ from faces.common import (
 
 def cmd_index(args: argparse.Namespace) -> int:
     from faces.common import config_from_args
-    from faces.progress import Progress
-    from fanout.runner import make_runner
+    from faces.progress import EMBED_STARTING, Progress
+    from fanout.engines import make_runner
     from pipelines.index import index_vault
 
     cfg = config_from_args(args)
@@ -39,7 +39,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if len(names) > 1:
         raise UserError(f"index builds one collection at a time, got {names}; run it once per collection")
     with make_runner(cfg, n_rows=0 if args.runner is None else 10**9) as runner, \
-            Progress("embedding", "chunk") as progress:
+            Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
         s = index_vault(args.vault, args.db, names[0], cfg, runner, progress=progress,
                         rebuild=getattr(args, "rebuild", False))
     for sk in s.skipped:
@@ -68,7 +68,7 @@ def run_request(args: argparse.Namespace, req: dict) -> dict:
             return resp
     from faces.common import config_from_args
     from faces.service import SearchService
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
 
     setup_logging(args.verbose)  # main leaves it to here: the warm path above never logs
     cfg = config_from_args(args)
@@ -105,7 +105,7 @@ def _open(args: argparse.Namespace):
     if len(names) > 1:
         raise UserError(f"{args.cmd} reads one collection, got {names}")
     col = Collection(args.db, names[0], config_from_args(args))
-    col.require()
+    col.refresh()  # the table versions the manifest pins: what searches are served
     return col
 
 
@@ -134,7 +134,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     vault, docs = _vault(col), _docs(col)
     ref = parse_ref(args.ref)
     target = locate(vault, ref.name, docs)
-    note = read_note(vault, target, "note")
+    note = read_note(vault, target, "note", col.cfg.index)
     head, first, lines = note_lines(note, ref.heading, ref.line_from, ref.line_to, args.lines)
     if args.json:
         print(json.dumps({"path": note["path"], "title": note["title"], "heading": head, "lang": note["lang"],
@@ -160,7 +160,7 @@ def cmd_multi_get(args: argparse.Namespace) -> int:
             if size > args.max_bytes:
                 out.append({"path": ref, "skipped": f"{size} bytes > --max-bytes {args.max_bytes}"})
                 continue
-            note = read_note(vault, target, "note")
+            note = read_note(vault, target, "note", col.cfg.index)
             _, first, lines = note_lines(note, max_lines=args.lines)
             out.append({"path": note["path"], "title": note["title"], "first_line": first, "text": lines})
         except NoteError as e:
@@ -228,8 +228,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from faces.common import config_from_args
     from faces.progress import Progress
     from fanout.batch_io import check_out
+    from fanout.engines import make_runner
     from fanout.filters import as_option
-    from fanout.runner import make_runner
     from pipelines.batch import run_batch
     from pipelines.search import Searcher, SearchOptions
 
@@ -256,7 +256,7 @@ def _big_input(path: str, cfg) -> bool:
     """auto mode (runner.auto_ray): Ray for inputs of at least runner.ray_min_rows rows (counted by a
     streaming pass, only when the answer depends on it)."""
     from fanout.batch_io import read_input
-    from fanout.runner import attached, auto_ray
+    from fanout.engines import attached, auto_ray
 
     if cfg.runner.mode != "auto":
         return cfg.runner.mode == "ray"
@@ -273,7 +273,7 @@ def _big_input(path: str, cfg) -> bool:
 def cmd_expand(args: argparse.Namespace) -> int:
     """Precompute expansions for a query file into the cache (no retrieval); resumable, streaming."""
     from faces.common import config_from_args
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
     from pipelines.precompute import run_expand
 
     cfg = config_from_args(args)
@@ -334,7 +334,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_gaps(args: argparse.Namespace) -> int:
-    from faces.gaps import main_gaps
+    from faces.gaps_report import main_gaps
 
     return main_gaps(args)
 
@@ -366,6 +366,24 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return _build_parser(FNS, __doc__, only)
 
 
+EXIT_DISK_FULL = 4  # no space (or quota) left where the command writes
+
+
+def disk_full_line(e: BaseException, args: argparse.Namespace) -> str:
+    """The one line for a full disk: DiskFull's own message, else the locations this command writes."""
+    from fanout.storage import DiskFull, free_bytes, free_text
+
+    if isinstance(e, DiskFull):
+        return str(e)
+    where = [w for w in (getattr(e, "filename", None), getattr(args, "out", None), getattr(args, "db", None)) if w]
+    where = list(dict.fromkeys(str(w) for w in where))
+    full = [w for w in where if (f := free_bytes(w)) is not None and f < 3e6]  # the full ones, if known
+    shown = " or ".join(f"{w}{free_text(w)}" for w in full or where) or "the output location"
+    rerun = " (finished parts are kept: the same command resumes)" if args.cmd == "batch" else ""
+    return (f"no space left on the device while writing {shown}; free space there (or write to another disk) "
+            f"and run the same command again{rerun}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
@@ -373,14 +391,21 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging(getattr(args, "verbose", False))
     try:
         return int(args.fn(args) or 0)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:  # incl. UserError, ModelError, NoteError
-        print(f"fanout: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:  # `fanout ls | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a full disk, whatever raised it, is one line and exit 4
+        from fanout.storage import is_disk_full
+
+        if is_disk_full(e):
+            print(f"fanout: {disk_full_line(e, args)}", file=sys.stderr)
+            return EXIT_DISK_FULL
+        if isinstance(e, (FileNotFoundError, ValueError, RuntimeError)):  # incl. UserError, ModelError, NoteError
+            print(f"fanout: {e}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

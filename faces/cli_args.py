@@ -20,13 +20,18 @@ from faces.common import DEFAULT_COLLECTION, DEFAULT_DB
 # -- argument types: reject nonsense at parse time with what is allowed ------------------------------------
 
 
+MAX_INT = 2**31 - 1  # the largest count a flag takes (Lance and Arrow take 32/64-bit limits, not any int)
+
+
 def positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text[:40]!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    if v > MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_INT}, got {text[:40]}")
     return v
 
 
@@ -314,7 +319,8 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
     if want("demo"):
         p = _parser(sub, "demo", "index the bundled sample notes and run a small query batch")
         _engine(p)
-        p.add_argument("--db", default=None, help="index folder (default: a fresh temp folder)")
+        p.add_argument("--db", default=None, help="index folder (default: .fanout/demo-db in the repository, kept "
+                       "for the commands the demo prints at the end)")
         p.set_defaults(fn=fns["demo"])
 
     if want("eval"):
@@ -354,6 +360,9 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         _db(p)
         _engine(p)
         p.add_argument("--http", default=None, help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
+        p.add_argument("--token-file", default=None,
+                       help="with --http: the file holding the bearer token clients must send (created 0600 with "
+                       "a random token if missing; default <db>/.fanout-mcp-token, or env FANOUT_MCP_TOKEN)")
         p.set_defaults(fn=fns["mcp"])
 
     if want("serve"):

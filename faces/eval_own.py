@@ -8,7 +8,7 @@ import logging
 import unicodedata
 from pathlib import Path
 
-from faces.evaluate import FIELDS
+from faces.bench_data import AGENT_FIELDS as FIELDS
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from faces.bench_data import AGENT_FIELDS
+
 if TYPE_CHECKING:  # the CLI imports this module to build its parser: keep that free of pyarrow
     import pyarrow as pa
 
@@ -28,7 +30,7 @@ if TYPE_CHECKING:  # the CLI imports this module to build its parser: keep that 
 
 log = logging.getLogger(__name__)
 
-FIELDS = ("short_query", "rephrased_query", "expected_answer")
+FIELDS = AGENT_FIELDS  # short_query, rephrased_query, expected_answer
 # mode -> (config changes, agent fields used, local expansion)
 MODES: dict[str, tuple[dict, tuple[str, ...], bool]] = {
     "bm25": ({"retrieve": {"lanes": ["fts"]}}, (), False),
@@ -179,7 +181,7 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 
     from faces.bench_data import corpus_dir, load_agent_fields, load_queries, read_agent_fields
     from faces.score_runs import per_query_metrics, write_run
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
     from pipelines.search import Searcher
 
     out = Path(args.out)
@@ -228,7 +230,7 @@ def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]
     from faces.eval_own import check_judged, load_judged, load_own_fields
     from faces.score_runs import per_query_metrics
     from fanout.db import Collection
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
     from pipelines.search import Searcher
 
     out = Path(args.out)

@@ -611,29 +611,3 @@ def groups_table(groups: list[Group]) -> pa.Table:
         "band": [gr.band for gr in groups], "examples": [gr.examples for gr in groups],
         "terms": [gr.terms for gr in groups], "pages": [[p["path"] for p in gr.pages] for gr in groups]},
         schema=GROUPS)
-
-
-def main_gaps(args: Any) -> int:
-    """`fanout gaps ANSWERS --db DB -c NAME --out DIR`."""
-    import sys
-
-    from faces.common import config_from_args
-    from faces.gaps_report import write_report
-    from faces.progress import Progress
-
-    cfg = config_from_args(args)
-    out = Path(args.out)
-    spool = out / ".flagged.spool.parquet"
-    try:
-        with Progress("gaps: reading answers", "byte") as progress:
-            res = find_gaps(args.answers, args.db, args.collection, cfg, spool, progress=progress)
-        write_report(res, out, cfg.gaps, args.answers)
-    finally:
-        spool.unlink(missing_ok=True)
-    s = res.stats
-    print(f"{s.queries} queries ({s.errors} error rows, {s.bad_lines} unreadable lines): {s.answered} answered, "
-          f"{s.flagged['weak']} weakly answered, {s.flagged['unanswered']} unanswered -> {len(res.groups)} groups "
-          f"of {res.distinct} distinct questions ({res.embedded} embedded, not in the cache)\n"
-          f"report: {out / 'report.md'}, {out / 'report.html'}; flagged queries: {out / 'flagged.parquet'}",
-          file=sys.stdout)
-    return 0

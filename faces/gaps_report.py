@@ -1,7 +1,8 @@
 """`fanout gaps` output: report.md, report.html (one self-contained page, the plot an inline SVG drawn here),
 flagged.parquet (one row per flagged query: qid, query, group, band, score) and groups.parquet.
 
-`fanout analyze OUT` opens the folder: views `flagged` and `groups`.
+`fanout analyze OUT` opens the folder: views `flagged` and `groups`. `main_gaps` runs the command
+(faces/gaps.py finds the gaps, this module writes them).
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from __future__ import annotations
 import html
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
-from faces.gaps import groups_table
+from faces.gaps import FLAGGED, groups_table
 
 if TYPE_CHECKING:
     from faces.gaps import GapsResult, Group
@@ -24,8 +25,6 @@ LABELS = {"unanswered": "unanswered", "weak": "weakly answered"}
 
 
 def write_report(res: GapsResult, out: Path, g: GapsConfig, source: str) -> Path:
-    from faces.gaps import FLAGGED
-
     out.mkdir(parents=True, exist_ok=True)
     with pq.ParquetWriter(out / "flagged.parquet", FLAGGED) as w:  # streamed from the spool
         for b in res.flagged():
@@ -167,3 +166,29 @@ def page(res: GapsResult, g: GapsConfig, source: str) -> str:
             f'{plot_svg(res.groups, g)}<h2>Groups</h2><table><thead><tr><th>#</th><th>group</th><th>asks</th>'
             f'<th>questions</th><th>band</th><th>mean best score</th><th>most typical questions</th>'
             f'<th>closest pages</th></tr></thead><tbody>{"".join(rows)}</tbody></table></body></html>\n')
+
+
+def main_gaps(args: Any) -> int:
+    """`fanout gaps ANSWERS --db DB -c NAME --out DIR`."""
+    import sys
+
+    from faces.common import config_from_args
+    from faces.gaps import find_gaps
+    from faces.progress import Progress
+
+    cfg = config_from_args(args)
+    out = Path(args.out)
+    spool = out / ".flagged.spool.parquet"
+    try:
+        with Progress("gaps: reading answers", "byte") as progress:
+            res = find_gaps(args.answers, args.db, args.collection, cfg, spool, progress=progress)
+        write_report(res, out, cfg.gaps, args.answers)
+    finally:
+        spool.unlink(missing_ok=True)
+    s = res.stats
+    print(f"{s.queries} queries ({s.errors} error rows, {s.bad_lines} unreadable lines): {s.answered} answered, "
+          f"{s.flagged['weak']} weakly answered, {s.flagged['unanswered']} unanswered -> {len(res.groups)} groups "
+          f"of {res.distinct} distinct questions ({res.embedded} embedded, not in the cache)\n"
+          f"report: {out / 'report.md'}, {out / 'report.html'}; flagged queries: {out / 'flagged.parquet'}",
+          file=sys.stdout)
+    return 0

@@ -4,13 +4,18 @@ The agent calling `search` is the query expander: it fills the seed's fields `sh
 `rephrased_query` and `expected_answer` (vectors only), or qmd's `searches`; without them the query is
 expanded locally (or not) per config. One Runner lives as long as the server, so models load once; tool calls
 run in a worker thread, one search at a time (a llama.cpp model is not thread-safe), so the event loop stays
-free. The field descriptions name the knowledge base's languages, counted in the index.
+free. The field descriptions name the knowledge base's languages, counted in the index; only language codes
+fanout knows reach them (a note's `lang:` is text its author wrote). Over HTTP every request must carry
+`Authorization: Bearer <token>` (the token file is created 0600 next to the db on first use).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -25,7 +30,7 @@ from faces.catalog import count_languages
 from faces.catalog import status as collection_status
 from faces.notes import NoteError, headings_of, locate, note_lines, read_note
 from fanout.agent_fields import FIELD_DESC as AGENT_FIELD_DESC
-from fanout.agent_fields import language_line
+from fanout.agent_fields import known_languages, language_code, language_line
 from fanout.config import Config
 from fanout.filters import KINDS as FILTER_KINDS
 from fanout.runner import Runner
@@ -36,8 +41,10 @@ log = logging.getLogger(__name__)
 
 MAX_LIMIT = 50  # pages one search may return
 MAX_NOTE_CHARS = 40_000  # `get` cuts a longer note and lists its headings instead
-MAX_NOTE_BYTES = 50_000_000  # `get` refuses a larger file
 SEARCH_FIELDS = ("query", "short_query", "rephrased_query", "expected_answer", "intent", "searches")
+TOKEN_FILE = ".fanout-mcp-token"  # next to the db: the bearer token `fanout mcp --http` requires
+ENV_TOKEN = "FANOUT_MCP_TOKEN"  # the token itself, instead of a token file
+TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")  # what a token may be (it travels in a header)
 
 SEARCH_DESC = ("Search the notes: full text and vectors, fused by reciprocal rank. You are the query "
                "expander: besides `query`, fill `short_query`, `rephrased_query` and `expected_answer`; each "
@@ -90,7 +97,7 @@ class FanoutTools:
         # each request reads one pinned index version (Searcher.refresh)
         self.vault: Path | None = None  # None: `get` refuses (never the cwd)
         self.refresh()
-        self.langs = self.col.memo("languages", lambda: count_languages(self.col))
+        self.langs = self.col.memo("languages", lambda: known_languages(count_languages(self.col)))
 
     def refresh(self) -> None:
         """Pin the index version this request reads (a re-index since the last request becomes visible)."""
@@ -152,11 +159,11 @@ class FanoutTools:
         with self.lock:  # one pinned index version per request
             self.refresh()
             target = self.resolve(args.get("path"))
-        note = read_note(self.vault, target)
+        note = read_note(self.vault, target, limits=self.cfg.index)  # index.max_note_mb, as fanout get
         heading, _, lines = note_lines(note, args.get("heading"))
         text = "\n".join(lines).strip()
-        data = {"path": note["path"], "title": note["title"], "heading": heading, "lang": note["lang"],
-                "text": text}
+        data = {"path": note["path"], "title": note["title"], "heading": heading,
+                "lang": language_code(note["lang"]), "text": text}
         if len(text) > MAX_NOTE_CHARS:
             data["text"] = text[:MAX_NOTE_CHARS]
             data["truncated"] = (f"cut at {MAX_NOTE_CHARS} of {len(text)} characters; get one `heading` of "
@@ -168,7 +175,8 @@ class FanoutTools:
         _known(args, (), "status")
         with self.lock:  # one pinned index version per request
             self.refresh()
-            return {**collection_status(self.col, self.cfg), "vault": str(self.vault)}
+            st = collection_status(self.col, self.cfg)
+            return {**st, "languages": known_languages(st["languages"]), "vault": str(self.vault)}
 
 
 def _known(args: dict[str, Any], allowed: tuple[str, ...], tool: str) -> None:
@@ -246,17 +254,66 @@ async def serve_stdio(server: Server) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-async def serve_http(server: Server, port: int) -> None:
+class BearerAuth:
+    """ASGI middleware: an HTTP request without `Authorization: Bearer <token>` gets 401 and reaches nothing."""
+
+    def __init__(self, app: Any, token: str):
+        self.app, self.token = app, token.encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":  # http (and anything else) must carry the token
+            got = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")
+            scheme, _, given = got.partition(b" ")
+            if not (scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token)):
+                if scope["type"] != "http":
+                    return
+                msg = ("missing or wrong bearer token: send the header `Authorization: Bearer <token>` with the "
+                       "token of `fanout mcp --http` (its log names the file)")
+                # a JSON-RPC error, so that an MCP client shows this message rather than a bare status
+                body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": msg}}).encode()
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()),
+                                        (b"www-authenticate", b'Bearer realm="fanout"')]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_token(db: str, token_file: str | None) -> tuple[str, str]:
+    """(token, where it came from) for `fanout mcp --http`: `--token-file`, else $FANOUT_MCP_TOKEN, else
+    `<db>/.fanout-mcp-token`. A token file that does not exist is created (0600) with a random token, and
+    kept for the next start, so a client's configured header stays valid."""
+    import secrets
+
+    from faces.common import UserError, read_private, write_private
+    from faces.serve import port_path
+
+    if token_file is None and os.environ.get(ENV_TOKEN):
+        token, where = os.environ[ENV_TOKEN].strip(), f"${ENV_TOKEN}"
+    else:
+        where = token_file or port_path(db, TOKEN_FILE)
+        if not os.path.lexists(where):
+            os.makedirs(os.path.dirname(os.path.abspath(where)), mode=0o700, exist_ok=True)
+            write_private(where, secrets.token_urlsafe(32) + "\n", replace=False)  # lost a race: read theirs
+        token = read_private(where, "the MCP token file")
+    if not TOKEN_CHARS.fullmatch(token):
+        raise UserError(f"the MCP token from {where} must be 16 to 512 letters, digits or `._~+/=-`, got "
+                        f"{len(token)} characters; delete the file to get a new random one")
+    return token, where
+
+
+async def serve_http(server: Server, port: int, token: str) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(host="127.0.0.1")
+    app = BearerAuth(server.streamable_http_app(host="127.0.0.1"), token)
     await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")).serve()
 
 
 def main_mcp(args: Any) -> int:
     """`fanout mcp --db DIR --collection NAME [--http PORT]`: serve until the client disconnects."""
     from faces.common import config_from_args
-    from fanout.runner import make_runner
+    from fanout.engines import make_runner
 
     port = None
     if args.http is not None:
@@ -264,13 +321,18 @@ def main_mcp(args: Any) -> int:
             raise ValueError(f"--http must be a port number from 1 to 65535, got {args.http!r}")
         port = int(args.http)
     cfg = config_from_args(args)
+    token_file = getattr(args, "token_file", None)
+    if token_file is not None and port is None:
+        raise ValueError("--token-file is for --http (stdio needs no token: the client started the server)")
     with make_runner(cfg, n_rows=1) as runner:
-        tools = FanoutTools(args.db, args.collection, cfg, runner)
+        tools = FanoutTools(args.db, args.collection, cfg, runner)  # fails first on a missing index
+        token, where = http_token(str(args.db), token_file) if port is not None else ("", "")
         server = build_server(tools)
         threading.Thread(target=tools.warm, name="warm", daemon=True).start()
         if port is None:
             anyio.run(serve_stdio, server)
         else:
-            log.warning("fanout mcp: streamable HTTP on http://127.0.0.1:%d/mcp", port)
-            anyio.run(serve_http, server, port)
+            log.warning("fanout mcp: streamable HTTP on http://127.0.0.1:%d/mcp; clients send the header "
+                        "`Authorization: Bearer <token>`, the token in %s", port, where)
+            anyio.run(serve_http, server, port, token)
     return 0

@@ -18,9 +18,10 @@ from difflib import get_close_matches
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from fanout.config_sections import IndexConfig
+
 _LINES = re.compile(r":(\d+)(?:-(\d+))?$")
 
-MAX_NOTE_BYTES = 50_000_000  # reading a larger file is refused
 
 
 class NoteError(ValueError):
@@ -38,7 +39,10 @@ def nfc(text: str) -> str:
 def find_file(vault: Path | None, rel: Any, label: str = "`path`") -> Path | None:
     """`rel` -> the note file inside `vault`, or None when there is no such file; raises NoteError for a
     reference that is malformed or leads outside the vault."""
-    if not isinstance(rel, str) or not rel.strip():
+    if rel is not None and not isinstance(rel, str):
+        raise NoteError(f"{label} must be a string, got {type(rel).__name__} {str(rel)[:40]}; give a note's "
+                        "path relative to the vault, as search returns it")
+    if rel is None or not rel.strip():
         raise NoteError(f"{label} is missing; give a note's path relative to the vault, as search returns it")
     if "\x00" in rel or len(rel) > 1024:
         raise NoteError(f"{label} has a NUL byte or over 1024 characters; give a note's path as search "
@@ -137,7 +141,7 @@ class Section:
 
 def sections(body: str) -> list[Section]:
     """The headed sections of a note body (code fences respected), each up to the next heading of its level."""
-    from pipelines.chunk_notes import scan_lines, split_sections
+    from pipelines.markdown import scan_lines, split_sections
 
     secs = [s for s in split_sections(body, scan_lines(body)) if s.level]
     out = []
@@ -147,15 +151,21 @@ def sections(body: str) -> list[Section]:
     return out
 
 
-def read_note(vault: Path, target: Path, label: str = "`path`") -> dict[str, Any]:
-    """A note file -> {path, title, lang, body, body_line (file line of the body's first char), text}."""
+def read_note(vault: Path, target: Path, label: str = "`path`", limits: IndexConfig | None = None
+              ) -> dict[str, Any]:
+    """A note file -> {path, title, lang, body, body_line (file line of the body's first char), text}.
+
+    `limits` (the index config; default: its defaults) gives the size limit (`index.max_note_mb`, the
+    limit the index applies) and the front matter bounds.
+    """
     from fanout.vault import read_regular
     from pipelines.scan_notes import parse_note
 
+    limits = limits or IndexConfig()
     rel = nfc(target.relative_to(vault.resolve()).as_posix())
     try:  # regular files only (never blocks on a FIFO), never a link swapped in after resolving
-        raw, mtime = read_regular(target, MAX_NOTE_BYTES, str(vault.resolve()))
-        note = parse_note(rel, raw, mtime)
+        raw, mtime = read_regular(target, int(limits.max_note_mb * 1e6), str(vault.resolve()))
+        note = parse_note(rel, raw, mtime, limits=limits)
     except (OSError, ValueError) as e:
         raise NoteError(f"{label}: note {rel!r} cannot be read: {e.args[-1]}") from None
     text = raw.decode("utf-8").lstrip("\ufeff")
@@ -221,7 +231,8 @@ def render_lines(first: int, lines: list[str], numbers: bool) -> str:
 
 def match_many(pattern: str, paths: list[str]) -> list[str]:
     """`multi-get`'s selection: a glob over the indexed paths ("Plugins/*.md", "**/Sync*"), or a comma list
-    of references (kept as given, resolved one by one)."""
+    of references (kept as given, resolved one by one). Indexed paths are NFC, so the pattern is too."""
+    pattern = nfc(pattern)
     if any(ch in pattern for ch in "*?["):
         globs = [p.strip() for p in pattern.split(",") if p.strip()]
         return sorted(p for p in paths if any(fnmatch.fnmatchcase(p, g) or fnmatch.fnmatchcase(p, g + ".md")

@@ -13,6 +13,8 @@ import time
 from typing import IO, Self
 
 PLURAL = {"query": "queries"}
+# what an index run's line says before its first group of chunks is written (the embedder loads first)
+EMBED_STARTING = "loading the embedding model and embedding the first group"
 
 
 def _dur(s: float) -> str:
@@ -24,8 +26,10 @@ class Progress:
     """Callable `(done, total)`; `close()` ends the bar or writes the final line."""
 
     def __init__(self, desc: str, unit: str, stream: IO[str] | None = None, interval: float = 10.0,
-                 tty: bool | None = None):
-        self.desc, self.unit, self.interval = desc, unit, interval
+                 tty: bool | None = None, starting: str = ""):
+        """`starting`: what the line says until the first unit is done (e.g. loading the model and the first
+        batch), instead of a rate of 0.0."""
+        self.desc, self.unit, self.interval, self.starting = desc, unit, interval, starting
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.t0 = time.monotonic()
@@ -44,6 +48,8 @@ class Progress:
 
                 self.bar = tqdm(total=total, unit=self.unit, desc=self.desc, leave=False, file=self.stream)
             self.bar.total = total
+            self.bar.set_description(f"{self.desc} ({self.starting})" if done == 0 and self.starting
+                                     else self.desc, refresh=False)
             self.bar.update(done - self.bar.n)
             return
         if self._timer is None:
@@ -58,10 +64,12 @@ class Progress:
     def line(self, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
         secs = max(now - self.t0, 1e-9)
+        units = PLURAL.get(self.unit, self.unit + "s")
+        if self.done == 0 and self.starting:  # nothing finished yet: say what is happening, not "0.0/s"
+            return f"{self.desc}: 0/{self.total} {units}, {self.starting}, {_dur(secs)} elapsed"
         rate = self.done / secs
         pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
         eta = f", ETA {_dur((self.total - self.done) / rate)}" if rate > 0 and self.done < self.total else ""
-        units = PLURAL.get(self.unit, self.unit + "s")
         return (f"{self.desc}: {self.done}/{self.total} {units}{pct}, {rate:.1f} {units}/s{eta}, "
                 f"{_dur(secs)} elapsed")
 

@@ -13,6 +13,8 @@ blended score. Ties keep the collection order given.
 from __future__ import annotations
 
 import json
+import math
+import re
 import threading
 import time
 from pathlib import Path
@@ -27,6 +29,77 @@ MODES: dict[str, dict[str, Any]] = {
     "vsearch": {"retrieve": {"lanes": ("vec",)}},
 }
 ROW_FIELDS = ("query", "intent", "short_query", "rephrased_query", "expected_answer")
+FLAGS = ("expand", "rerank", "explain", "full", "line_numbers")  # true, false or null (the config's default)
+REQUEST_FIELDS = ("mode", "collections", "n", "min_score", "filter", *FLAGS, *ROW_FIELDS)
+COLLECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # what a LanceDB table name allows
+
+
+class RequestError(ValueError):
+    """A malformed request (a 400 from `fanout serve`); the message names the field and what is allowed."""
+
+
+def check_request(req: Any, max_results: int) -> None:
+    """Raise RequestError unless `req` is an object of REQUEST_FIELDS with values of the right type and range.
+
+    The row's text fields and `filter` are checked by the pipeline's own parser (their errors come back as
+    error rows, as in a batch).
+    """
+    if not isinstance(req, dict):
+        raise RequestError(f"the request must be an object with the fields {list(REQUEST_FIELDS)}, got "
+                           f"{type(req).__name__}")
+    extra = sorted(str(k) for k in set(req) - set(REQUEST_FIELDS))
+    if extra:
+        raise RequestError(f"unknown request field {extra[0][:40]!r}; allowed: {list(REQUEST_FIELDS)}")
+    for key, value in req.items():
+        if not _encodable(value):
+            raise RequestError(f"`{key}` holds a lone surrogate (JSON \\ud800-\\udfff alone): not Unicode text; "
+                               "send the text as UTF-8")
+    mode = req.get("mode", "query")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise RequestError(f"`mode` must be one of {sorted(MODES)}, got {_show(mode)}")
+    names = req.get("collections")
+    if names is not None:
+        if not isinstance(names, list) or not names:
+            raise RequestError(f"`collections` must be a non-empty list of collection names, got {_show(names)}")
+        for name in names:
+            if not isinstance(name, str) or not COLLECTION_NAME.fullmatch(name):
+                raise RequestError(f"`collections`: {_show(name)} is not a collection name (letters, digits, "
+                                   "`_`, `-` and `.`, up to 128, not starting with `.`); `fanout collection "
+                                   "list` names them")
+    n = req.get("n", 10)
+    if isinstance(n, float) and n.is_integer():
+        n = int(n)
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= max_results:
+        raise RequestError(f"`n` must be a whole number from 1 to {max_results} (serve.max_results), got "
+                           f"{_show(n)}")
+    score = req.get("min_score", 0.0)
+    if (not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score)
+            or not 0.0 <= score <= 1.0):
+        raise RequestError(f"`min_score` must be a number from 0 to 1, got {_show(score)}")
+    for flag in FLAGS:
+        if req.get(flag) is not None and not isinstance(req[flag], bool):
+            raise RequestError(f"`{flag}` must be true, false or null, got {_show(req[flag])}")
+
+
+def _encodable(value: Any) -> bool:
+    """True unless a string in `value` (or in its lists and objects) cannot be written as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, list):
+        return all(_encodable(v) for v in value)
+    if isinstance(value, dict):
+        return all(_encodable(k) and _encodable(v) for k, v in value.items())
+    return True
+
+
+def _show(value: Any) -> str:
+    """A value for an error message, as JSON, cut at 60 characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 class SearchService:
@@ -53,6 +126,7 @@ class SearchService:
         from pipelines.search import SearchOptions
 
         t0 = time.perf_counter()
+        check_request(req, self.cfg.serve.max_results)
         mode = req.get("mode", "query")
         row = {"id": "q", **{k: req[k] for k in ROW_FIELDS if req.get(k) is not None}}
         plain = mode != "query"

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import pyarrow.compute as pc
 
-from fanout.db import LANG_NAMES, Collection
+from fanout.db import Collection
+from fanout.vocab import EXPAND_FORMATS, FIELD_KINDS, LANG_NAMES  # noqa: F401  (their home is fanout.vocab)
 
 # agent field -> the variant kind it becomes (short_query -> full text, the other two -> vectors)
-FIELD_KINDS: dict[str, str] = {"short_query": "lex", "rephrased_query": "vec", "expected_answer": "hyde"}
-EXPAND_FORMATS = ("qmd", "fields")  # expand.format: qmd lex/vec/hyde lines, or the agent fields above
 
 FIELD_DESC: dict[str, str] = {
     "query": "The user's question, as asked.",
@@ -36,9 +35,29 @@ FIELD_DESC_RU: dict[str, str] = {
 }
 
 
+def language_code(value: object) -> str | None:
+    """`value` if it is a language code fanout knows (LANG_NAMES), else None.
+
+    A note's `lang:` is free text its author wrote; only a known code may reach a prompt, a tool description
+    or the MCP server's instructions.
+    """
+    return value if isinstance(value, str) and value in LANG_NAMES else None
+
+
+def known_languages(counts: dict[str, int]) -> dict[str, int]:
+    """Notes per known language code (as count_languages orders them); every other `lang` value, and notes
+    without one, are counted together under "other"."""
+    out: dict[str, int] = {}
+    for code, n in counts.items():
+        key = language_code(code) or "other"
+        out[key] = out.get(key, 0) + n
+    return out
+
+
 def language_line(langs: dict[str, int] | list[str]) -> str:
-    """The sentence the descriptions carry: which language(s) to write short_query and expected_answer in."""
-    names = [LANG_NAMES.get(code, code) for code in langs]
+    """The sentence the descriptions carry: which language(s) to write short_query and expected_answer in.
+    Only known language codes are named (by their LANG_NAMES name); anything else is left out."""
+    names = [LANG_NAMES[code] for code in langs if language_code(code)]
     if not names:
         return ""
     if len(names) == 1:

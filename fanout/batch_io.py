@@ -288,7 +288,6 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
     without a page per query nothing came back for; JSONL: one line per query. Every row carries the query
     text and `index` (fanout.db.index_stamp)."""
     import duckdb
-    import pyarrow.csv as pcsv
 
     ext = _ext(out, OUT_FORMATS, "output")
     fs, path = filesystem(out, storage_cfg)
@@ -300,6 +299,23 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
     con.register("parts", parts)
     counts = dict(zip(("queries", "errors"), con.execute(
         "select count(*), count(error) from parts").fetchall()[0]))
+    try:
+        _write_out(con, fs, tmp, ext, index)
+    except BaseException:  # a full disk: a cut-short file must not keep the space it took
+        if tmp != path:
+            with contextlib.suppress(OSError):
+                fs.delete_file(tmp)
+        con.close()
+        raise
+    if tmp != path:
+        fs.move(tmp, path)
+    con.close()
+    return counts
+
+
+def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str, index: str | None) -> None:
+    import pyarrow.csv as pcsv
+
     with fs.open_output_stream(tmp) as sink:
         if ext == ".jsonl":
             reader = arrow_reader(con, (_QUERY_SQL), 8192)
@@ -321,7 +337,3 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
                 cols.append(pa.array([index] * batch.num_rows, pa.string()))
                 writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=FLAT))
             writer.close()
-    if tmp != path:
-        fs.move(tmp, path)
-    con.close()
-    return counts

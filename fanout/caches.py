@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from fanout import storage
 from fanout.db import Collection
 
 log = logging.getLogger(__name__)
@@ -133,17 +134,20 @@ class Caches:
         with table_lock(self.col.db_dir, n):
             if not self.col.has(n):
                 try:
-                    self.col.db.create_table(n, data=rows)
+                    with self.col.writing(n):  # a failed create (full disk) leaves no files behind
+                        self.col.db.create_table(n, data=rows)
                     with contextlib.suppress(Exception):
                         self.col.table(n).create_scalar_index("key")  # BTREE: `key IN` lookups, merges
                     return rows.num_rows
-                except (ValueError, OSError):  # created by an older, unlocked writer: fall through
-                    pass
+                except (ValueError, OSError) as e:  # created by an older, unlocked writer: fall through
+                    if storage.is_disk_full(e):
+                        raise
             tbl = self.col.table(n)
             with contextlib.suppress(Exception):
                 tbl.checkout_latest()
             rows = rows.cast(tbl.schema) if rows.schema != tbl.schema else rows
-            res = tbl.merge_insert("key").when_not_matched_insert_all().execute(rows)
+            with self.col.writing(n):
+                res = tbl.merge_insert("key").when_not_matched_insert_all().execute(rows)
             self.commits[name] = self.commits.get(name, 0) + 1
             if optimize_every and self.commits[name] % optimize_every == 0:
                 with contextlib.suppress(Exception):  # folds new rows into the key index, compacts
@@ -161,9 +165,7 @@ class Caches:
 
     def vector_rows(self, vectors: dict[tuple[str, str], list[float]]) -> list[dict]:
         """Cache rows for new query vectors (not written: the writer commits them)."""
-        now = time.time()
-        return [{"key": self._vkey(r, t), "text": t, "role": r, "model": self.embed_model,
-                 "vector": list(v), "created": now} for (r, t), v in vectors.items()]
+        return qvec_rows(self.embed_model, self.embed_prompt, vectors)
 
     def put_vectors(self, vectors: dict[tuple[str, str], list[float]]) -> None:
         if vectors:
@@ -218,6 +220,14 @@ ROW_TYPES = {"qvec": QVEC_ROW,
              "expansions": pa.struct(list(SCHEMAS["expansions"])),
              "rerank": pa.struct(list(SCHEMAS["rerank"]))}
 NEW_COLUMNS = {"qvec": "_new_qvec", "expansions": "_new_exp", "rerank": "_new_rr"}  # per-query list columns
+
+
+def qvec_rows(embed_model: str, embed_prompt: str, vectors: dict[tuple[str, str], list[float]]) -> list[dict]:
+    """Query-vector cache rows for new vectors keyed (prompt role, text), without a Collection (a model actor
+    builds them; the writer commits them)."""
+    now = time.time()
+    return [{"key": cache_key("qvec", embed_model, embed_prompt, r, t), "text": t, "role": r, "model": embed_model,
+             "vector": list(v), "created": now} for (r, t), v in vectors.items()]
 
 
 def qvec_table(rows: list[dict] | pa.Table) -> pa.Table:

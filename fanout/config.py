@@ -29,12 +29,17 @@ from fanout.config_sections import (
     RerankConfig,
     RetrieveConfig,
     RunnerConfig,
+    ServeConfig,
     StorageConfig,
     _check,
 )
+from fanout.safe_yaml import YAMLLimitError, load_bounded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
+CONFIG_MAX_DEPTH = 16  # a config file nested deeper is refused (the deepest section is 3 levels)
+CONFIG_MAX_SIZE = 200_000  # characters of a config file with its YAML aliases expanded
+MAX_MESSAGE = 1000  # a config error message is cut to this many characters
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Config:
     fuse: FuseConfig = field(default_factory=FuseConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     gaps: GapsConfig = field(default_factory=GapsConfig)
@@ -78,6 +84,7 @@ class Config:
         self.retrieve.validate()
         self.expand.validate()
         self.cache.validate()
+        self.serve.validate()
         from fanout.schemas import LANE_KINDS
 
         bad = set(self.retrieve.lanes) - set(LANE_KINDS)
@@ -95,15 +102,24 @@ class Config:
         return dataclasses.asdict(self)
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    """A value for an error message: its repr, cut to `limit` characters (a config value can be huge)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"<a deeply nested {type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'} must be a mapping of keys to values, got "
-                          f"{type(data).__name__} {data!r}; allowed keys: {sorted(known)}")
+                          f"{type(data).__name__} {_short(data)}; allowed keys: {sorted(known)}")
     for key, value in (data or {}).items():
         if key not in known:
-            raise ConfigError(f"{where or 'config'}: unknown key {key!r}; allowed: {sorted(known)}")
+            raise ConfigError(f"{where or 'config'}: unknown key {_short(key)}; allowed: {sorted(known)}")
         default = getattr(cls(), key)
         name = f"{where}.{key}" if where else key
         if dataclasses.is_dataclass(default):
@@ -112,18 +128,18 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
             if isinstance(value, str):
                 value = [value]  # `languages: en` means one language, not ('e', 'n')
             if not isinstance(value, (list, tuple)):
-                raise ConfigError(f"{name} must be a list, got {value!r}")
+                raise ConfigError(f"{name} must be a list, got {_short(value)}")
             kwargs[key] = tuple(value)
         elif isinstance(default, bool):
             if not isinstance(value, bool):
-                raise ConfigError(f"{name} must be true or false, got {value!r}")
+                raise ConfigError(f"{name} must be true or false, got {_short(value)}")
             kwargs[key] = value
         elif isinstance(default, (int, float)) and (not isinstance(value, (int, float)) or isinstance(value, bool)):
-            raise ConfigError(f"{name} must be a number, got {value!r}")
+            raise ConfigError(f"{name} must be a number, got {_short(value)}")
         elif isinstance(default, int) and isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"{name} must be a whole number, got {value!r}")
+            raise ConfigError(f"{name} must be a whole number, got {_short(value)}")
         elif isinstance(default, str) and not isinstance(value, str):
-            raise ConfigError(f"{name} must be a string, got {value!r}")
+            raise ConfigError(f"{name} must be a string, got {_short(value)}")
         else:
             kwargs[key] = type(default)(value) if isinstance(default, (int, float, str)) else value
     return dataclasses.replace(cls(), **kwargs) if kwargs else cls()
@@ -162,7 +178,8 @@ def load_config(path: str | Path | None = None) -> Config:
     try:
         return _build(Config, data, "").validate()
     except ConfigError as e:
-        raise ConfigError(f"config {p}: {e}") from None
+        msg = f"config {p}: {e}"
+        raise ConfigError(msg if len(msg) <= MAX_MESSAGE else msg[:MAX_MESSAGE] + "...") from None
 
 
 def _read_profile(name: str, depth: int = 0) -> tuple[dict[str, Any], Path]:
@@ -176,7 +193,11 @@ def _read_profile(name: str, depth: int = 0) -> tuple[dict[str, Any], Path]:
         choices = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
         raise ConfigError(f"config {name!r} not found (no file {p}); give a YAML path or one of {choices}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_bounded(p.read_text(encoding="utf-8"), CONFIG_MAX_DEPTH, CONFIG_MAX_SIZE)
+    except YAMLLimitError as e:
+        raise ConfigError(f"config {p} is refused: {e}; write the values out plainly (at most "
+                          f"{CONFIG_MAX_DEPTH} levels deep, {CONFIG_MAX_SIZE} characters with aliases expanded)"
+                          ) from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"config {p} is not UTF-8 text (byte {e.start}); re-save it as UTF-8") from None
     except OSError as e:
@@ -195,7 +216,7 @@ def _read_profile(name: str, depth: int = 0) -> tuple[dict[str, Any], Path]:
     data.pop("profile", None)
     if parent is not None:
         if not isinstance(parent, str):
-            raise ConfigError(f"config {p}: `extends` must name a profile or YAML path, got {parent!r}")
+            raise ConfigError(f"config {p}: `extends` must name a profile or YAML path, got {_short(parent)}")
         if depth >= 5:
             raise ConfigError(f"config {p}: `extends` chain is deeper than 5 (a loop?); shorten it")
         data = _deep_update(_read_profile(parent, depth + 1)[0], data)

@@ -98,6 +98,13 @@ class IndexConfig:
     languages: tuple[str, ...] = ("en", "ru")  # one FTS column (with its stemmer) per language
     default_lang: str = "auto"  # "auto" detects per note (Cyrillic share), or force a language
     max_note_mb: float = 20.0  # a note file larger than this is skipped (reason too_large)
+    front_matter_max_depth: int = 32  # front matter nested deeper than this: the note is skipped (bad_yaml)
+    # front matter larger than this (characters, with every YAML alias expanded): skipped (bad_yaml); this
+    # is what refuses an alias bomb, a few hundred bytes that expand to gigabytes, before anything expands
+    front_matter_max_chars: int = 1_000_000
+    # a note's aliases, tags, description or filterable properties holding more characters than this
+    # (each field counted on its own): the note is skipped (bad_front_matter); every chunk carries them
+    max_field_chars: int = 10_000
     verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
     # below this vector search is brute force: exact, ~5.6 ms/query at 50k rows (STACK.md); at 100k rows
     # brute force was ~10x slower than the index below (bench/index_scale.py, same run)
@@ -130,6 +137,8 @@ class IndexConfig:
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
+        for name in ("front_matter_max_depth", "front_matter_max_chars", "max_field_chars"):
+            _check(getattr(self, name) >= 1, f"index.{name} must be >= 1, got {getattr(self, name)}")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,
                f"index.vector_index_type must be one of {kinds}, got {self.vector_index_type!r}")
@@ -182,7 +191,7 @@ class ExpandConfig:
     precompute_vectors: bool = True
 
     def validate(self) -> None:
-        from fanout.agent_fields import EXPAND_FORMATS, FIELD_KINDS
+        from fanout.vocab import EXPAND_FORMATS, FIELD_KINDS
 
         _check(self.format in EXPAND_FORMATS,
                f"expand.format must be one of {sorted(EXPAND_FORMATS)}, got {self.format!r}")
@@ -300,6 +309,26 @@ class GapsConfig:
                f"gaps.cluster_distance must be in (0, 2] (cosine distance), got {self.cluster_distance}")
         for k in ("cluster_exact_max", "top_queries", "top_terms", "top_pages", "max_groups"):
             _check(getattr(self, k) >= 1, f"gaps.{k} must be >= 1, got {getattr(self, k)}")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Limits of the interactive faces: `fanout serve` (and the same checks on an in-process query)."""
+
+    max_results: int = 1000  # the largest `n` (-n) one query may ask for, served or in-process
+    max_body_kb: int = 1024  # the largest request body `fanout serve` reads; larger gets 413
+    idle_timeout_s: float = 10.0  # a connection silent this long while its request is due is closed
+    request_timeout_s: float = 30.0  # a request (headers and body) must arrive whole within this, else 408
+    max_connections: int = 32  # connections `fanout serve` holds at once; one more is answered 503 and closed
+
+    def validate(self) -> None:
+        _check(self.max_results >= 1, f"serve.max_results must be >= 1, got {self.max_results}")
+        _check(self.max_body_kb >= 1, f"serve.max_body_kb must be >= 1, got {self.max_body_kb}")
+        _check(self.max_connections >= 1, f"serve.max_connections must be >= 1, got {self.max_connections}")
+        _check(self.idle_timeout_s > 0, f"serve.idle_timeout_s must be > 0 seconds, got {self.idle_timeout_s}")
+        _check(self.request_timeout_s >= self.idle_timeout_s,
+               f"serve.request_timeout_s must be >= serve.idle_timeout_s ({self.idle_timeout_s}), got "
+               f"{self.request_timeout_s}")
 
 
 @dataclass(frozen=True)

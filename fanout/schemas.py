@@ -133,3 +133,15 @@ LANE_KINDS: dict[str, tuple[str, ...]] = {"fts": ("orig", "lex"), "vec": ("orig"
                                           "alias": ("orig", "lex"), "title_vec": ("orig",),
                                           "heading_vec": ("orig",)}
 VECTOR_LANES = ("vec", "title_vec", "heading_vec")  # the lanes that search with a query vector
+
+
+# batch columns that pass between stages (engine columns start with `_`)
+WHERE = "_where"  # each query's LanceDB prefilter (null: none), set by ProbeBM25, read by the retrieval lanes
+PROBE_SEEN = "_probe_seen"  # the probe's normalised top score and gap, for --explain
+
+
+def set_column(batch: pa.Table, name: str, arr: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """`batch` with column `name` replaced by `arr`, or appended when absent."""
+    if name in batch.column_names:
+        return batch.set_column(batch.schema.get_field_index(name), name, arr)
+    return batch.append_column(name, arr)

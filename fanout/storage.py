@@ -14,9 +14,11 @@ Never use `pathlib.Path` on a URI: `Path("s3://b/db")` is `s3:/b/db`.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import posixpath
+import shutil
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -36,6 +38,46 @@ _SECRET_WORDS = ("secret", "key", "token", "password", "sas", "credential")
 
 class StorageError(ValueError):
     """A location string that fanout cannot use (unknown scheme, missing bucket, ...)."""
+
+
+class DiskFull(RuntimeError):
+    """No space (or quota) left where fanout writes: one line naming the location and the fix."""
+
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_FULL_TEXTS = ("no space left on device", "os error 28", "disk quota exceeded", "os error 122")
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """True for ENOSPC / EDQUOT, raised by Python (OSError) or by Lance/Arrow (their message says so)."""
+    if isinstance(e, DiskFull):
+        return True
+    if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
+        return True
+    text = str(e).casefold()
+    return any(t in text for t in _FULL_TEXTS)
+
+
+def free_bytes(uri: str | os.PathLike) -> int | None:
+    """Free bytes where a local location is (its nearest existing folder); None for an object store."""
+    try:
+        path = normalize_uri(uri)
+    except StorageError:
+        return None
+    if scheme(path) != "file":
+        return None
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def free_text(uri: str | os.PathLike) -> str:
+    """` (12.3 MB free)` for a local location, '' for an object store."""
+    free = free_bytes(uri)
+    return "" if free is None else f" ({free / 1e6:.1f} MB free)"
 
 
 def scheme(uri: str) -> str:

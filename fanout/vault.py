@@ -16,6 +16,7 @@ Rules (README "Vault boundary"):
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -76,6 +77,24 @@ def valid_utf8(name: str) -> bool:
 
 def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def too_long(path: str, is_dir: bool = False) -> str:
+    """The SKIPPED detail of a path the system cannot open because it is longer than PATH_MAX."""
+    try:
+        limit = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        limit = 4096
+    what = "its notes were not read" if is_dir else "it was not read"
+    return (f"the path is {len(os.fsencode(path))} bytes, over the system's limit (PATH_MAX {limit}); {what}: "
+            "move it to a shallower folder or shorten the folder names")
+
+
+def _dir_entry(e: os.DirEntry) -> bool:
+    try:
+        return e.is_dir(follow_symlinks=False)  # from the listing's d_type; no stat of the long path
+    except OSError:
+        return False
 
 
 def kind_of(mode: int) -> str:
@@ -203,7 +222,10 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
             with os.scandir(real_dir) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as e:
-            _skip(out, prefix or ".", "unreadable", f"folder cannot be listed: {e.strerror or e}")
+            if e.errno == errno.ENAMETOOLONG:
+                _skip(out, prefix or ".", "path_too_long", too_long(real_dir, True))
+            else:
+                _skip(out, prefix or ".", "unreadable", f"folder cannot be listed: {e.strerror or e}")
             continue
         subdirs = []
         for e in entries:
@@ -217,9 +239,13 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
                 target = os.path.realpath(full) if is_link else full
                 st = os.stat(target) if is_link else e.stat(follow_symlinks=False)
             except OSError as err:
-                if name.endswith(suffix):
-                    _skip(out, rel, "broken_link" if is_link else "unreadable",
-                          f"{'symlink target is missing' if is_link else err.strerror or err}")
+                is_dir = _dir_entry(e)
+                if err.errno == errno.ENAMETOOLONG and (is_dir or name.endswith(suffix)):
+                    _skip(out, rel + ("/" if is_dir else ""), "path_too_long", too_long(full, is_dir))
+                elif name.endswith(suffix) or is_dir:
+                    _skip(out, rel + ("/" if is_dir else ""), "broken_link" if is_link else "unreadable",
+                          f"{'symlink target is missing' if is_link else err.strerror or err}"
+                          + ("; its notes were not read" if is_dir and not is_link else ""))
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
             if not is_dir and not name.endswith(suffix):

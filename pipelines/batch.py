@@ -66,7 +66,12 @@ def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str,
     meta = f"{pdir}/job.json"
     if fs.get_file_info(meta).type == pafs.FileType.File:
         with fs.open_input_stream(meta) as f:
-            old = json.loads(f.read().decode())
+            try:
+                old = json.loads(f.read().decode())
+            except ValueError:  # cut short (a full disk while staging): stage again
+                old = {"input": ident}
+        if not isinstance(old, dict):
+            old = {"input": ident}
         if old.get("input") != ident:
             raise ValueError(f"{pdir!r} holds the parts of another input ({old.get('input', {}).get('path')}, "
                              f"changed since); delete that folder to start over, or restore the input")
@@ -79,8 +84,15 @@ def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str,
     for k, table in enumerate(read_input(in_uri, storage_cfg)):
         pq.write_table(table, f"{pdir}/input/chunk-{k:06d}.parquet", filesystem=fs)
         n += table.num_rows
-    with fs.open_output_stream(meta) as f:
-        f.write(json.dumps({"input": ident, "staged": n}).encode())
+    tmp = f"{pdir}/.job.json.tmp"
+    try:
+        with fs.open_output_stream(tmp) as f:
+            f.write(json.dumps({"input": ident, "staged": n}).encode())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.delete_file(tmp)
+        raise
+    fs.move(tmp, meta)  # whole or absent: a cut-short job.json would stop every resume
     return n
 
 
@@ -155,7 +167,12 @@ def _write_part(fs: pafs.FileSystem, rdir: str, answers: pa.Table) -> None:
     first = answers["_row"][0].as_py()
     table = answers.select(ANSWERS.names).cast(ANSWERS)
     tmp = f"{rdir}/.part-{first:012d}.tmp"
-    pq.write_table(table, tmp, filesystem=fs)
+    try:
+        pq.write_table(table, tmp, filesystem=fs)
+    except BaseException:  # a full disk: the cut-short part must not keep the space it took
+        with contextlib.suppress(OSError):
+            fs.delete_file(tmp)
+        raise
     fs.move(tmp, f"{rdir}/part-{first:012d}.parquet")
 
 

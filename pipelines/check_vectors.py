@@ -37,7 +37,7 @@ def check_vectors(chunks: pa.Table) -> tuple[pa.Table, list[dict]]:
                 "detail": f"{n} chunk vector(s) came back NaN/inf or zero from the embedder; the note was not "
                           "written and is retried on the next run"} for p, n in sorted(counts.items())]
     for s in skipped:
-        log.warning("skipped %s: %s (%s)", s["path"], s["reason"], s["detail"])
+        log.debug("skipped %s: %s (%s)", s["path"], s["reason"], s["detail"])  # the caller reports it
     keep = pc.invert(pc.is_in(chunks["path"], pa.array(sorted(counts), pa.string())))
     return chunks.filter(keep), skipped
 

@@ -15,79 +15,19 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from fanout.config import ChunkConfig
 from fanout.schemas import CHUNKS
+from pipelines.markdown import Line, Section, scan_lines, split_sections
 
 CHUNKER_VERSION = 2  # in the manifest: a change of the cutting rules rebuilds the index (vectors reused)
-_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
-_FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)")
 _LIST = re.compile(r"^[ \t]*([-*+]|\d+[.)])[ \t]")
 _SENTENCE = re.compile(r"[.!?\u2026\u3002][\"')\]\u00bb]*\s+")
 _SPACE = re.compile(r"\s+")
 _LINE = re.compile(r"\n")
-
-
-@dataclass
-class Section:
-    start: int  # offsets within the body
-    end: int
-    level: int  # 0 = text before the first heading
-    path: tuple[str, ...]  # heading path, this section's heading last
-
-
-@dataclass
-class Line:
-    start: int
-    text: str
-    in_fence: bool  # inside a fenced block (the fence lines themselves count as inside)
-    fence_close: bool  # closes a fenced block
-    fence_open: bool = False  # opens a fenced block
-
-
-def scan_lines(body: str) -> list[Line]:
-    lines: list[Line] = []
-    pos = 0
-    fence: str | None = None
-    for raw in body.splitlines(keepends=True):
-        s = raw.rstrip("\r\n")
-        m = _FENCE.match(s)
-        closing = opening = False
-        if fence is None and m:
-            fence = m.group(1)[0] * 3
-            inside = opening = True
-        elif fence is not None:
-            inside = True
-            if m and m.group(1).startswith(fence):
-                fence, closing = None, True
-        else:
-            inside = False
-        lines.append(Line(pos, s, inside, closing, opening))
-        pos += len(raw)
-    return lines
-
-
-def split_sections(body: str, lines: list[Line]) -> list[Section]:
-    """Cut the body at every heading outside code fences."""
-    sections: list[Section] = []
-    stack: list[tuple[int, str]] = []
-    cur = Section(0, len(body), 0, ())
-    for ln in lines:
-        if ln.in_fence or not (m := _HEADING.match(ln.text)):
-            continue
-        level, name = len(m.group(1)), m.group(2).strip()
-        cur.end = ln.start
-        if cur.end > cur.start or cur.level:
-            sections.append(cur)
-        stack = [(lv, n) for lv, n in stack if lv < level] + [(level, name)]
-        cur = Section(ln.start, len(body), level, tuple(n for _, n in stack))
-    cur.end = len(body)
-    sections.append(cur)
-    return [s for s in sections if body[s.start:s.end].strip()]
 
 
 def _break_score(lines: list[Line], i: int) -> float:

@@ -23,9 +23,8 @@ from fanout.models import ModelError
 from fanout.runner import Runner, model_id
 from fanout.schemas import VARIANT
 from fanout.text import detect_lang
-from pipelines.format_results import fetch_chunks
-from pipelines.rerank_candidates import query_keys, snippet
-from pipelines.retrieve_variants import fts_page_lists
+from pipelines.lanes import fetch_chunks, fts_page_lists
+from pipelines.passages import query_keys, snippet
 
 log = logging.getLogger(__name__)
 SOURCES = ("agent", "probe_skip", "cache", "model", "fallback", "none")

@@ -8,32 +8,8 @@ from collections import defaultdict
 
 import pyarrow as pa
 
-from fanout.db import Collection
 from fanout.filters import describe
-from fanout.schemas import RESULT
-from pipelines.probe_bm25 import PROBE_SEEN
-
-
-def fetch_chunks(col: Collection, chunk_ids: set[str], memory_rows: int = 0) -> dict[str, dict]:
-    """chunk_id -> {title, heading, text} in one scan per 500 ids; with `memory_rows`, rows already read from
-    this pinned index version come from memory (dropped when `refresh` moves to another version)."""
-    mem: dict[str, dict] = col.memo("chunk_rows", dict) if memory_rows else {}
-    out: dict[str, dict] = {c: mem[c] for c in chunk_ids if c in mem}
-    ids = sorted(set(chunk_ids) - set(out))
-    tbl = col.table(col.chunks_name)
-    for i in range(0, len(ids), 500):
-        part = ids[i:i + 500]
-        where = "chunk_id IN (" + ", ".join("'" + c.replace("'", "''") + "'" for c in part) + ")"
-        res = tbl.search().where(where).select(["chunk_id", "title", "heading", "text"]).limit(len(part))
-        with col.guard(col.chunks_name):
-            rows = res.to_arrow().to_pylist()
-        for r in rows:
-            out[r["chunk_id"]] = r
-    if memory_rows:
-        if len(mem) + len(out) > memory_rows:
-            mem.clear()
-        mem.update(out)
-    return out
+from fanout.schemas import PROBE_SEEN, RESULT
 
 
 def format_results(cands: list[dict], n: int, min_score: float = 0.0, hits: list[dict] | None = None,

@@ -42,10 +42,13 @@ def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
 
 def sent_lists(variants: pa.Table, lanes: tuple[str, ...] | list[str]) -> pa.Table:
     """VARIANTS -> SENT: the (variant, lane) lists each query was routed to (retrieve_variants' routing)."""
-    rows = [{"qid": v["qid"], "vid": v["vid"], "kind": v["kind"], "lane": lane}
-            for v in variants.select(["qid", "vid", "kind"]).to_pylist()
-            for lane in _ROUTES if lane in lanes and v["kind"] in _ROUTES[lane]]
-    return pa.Table.from_pylist(rows, schema=SENT)
+    return pa.Table.from_pylist(sent_rows(variants.select(["qid", "vid", "kind"]).to_pylist(), lanes), schema=SENT)
+
+
+def sent_rows(variants: list[dict], lanes: tuple[str, ...] | list[str]) -> list[dict]:
+    """`sent_lists` over plain rows ({qid, vid, kind} each)."""
+    return [{"qid": v["qid"], "vid": v["vid"], "kind": v["kind"], "lane": lane}
+            for v in variants for lane in _ROUTES if lane in lanes and v["kind"] in _ROUTES[lane]]
 
 
 def _ramp(x: float, floor: float, full: float) -> float:
@@ -66,6 +69,14 @@ def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None,
     `sent` (from `sent_lists`) names every list each query was sent to; without it the rank part is
     normalised by the lists that returned something (the old behaviour: a lone vector hit scores 1.0).
     """
+    return pa.Table.from_pylist(fuse_rows(hits.to_pylist(), cfg, qids,
+                                          sent.to_pylist() if sent is not None else None), schema=FUSED)
+
+
+def fuse_rows(hits: list[dict], cfg: FuseConfig, qids: list[str] | None = None, sent: list[dict] | None = None,
+              keep: int | None = None) -> list[dict]:
+    """`fuse_rrf` over plain rows (HITS and SENT as dicts, FUSED rows back): what Retrieve calls, with no Arrow
+    round trip per batch; `keep` returns only each query's top `keep` pages (the same rows, cut)."""
     score: dict[tuple[str, str], float] = defaultdict(float)
     best: dict[tuple[str, str], tuple[float, str]] = {}
     top: dict[tuple[str, str], int] = {}
@@ -73,9 +84,13 @@ def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None,
     cos_top: dict[str, float] = defaultdict(float)
     bm25_top: dict[str, float] = defaultdict(float)
     alias_hit: set[str] = set()
-    for h in hits.to_pylist():
+    weights: dict[tuple[str, str], float] = {}
+    for h in hits:
         key = (h["qid"], h["path"])
-        w = list_weight(h["kind"], h["lane"], cfg)
+        kl = (h["kind"], h["lane"])
+        w = weights.get(kl)
+        if w is None:
+            w = weights[kl] = list_weight(h["kind"], h["lane"], cfg)
         contrib = w / (cfg.k + h["_rank"])
         score[key] += contrib
         if key not in best or contrib > best[key][0]:
@@ -90,7 +105,7 @@ def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None,
         elif h["lane"] == "alias":
             alias_hit.add(h["qid"])
     if sent is not None:
-        for s in sent.to_pylist():
+        for s in sent:
             if s["lane"] != "alias":
                 lists[(s["qid"], s["vid"], s["lane"])] = list_weight(s["kind"], s["lane"], cfg)
     max_score: dict[str, float] = defaultdict(float)
@@ -104,10 +119,12 @@ def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None,
     rows = []
     for qid in (qids if qids is not None else sorted(per_q)):
         ranked = sorted(per_q.get(qid, []), key=lambda x: (-x[1], x[0]))
+        if keep is not None:
+            ranked = ranked[:keep]
         denom = max_score[qid] + cfg.bonus_first
         ev = evidence(cos_top[qid], bm25_top[qid], qid in alias_hit, cfg) if cfg.calibrate else 1.0
         for rank, (path, s) in enumerate(ranked, 1):
             rel = min(1.0, s / denom) if denom > 0 else 0.0
             rows.append({"qid": qid, "path": path, "chunk_id": best[(qid, path)][1], "_rrf": s,
                          "_norm": rel * ev, "_rank": rank})
-    return pa.Table.from_pylist(rows, schema=FUSED)
+    return rows

@@ -34,7 +34,7 @@ from pipelines.write_index import (
     add_fts_columns,
     build_fts,
     build_indexes,
-    delete_paths,
+    delete_notes,
     documents_table,
     plan_changes,
     write_index,
@@ -111,10 +111,29 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
 
     `progress`: True draws a tqdm bar; a callable is called as `progress(chunks_done, chunks_total)` after
     each written group of notes (faces/progress.py's reporter: a bar on a TTY, one-line updates off it).
+
+    A full disk (or quota) raises `storage.DiskFull`: one line naming the index location and the fix. Each
+    table write that failed has removed its files (Collection.writing), the manifest still pins the last
+    completed versions (searches are unaffected), and the same command resumes once there is space.
     """
+    try:
+        return _index_vault(vault, db_dir, collection, cfg, runner, progress, rebuild)
+    except Exception as e:
+        if isinstance(e, storage.DiskFull) or not storage.is_disk_full(e):
+            raise
+        db = storage.normalize_uri(db_dir)
+        coll = "" if collection == "notes" else f" -c {collection}"
+        raise storage.DiskFull(
+            f"no space left on the device that holds the index {db}{storage.free_text(db)}; the run stopped "
+            f"and removed what it had not committed (searches keep the last completed index): free space there "
+            f"(or give --db on another disk) and run `fanout index {vault} --db {db}{coll}` again") from None
+
+
+def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
+                 progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexSummary:
     t0 = time.perf_counter()
     vault = resolve_vault(vault)
-    notes, skipped = scan_notes(vault, cfg.index.default_lang, cfg.index.max_note_mb)
+    notes, skipped = scan_notes(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
     is_ignored = pc.equal(skipped["reason"], IGNORED)
     ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
     col = Collection(db_dir, collection, cfg)
@@ -131,7 +150,8 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
             log.warning("%s: a stored vector is damaged; re-embedding the note", p)
     rederived = ""
     if not rebuild:  # a new Matryoshka size is cut from the stored full vectors, not re-embedded
-        a, b = rederive_vectors(col, cfg.index.vector_dim)
+        with col.writing(col.chunks_name):
+            a, b = rederive_vectors(col, cfg.index.vector_dim)
         rederived = f"{a} -> {b}" if a != b else ""
     existing = None
     if not rebuild:
@@ -151,7 +171,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         col.write_manifest({**manifest, "building": True})  # a killed rebuild resumes under the new manifest
     elif deleted:
         for name in (col.chunks_name, col.documents_name):
-            delete_paths(col.table(name), deleted)
+            delete_notes(col, name, deleted)
     todo = notes.filter(pc.is_in(notes["path"], pa.array(sorted(changed), pa.string())))
     acfg = cfg.embedder
     group = max(64, acfg.count * acfg.batch_size * 2)
@@ -199,7 +219,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
         else:  # every note of the group failed: only remove their old rows
             for name in (col.chunks_name, col.documents_name):
                 if col.has(name):
-                    delete_paths(col.table(name), set(sel))
+                    delete_notes(col, name, set(sel))
         summary.embedded_chunks += part.num_rows - reused
         summary.reused_chunks += reused
         if bar is not None:

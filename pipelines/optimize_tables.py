@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,7 @@ def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days
         names = sorted(col.table_names())
     out = []
     versions: dict[str, int] = {}
+    pins = pinned_versions(db_dir, names, cfg)
     for name in names:
         tbl = col.table(name)
         versions[name] = int(tbl.version)
@@ -88,7 +89,10 @@ def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days
         built = ""
         if "_cache_" in name and "key" in tbl.schema.names and ensure_scalar_index(tbl, "key"):
             built = "BTREE(key)"
-        tbl.optimize(cleanup_older_than=timedelta(days=keep_days))  # also folds new rows into every index
+        keep = retention(tbl, keep_days, pins.get(name))
+        # also folds new rows into every index; keep_days 0 also deletes files no version references (left
+        # by a write that failed or was killed; never run it during `fanout index`)
+        tbl.optimize(cleanup_older_than=keep, delete_unverified=keep_days == 0)
         if name.endswith("_chunks") and "vector" in tbl.schema.names:
             built = _maybe_vector_index(col, name, cfg) or built
         after = _shape(tbl)
@@ -101,6 +105,37 @@ def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days
     for prefix in sorted({n.rsplit("_", 1)[0] for n in names if n.endswith(("_chunks", "_documents"))}):
         Collection(db_dir, prefix, cfg).advance_pins(versions)  # readers move to the compacted versions
     return out
+
+
+def pinned_versions(db_dir: str | Path, names: list[str], cfg: Config) -> dict[str, int]:
+    """table -> the version its collection's manifest pins (what readers are served), for chunks/documents."""
+    out: dict[str, int] = {}
+    for prefix in sorted({n.rsplit("_", 1)[0] for n in names if n.endswith(("_chunks", "_documents"))}):
+        try:
+            tables = Collection(db_dir, prefix, cfg).read_manifest().get("tables")
+        except ValueError:  # not a name fanout gives a collection: no manifest of ours
+            continue
+        if isinstance(tables, dict):
+            out.update({k: v for k, v in tables.items() if isinstance(v, int) and k in names})
+    return out
+
+
+def retention(tbl: Any, keep_days: float, pinned: int | None) -> timedelta:
+    """How old a version must be to be deleted: `keep_days`, but never so little that the version the
+    manifest pins goes (after a run that stopped part-way the pinned version is older than the latest, and
+    readers are served it until the next `fanout index` completes)."""
+    keep = timedelta(days=keep_days)
+    if pinned is None or pinned >= int(tbl.version):
+        return keep
+    stamp = next((v["timestamp"] for v in tbl.list_versions() if int(v["version"]) == pinned), None)
+    if stamp is None:
+        return keep
+    now = datetime.now(stamp.tzinfo) if stamp.tzinfo else datetime.now()
+    age = now - stamp + timedelta(minutes=1)  # a margin for the time optimize takes
+    if age > keep:
+        log.info("keeping versions of %s from v%d on: the index manifest pins v%d (an index run did not "
+                 "finish; the next `fanout index` moves it)", tbl.name, pinned, pinned)
+    return max(keep, age)
 
 
 def optimize_text(rows: list[dict]) -> str:

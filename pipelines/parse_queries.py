@@ -13,9 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout.agent_fields import FIELD_KINDS
 from fanout.filters import FilterError, combine, parse_filter
 from fanout.schemas import ERRORS, QUERIES, VARIANT
+from fanout.text import nfc
+from fanout.vocab import FIELD_KINDS
 
 SEARCH_TYPES = ("lex", "vec", "hyde")
 MAX_CHARS = 2000  # longer text is a mistake (a whole document pasted as a query)
@@ -36,7 +37,7 @@ def _text(row: dict[str, Any], field: str, required: bool = False) -> str | None
         return None
     if not isinstance(v, str):
         raise RowError(field, f"`{field}` must be a string, got {type(v).__name__} {str(v)[:40]!r}")
-    v = " ".join(v.split())
+    v = nfc(" ".join(v.split()))  # one normal form, as the index holds (fanout/text.py)
     if required and not v:
         raise RowError(field, f"`{field}` is empty; give the question as a non-empty string")
     if len(v) > MAX_CHARS:
@@ -84,7 +85,7 @@ def parse_row(row: dict[str, Any]) -> dict[str, Any]:
             raise RowError("queries", "`queries` must be a list of strings (rephrasings of the question)")
         for q in qs:
             if q.strip():
-                variants += [("lex", " ".join(q.split())), ("vec", " ".join(q.split()))]
+                variants += [("lex", nfc(" ".join(q.split()))), ("vec", nfc(" ".join(q.split())))]
     seen: set[tuple[str, str]] = set()
     uniq = []
     for kind, text in variants:

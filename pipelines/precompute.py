@@ -1,6 +1,6 @@
 """Job: precompute expansions of a query log into the cache (`fanout expand LOG`).
 
-    ParseQueries -> ExpandQueries(generate) -> EmbedVariants -> WriteCaches -> KeepColumns
+    ParseQueries -> ExpandQueries(generate) -> LookupVectors -> EmbedVariants -> WriteCaches -> KeepColumns
 
 The input is staged as a batch job stages it (positions, ids; under `<db>/.jobs/expand-<hash>/`, removed at
 the end); queries already in the cache are skipped by ExpandQueries; the one writer commits new expansions
@@ -30,7 +30,7 @@ from fanout.runner import Runner, StageSpec
 from pipelines.batch import _iter_todo, stage_input, write_todo
 from pipelines.expand_queries import SOURCES, ExpandQueries
 from pipelines.parse_queries import ParseQueries
-from pipelines.retrieve_variants import EmbedVariants
+from pipelines.retrieve_variants import EmbedVariants, LookupVectors
 from pipelines.write_caches import WriteCaches
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,8 @@ def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
     return [
         StageSpec(ParseQueries, {"cfg": cfg}),
         StageSpec(ExpandQueries, {**ix, "generate": True}, pool="expander", role="expander"),
-        *([StageSpec(EmbedVariants, ix, pool="embedder", role="embedder")] if cfg.expand.precompute_vectors else []),
+        *([StageSpec(LookupVectors, ix), StageSpec(EmbedVariants, {"cfg": cfg}, pool="embedder", role="embedder")]
+          if cfg.expand.precompute_vectors else []),
         StageSpec(WriteCaches, ix, pool="writer", single=True),
         StageSpec(KeepColumns, {"names": ["_row", "expansion", "error"]}, pool="writer"),
     ]

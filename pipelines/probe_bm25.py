@@ -14,11 +14,9 @@ import pyarrow as pa
 from fanout.config import Config
 from fanout.db import Collection, tag_batch
 from fanout.filters import needs_columns, where_sql
-from fanout.schemas import HITS, PAGE
-from pipelines.retrieve_variants import _set, fts_page_lists, hit_rows
-
-WHERE = "_where"  # batch column: each query's LanceDB prefilter (null: none), read by Retrieve
-PROBE_SEEN = "_probe_seen"  # batch column: the probe's normalised top score and gap, for --explain
+from fanout.schemas import HITS, PAGE, PROBE_SEEN, WHERE, set_column
+from fanout.vocab import LANG_NAMES
+from pipelines.lanes import fts_page_lists, hit_rows, index_languages
 
 
 def normalise(score: float) -> float:
@@ -32,15 +30,6 @@ def strong_signal(pages: list[dict], min_top: float, min_gap: float) -> bool:
     top = normalise(pages[0]["_score"])
     second = normalise(pages[1]["_score"]) if len(pages) > 1 else 0.0
     return top >= min_top and top - second >= min_gap
-
-
-def index_languages(col: Collection) -> list[str]:
-    """The languages of the indexed notes (documents `lang`), built once per index version."""
-    def build() -> list[str]:
-        with col.guard(col.documents_name):
-            t = col.table(col.documents_name).search().select(["lang"]).limit(None).to_arrow()
-        return sorted({x for x in t["lang"].to_pylist() if x})
-    return col.memo("filter_languages", build)
 
 
 def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[str | None, str | None, str | None]:
@@ -60,8 +49,11 @@ def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[
     langs = index_languages(col)
     for f in filters:
         bad = [v for v in f.get("lang", []) if v not in langs]
-        if bad:
-            return None, "filter.lang", f"`filter.lang` {bad[0]!r}: no note of that language; the index has {langs}"
+        if bad:  # name the known codes only: other `lang` values are free text from front matter
+            known = [x for x in langs if x in LANG_NAMES]
+            more = f" and {len(langs) - len(known)} other values" if len(known) < len(langs) else ""
+            return None, "filter.lang", (f"`filter.lang` {bad[0][:40]!r}: no note of that language; the index "
+                                         f"has {known}{more}")
     return where_sql(filters), None, None
 
 
@@ -108,7 +100,7 @@ class ProbeBM25:
         self.stats["queries"] += len(ok)
         self.stats["skip_expansion"] += sum(skip)
         batch = batch.append_column("_probe", pa.array(probe, pa.list_(PAGE)))
-        batch = _set(batch, PROBE_SEEN, pa.array(seen, pa.struct([("top", pa.float64()), ("gap", pa.float64())])))
+        batch = set_column(batch, PROBE_SEEN, pa.array(seen, pa.struct([("top", pa.float64()), ("gap", pa.float64())])))
         return batch.append_column("skip_expansion", pa.array(skip, pa.bool_()))
 
     def check_filters(self, batch: pa.Table) -> pa.Table:
@@ -128,6 +120,6 @@ class ProbeBM25:
                 bad += 1
         if bad:
             self.stats["dropped_bad_filter"] = self.stats.get("dropped_bad_filter", 0) + bad
-            batch = _set(batch, "error", pa.array(errors, pa.string()))
-            batch = _set(batch, "field", pa.array(fields, pa.string()))
-        return _set(batch, WHERE, pa.array(wheres, pa.string()))
+            batch = set_column(batch, "error", pa.array(errors, pa.string()))
+            batch = set_column(batch, "field", pa.array(fields, pa.string()))
+        return set_column(batch, WHERE, pa.array(wheres, pa.string()))

@@ -28,10 +28,9 @@ from fanout.caches import cache_key, table_lock
 from fanout.config import Config
 from fanout.db import Collection, pin_batch
 from fanout.runner import Runner, model_identity
-from fanout.schemas import HIT, LANE_KINDS
-from pipelines.chunk_notes import _HEADING, scan_lines
-from pipelines.probe_bm25 import WHERE
-from pipelines.retrieve_variants import allowed_paths
+from fanout.schemas import HIT, LANE_KINDS, WHERE
+from pipelines.lanes import allowed_paths
+from pipelines.markdown import HEADING, scan_lines
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ def title_texts(col: Collection, heading_text: str = "breadcrumb") -> list[dict]
     for c in chunks.to_pylist():
         names = [c["heading"].split(" > ")[-1]] if c["heading"] else []
         names += [m.group(2).strip() for ln in scan_lines(c["text"] or "")
-                  if not ln.in_fence and (m := _HEADING.match(ln.text)) and len(m.group(1)) > 1]
+                  if not ln.in_fence and (m := HEADING.match(ln.text)) and len(m.group(1)) > 1]
         t = title_of.get(c["path"], "")
         for h in names:
             if h.casefold() == t.casefold():  # an H1 that repeats the title is the title row already

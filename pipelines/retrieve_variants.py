@@ -9,121 +9,47 @@ them (fuse_rrf), keeps each query's top pages and fetches their chunks for title
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 import pyarrow as pa
 
-from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
+from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches, qvec_rows
 from fanout.config import Config
-from fanout.db import Collection, fts_columns, pin_batch
+from fanout.db import Collection, pin_batch
 from fanout.runner import Runner, model_identity
-from fanout.schemas import CANDIDATE, HIT, HITS, LANE_KINDS, QVEC, VECTOR_LANES
-from fanout.text import nfc
-from pipelines.fuse_rrf import fuse_rrf, sent_lists
+from fanout.schemas import CANDIDATE, HIT, LANE_KINDS, QVEC, VECTOR_LANES, set_column
+from pipelines.fuse_rrf import fuse_rows, sent_rows
+from pipelines.lanes import (
+    alias_key,
+    alias_map,
+    allowed_paths,
+    fetch_chunks,
+    fts_page_lists,
+    hit_rows,
+    to_pages,
+)
+from pipelines.passages import best_passage, query_keys, snippet
 
 FTS_KINDS = LANE_KINDS["fts"]
 VEC_KINDS = LANE_KINDS["vec"]
 ALIAS_KINDS = LANE_KINDS["alias"]
-_NON_WORD = re.compile(r"[^\w\s'-]+", re.UNICODE)
 
 
-def fts_text(q: str) -> str:
-    """Plain words only: the FTS parser must not see quotes, colons or brackets from a question."""
-    return " ".join(_NON_WORD.sub(" ", q).split())
+WANT = pa.struct([("vid", pa.int32()), ("role", pa.string()), ("text", pa.string()),
+                  ("vector", pa.list_(pa.float32()))])  # `_want`: a vector a query needs (null: not cached)
 
 
-def to_pages(rows: list[dict], k: int, score_key: str) -> list[dict]:
-    """Collapse chunk hits (best first) to pages, keeping each page's best chunk; cut to k pages."""
-    seen: set[str] = set()
-    out = []
-    for r in rows:
-        if r["path"] in seen:
-            continue
-        seen.add(r["path"])
-        out.append({"path": r["path"], "chunk_id": r["chunk_id"], "_score": float(r[score_key])})
-        if len(out) == k:
-            break
-    return out
+class LookupVectors:
+    """Stage (CPU pool): + `_want`, the query vectors each query's vector lanes need (`vid`, prompt role, text),
+    with the vector when the query-vector cache has it (read here, so the model pool never opens the index
+    or imports lancedb: EmbedVariants then embeds only what is missing)."""
 
-
-def fts_page_lists(col: Collection, texts: list[str], cfg: Config, wheres: list[str | None] | None = None
-                   ) -> list[list[dict]]:
-    """One BM25 page list per text, over the per-language body/title/heading columns with boosts;
-    `wheres[i]` prefilters text i (fanout/filters.py)."""
-    langs = cfg.index.languages
-    cols = fts_columns(langs)
-    r = cfg.retrieve
-    boost = {"body": r.fts_boost_body, "title": r.fts_boost_title, "heading": r.fts_boost_heading}
-    boosts = [boost[c.split("_", 1)[0]] for c in cols]
-    tables = col.fts_search_many([fts_text(t) for t in texts], cols, boosts, r.k * 3, ["path", "chunk_id"],
-                                 wheres)
-    return [to_pages(t.to_pylist(), r.k, "_score") if t.num_rows else [] for t in tables]
-
-
-def alias_key(s: str) -> str:
-    s = nfc(s).casefold().strip()
-    s = s.removesuffix(".md")
-    return " ".join(_NON_WORD.sub(" ", s).split())
-
-
-def alias_map(col: Collection) -> dict[str, list[str]]:
-    """normalised title / alias / alias last path segment -> page paths (built once per index version)."""
-    return col.memo("alias_map", lambda: _build_alias_map(col))
-
-
-def _build_alias_map(col: Collection) -> dict[str, list[str]]:
-    with col.guard(col.documents_name):
-        docs = col.table(col.documents_name).to_arrow().select(["path", "title", "aliases"]).to_pylist()
-    m: dict[str, list[str]] = defaultdict(list)
-    for d in docs:
-        keys = [d["title"], d["path"].rsplit("/", 1)[-1]]
-        for a in d["aliases"] or []:
-            keys += [a, a.rsplit("/", 1)[-1]]
-        for key in {alias_key(k) for k in keys if k}:
-            if key and d["path"] not in m[key]:
-                m[key].append(d["path"])
-    return dict(m)
-
-
-def allowed_paths(col: Collection, where: str, paths: list[str]) -> list[str]:
-    """The paths (of `paths`, in order) that have a chunk passing `where`: the alias lane's filter."""
-    if not paths:
-        return []
-    inlist = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-    with col.guard(col.chunks_name):
-        t = col.table(col.chunks_name).search().where(f"({where}) AND path IN ({inlist})") \
-            .select(["path"]).limit(None).to_arrow()
-    ok = set(t["path"].to_pylist())
-    return [p for p in paths if p in ok]
-
-
-def hit_rows(qid: str, vid: int, kind: str, lane: str, pages: list[dict]) -> list[dict]:
-    return [{"qid": qid, "vid": vid, "kind": kind, "lane": lane, "path": p["path"], "chunk_id": p["chunk_id"],
-             "_rank": i, "_score": p["_score"]} for i, p in enumerate(pages, 1)]
-
-
-def _set(batch: pa.Table, name: str, arr: pa.Array) -> pa.Table:
-    if name in batch.column_names:
-        return batch.set_column(batch.schema.get_field_index(name), name, arr)
-    return batch.append_column(name, arr)
-
-
-class EmbedVariants:
-    """Model stage: + `vectors` (one per vector-lane variant: `vid`, `vector`) and `_new_qvec` cache rows.
-
-    Vectors come from the query-vector cache when present (read directly); the rest are embedded in one
-    runner call per batch, each distinct (prompt role, text) once.
-    """
-
-    def __init__(self, cfg: Config, db: str, collection: str, runner: Runner | None = None):
+    def __init__(self, cfg: Config, db: str, collection: str):
         self.cfg = cfg
-        self.runner = runner or Runner(cfg)
-        col = Collection(db, collection, cfg)
         sha = model_identity(cfg, "embedder")[1]
-        self.caches = Caches(col, sha, cfg.models.embed_prompt, memory_rows=cfg.cache.memory_rows) \
-            if cfg.cache.enabled else None
-        self.stats: dict[str, int] = {"texts": 0, "cached": 0, "embedded": 0}
+        self.caches = Caches(Collection(db, collection, cfg), sha, cfg.models.embed_prompt,
+                             memory_rows=cfg.cache.memory_rows) if cfg.cache.enabled else None
+        self.stats: dict[str, int] = {"texts": 0, "cached": 0}
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         n = batch.num_rows
@@ -140,27 +66,47 @@ class EmbedVariants:
                                  for v in vs or [] if v["kind"] in kinds]
         items = list(dict.fromkeys((r, t) for w in wanted for _, r, t in w))
         found = self.caches.get_vectors(items) if self.caches and items else {}
-        missing = sorted({x for x in items if x not in found})  # sorted: the same embed batches as before
-        new: dict[tuple[str, str], list[float]] = {}
+        self.stats["texts"] += sum(len(w) for w in wanted)
+        self.stats["cached"] += sum(x in found for x in items)
+        want = [[{"vid": vid, "role": r, "text": t, "vector": found.get((r, t))} for vid, r, t in w] for w in wanted]
+        return set_column(batch, "_want", pa.array(want, pa.list_(WANT)))
+
+
+class EmbedVariants:
+    """Model stage: `_want` -> `vectors` (one per vector-lane variant: `vid`, `vector`) and `_new_qvec` cache
+    rows. What LookupVectors found in the cache is kept; the rest is embedded in one runner call per batch,
+    each distinct (prompt role, text) once. Holds no index: a model actor imports no lancedb."""
+
+    def __init__(self, cfg: Config, runner: Runner | None = None):
+        self.cfg = cfg
+        self.runner = runner or Runner(cfg)
+        self.model = model_identity(cfg, "embedder")[1]
+        self.stats: dict[str, int] = {"embedded": 0}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        n = batch.num_rows
+        want = batch.column("_want").to_pylist() if "_want" in batch.column_names else [[] for _ in range(n)]
+        found = {(x["role"], x["text"]): x["vector"] for w in want for x in w or [] if x["vector"] is not None}
+        missing = sorted({(x["role"], x["text"]) for w in want for x in w or []} - set(found))  # sorted: the
+        new: dict[tuple[str, str], list[float]] = {}  # same embed batches whatever the cache held
         if missing:
             out = self.runner.map("embedder", pa.table({"text": [t for _, t in missing],
                                                         "role": [r for r, _ in missing]}))
             new = dict(zip(missing, out["vector"].to_pylist()))
             found.update(new)
-        self.stats["texts"] += sum(len(w) for w in wanted)
-        self.stats["cached"] += len(items) - len(missing)
         self.stats["embedded"] += len(missing)
-        vectors = [[{"vid": vid, "vector": found[(r, t)]} for vid, r, t in w] for w in wanted]
+        vectors = [[{"vid": x["vid"], "vector": found[(x["role"], x["text"])]} for x in w or []] for w in want]
         new_rows: list[list[dict]] = [[] for _ in range(n)]
-        if new and self.caches:  # each new vector leaves once, with the first query that asked for it
+        if new and self.cfg.cache.enabled:  # each new vector leaves once, with the first query that asked for it
             owner: dict[tuple[str, str], int] = {}
-            for i, w in enumerate(wanted):
-                for _, r, t in w:
-                    owner.setdefault((r, t), i)
+            for i, w in enumerate(want):
+                for x in w or []:
+                    owner.setdefault((x["role"], x["text"]), i)
             for key, vec in new.items():
-                new_rows[owner[key]] += self.caches.vector_rows({key: vec})
-        batch = _set(batch, "vectors", pa.array(vectors, pa.list_(QVEC)))
-        return _set(batch, NEW_COLUMNS["qvec"], pa.array(new_rows, pa.list_(ROW_TYPES["qvec"])))
+                new_rows[owner[key]] += qvec_rows(self.model, self.cfg.models.embed_prompt, {key: vec})
+        batch = set_column(batch, "vectors", pa.array(vectors, pa.list_(QVEC)))
+        batch = batch.drop_columns(["_want"]) if "_want" in batch.column_names else batch
+        return set_column(batch, NEW_COLUMNS["qvec"], pa.array(new_rows, pa.list_(ROW_TYPES["qvec"])))
 
 
 class Retrieve:
@@ -237,31 +183,26 @@ class Retrieve:
         return out
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from pipelines.format_results import fetch_chunks
-        from pipelines.rerank_candidates import best_passage, query_keys, snippet
-
         pin_batch(self.col, batch)  # the index versions ProbeBM25 pinned for this batch (one consistent read)
         hits = self.hits(batch)
         qids = batch.column("qid").to_pylist()
         errors = batch.column("error").to_pylist()
         queries = batch.column("query").to_pylist()
         ok_qids = [q for q, e in zip(qids, errors) if e is None]
-        sent = sent_lists(pa.Table.from_pylist(
-            [{"qid": q, "vid": v["vid"], "kind": v["kind"]}
-             for q, e, vs in zip(qids, errors, batch.column("variants").to_pylist()) if e is None for v in vs or []],
-            schema=pa.schema([("qid", pa.string()), ("vid", pa.int32()), ("kind", pa.string())])),
-            self.cfg.retrieve.lanes)
-        fused = fuse_rrf(pa.Table.from_pylist(hits, schema=HITS), self.cfg.fuse, ok_qids, sent)
-        fused = fused.filter(pa.compute.less_equal(fused["_rank"], self.keep))
-        chunks = fetch_chunks(self.col, set(fused["chunk_id"].to_pylist()), self.cfg.cache.memory_rows)
+        variants = batch.column("variants").to_pylist()
+        sent = sent_rows([{"qid": q, "vid": v["vid"], "kind": v["kind"]}
+                          for q, e, vs in zip(qids, errors, variants) if e is None for v in vs or []],
+                         self.cfg.retrieve.lanes)
+        fused = fuse_rows(hits, self.cfg.fuse, ok_qids, sent, keep=self.keep)
+        chunks = fetch_chunks(self.col, {r["chunk_id"] for r in fused}, self.cfg.cache.memory_rows)
         qtext = {q: t for q, t, e in zip(qids, queries, errors) if e is None}  # ok qids are unique
         lex = {q: [v["text"] for v in vs or [] if v["kind"] == "lex"]  # an agent's short_query, keywords
-               for q, vs in zip(qids, batch.column("variants").to_pylist())}
+               for q, vs in zip(qids, variants)}
         keys = {q: query_keys(t, *lex.get(q, [])) for q, t in qtext.items()}
         rc = self.cfg.retrieve
         per_q: dict[str, list[dict]] = defaultdict(list)
         ptoks = self.cfg.rerank.passage_tokens
-        for r in fused.to_pylist():
+        for r in fused:
             c = chunks.get(r["chunk_id"], {"title": r["path"], "heading": "", "text": ""})
             q = qtext[r["qid"]]
             snip = snippet(c["text"], keys[r["qid"]], rc.snippet_tokens, rc.snippet_chars)
@@ -275,12 +216,12 @@ class Retrieve:
                                     "score": r["_norm"], "_rerank": None})
         self.stats["queries"] += len(ok_qids)
         cands = [per_q.get(q, []) if e is None else None for q, e in zip(qids, errors)]
-        batch = _set(batch, "candidates", pa.array(cands, pa.list_(CANDIDATE)))
+        batch = set_column(batch, "candidates", pa.array(cands, pa.list_(CANDIDATE)))
         if self.explain:
             by_qid: dict[str, list[dict]] = defaultdict(list)
             for h in hits:
                 by_qid[h["qid"]].append({k: v for k, v in h.items() if k != "qid"})
-            batch = _set(batch, "_hits", pa.array([by_qid.get(q, []) if e is None else None
+            batch = set_column(batch, "_hits", pa.array([by_qid.get(q, []) if e is None else None
                                                   for q, e in zip(qids, errors)], pa.list_(HIT)))
         drop = [c for c in ("_probe", "vectors", "_where", "_title_hits") if c in batch.column_names]
         return batch.drop_columns(drop)

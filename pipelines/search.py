@@ -1,6 +1,6 @@
 """Composition: a batch of queries -> ranked pages, as an ordered list of stages (data, not logic).
 
-    ParseQueries -> ProbeBM25 -> ExpandQueries -> EmbedVariants [-> RetrieveTitles] -> Retrieve
+    ParseQueries -> ProbeBM25 -> ExpandQueries -> LookupVectors -> EmbedVariants [-> RetrieveTitles] -> Retrieve
     [-> RerankCandidates] -> FormatResults -> WriteCaches
 
 One row per query flows through; nested columns carry what the next stage needs (variants, vectors,
@@ -30,7 +30,7 @@ from pipelines.parse_queries import ParseQueries
 from pipelines.probe_bm25 import ProbeBM25
 from pipelines.rerank_candidates import RerankCandidates
 from pipelines.retrieve_titles import TITLE_LANES, RetrieveTitles
-from pipelines.retrieve_variants import EmbedVariants, Retrieve
+from pipelines.retrieve_variants import EmbedVariants, LookupVectors, Retrieve
 from pipelines.write_caches import WriteCaches
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,8 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         StageSpec(ProbeBM25, ix),
         StageSpec(ExpandQueries, {**ix, "generate": expand}, **({"pool": "expander", "role": "expander"}
                                                                if expand else {})),
-        StageSpec(EmbedVariants, ix, pool="embedder", role="embedder"),
+        StageSpec(LookupVectors, ix),  # the cache is read in the CPU pool: the model pool holds only the model
+        StageSpec(EmbedVariants, {"cfg": cfg}, pool="embedder", role="embedder"),
     ]
     if set(cfg.retrieve.lanes) & set(TITLE_LANES):  # title_vec / heading_vec (off by default)
         specs.append(StageSpec(RetrieveTitles, ix, pool="embedder", role="embedder"))
@@ -83,7 +84,9 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         specs.append(StageSpec(RerankCandidates, ix, pool="reranker", role="reranker"))
     specs += [
         StageSpec(FormatResults, {"n": opts.n, "min_score": opts.min_score, "explain": opts.explain}),
-        StageSpec(WriteCaches, ix, pool="writer", single=True),
+        # the one cache writer; with caches off it commits nothing, so it joins the retrieval pool's chain
+        # (on Ray Data: one operator, one hand-off between processes fewer per block)
+        StageSpec(WriteCaches, ix, pool="writer", single=True) if cfg.cache.enabled else StageSpec(WriteCaches, ix),
     ]
     return specs
 

@@ -8,16 +8,21 @@ BTREE indexes on chunks `chunk_id`, `path` and documents `path`; a vector index 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from fanout.config import Config, IndexConfig
-from fanout.db import FTS_FIELDS, LANG_NAMES, Collection, fts_columns
+from fanout.db import FTS_FIELDS, Collection, fts_columns
 from fanout.filters import FILTER_COLUMNS, tag_values
 from fanout.schemas import DOCUMENTS
+from fanout.text import nfc
 from fanout.vectors import VECTOR_FULL, build_vector_index, ensure_scalar_index, has_vector_index, vector_dims
+from fanout.vocab import LANG_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +40,9 @@ def plan_changes(notes: pa.Table, existing: pa.Table | None) -> tuple[set[str], 
 def add_fts_columns(chunks: pa.Table, notes: pa.Table, languages: tuple[str, ...]) -> pa.Table:
     """Add body_<lang>, title_<lang>, heading_<lang> columns (NULL unless the chunk is in that language).
 
-    The title column holds the title, the aliases (and each alias's last path segment) and the tags.
+    The title column holds the title, the aliases (and each alias's last path segment) and the tags. Every
+    value is NFC, like the query text (Collection.fts_search_many): "Größe" typed on one system matches
+    it written decomposed (NFD, as macOS file names and some editors write it) on another.
     """
     meta = {n["path"]: n for n in notes.select(["path", "aliases", "tags"]).to_pylist()}
     title_text = []
@@ -44,13 +51,18 @@ def add_fts_columns(chunks: pa.Table, notes: pa.Table, languages: tuple[str, ...
         aliases = n["aliases"] or []
         parts = [title, *aliases, *(a.rsplit("/", 1)[-1] for a in aliases if "/" in a), *(n["tags"] or [])]
         title_text.append(" ; ".join(parts))
-    values = {"body": chunks["text"].to_pylist(), "title": title_text, "heading": chunks["heading"].to_pylist()}
+    values = {"body": [_nfc(t) for t in chunks["text"].to_pylist()], "title": [_nfc(t) for t in title_text],
+              "heading": [_nfc(t) for t in chunks["heading"].to_pylist()]}
     langs = chunks["lang"].to_pylist()
     for lang in languages:
         for f in FTS_FIELDS:
             col = [v if lg == lang else None for v, lg in zip(values[f], langs)]
             chunks = chunks.append_column(f"{f}_{lang}", pa.array(col, pa.string()))
     return chunks
+
+
+def _nfc(text: str | None) -> str | None:
+    return nfc(text) if text else text
 
 
 def note_filter_values(notes: pa.Table) -> dict[str, dict[str, list[str]]]:
@@ -87,11 +99,18 @@ def _quote(paths: set[str]) -> str:
     return ", ".join("'" + p.replace("'", "''") + "'" for p in sorted(paths))
 
 
-def delete_paths(tbl, paths: set[str]) -> None:
-    """Delete every row of the given note paths (in slices, to keep the SQL IN-list short)."""
+def delete_paths(tbl, paths: set[str], guard: Callable[[], Any] = contextlib.nullcontext) -> None:
+    """Delete every row of the given note paths (in slices, to keep the SQL IN-list short); each delete runs
+    inside `guard()` (Collection.writing: a failed one leaves no files behind)."""
     ordered = sorted(paths)
     for i in range(0, len(ordered), 500):
-        tbl.delete(f"path IN ({_quote(set(ordered[i:i + 500]))})")
+        with guard():
+            tbl.delete(f"path IN ({_quote(set(ordered[i:i + 500]))})")
+
+
+def delete_notes(col: Collection, name: str, paths: set[str]) -> None:
+    """delete_paths on one of the collection's tables, each delete guarded by `col.writing`."""
+    delete_paths(col.table(name), paths, lambda: col.writing(name))
 
 
 def write_index(col: Collection, chunks: pa.Table, docs: pa.Table, remove: set[str]) -> None:
@@ -101,12 +120,13 @@ def write_index(col: Collection, chunks: pa.Table, docs: pa.Table, remove: set[s
     """
     for name, new in ((col.chunks_name, chunks), (col.documents_name, docs)):
         if not col.has(name):
-            col.db.create_table(name, data=new)
+            with col.writing(name):
+                col.db.create_table(name, data=new)
             continue
-        tbl = col.table(name)
-        delete_paths(tbl, remove)
+        delete_notes(col, name, remove)
         if new.num_rows:
-            tbl.add(new)
+            with col.writing(name):
+                col.table(name).add(new)
     log.debug("wrote %d chunks, %d documents", chunks.num_rows, docs.num_rows)
 
 
@@ -117,8 +137,9 @@ def build_fts(col: Collection, languages: tuple[str, ...]) -> None:
     tbl = col.table(col.chunks_name)
     for c in fts_columns(languages):
         lang = c.rsplit("_", 1)[1]
-        tbl.create_index(c, config=FTS(language=LANG_NAMES[lang], stem=True, remove_stop_words=True,
-                                       ascii_folding=True, lower_case=True), replace=True)
+        with col.writing(col.chunks_name):
+            tbl.create_index(c, config=FTS(language=LANG_NAMES[lang], stem=True, remove_stop_words=True,
+                                           ascii_folding=True, lower_case=True), replace=True)
 
 
 SCALAR_INDEXES = {"chunks": ("chunk_id", "path"), "documents": ("path",)}  # BTREE per table kind
@@ -158,7 +179,8 @@ def build_indexes(col: Collection, cfg: Config, recorded: dict) -> dict:
         if col.has(name):
             tbl = col.table(name)
             for c in SCALAR_INDEXES[kind]:
-                ensure_scalar_index(tbl, c)
+                with col.writing(name):
+                    ensure_scalar_index(tbl, c)
             scalar[name] = list(SCALAR_INDEXES[kind])
     dim, full = vector_dims(chunks)
     vectors = {"dim": dim, "full_dim": full, "full_column": VECTOR_FULL if dim != full else None,
@@ -167,5 +189,6 @@ def build_indexes(col: Collection, cfg: Config, recorded: dict) -> dict:
     reason = vector_index_reason(chunks, cfg.index, vi)
     if reason:
         log.info("building the vector index of %s: %s", col.chunks_name, reason)
-        vi = build_vector_index(chunks, cfg.index)
+        with col.writing(col.chunks_name):
+            vi = build_vector_index(chunks, cfg.index)
     return {"vectors": vectors, "vector_index": vi, "scalar_indexes": scalar}

@@ -5,7 +5,8 @@
 #      (the default -march=native build SIGILLs here: AMX is advertised but not allowed; pip's own wheel
 #      cache ignores CMAKE_ARGS, so we keep our own), then installed into .venv;
 #   3. pip install -e '.[dev]' (redone only when pyproject.toml changes), then the project's bytecode;
-#   4. the local profile's models (fanout.models install --profile local; skipped when present);
+#   4. the local profile's models (fanout.models install local, started in the background right after step 1
+#      so downloads and the embedder's conversion overlap the wheel's compile; skipped when present);
 #   5. a smoke test of the build on this CPU (scripts/smoke_llama.py in a subprocess: a real quantized
 #      embedding and one expander token), redone when the wheel, the CPU or $FANOUT_GGML_CPU changes.
 # A second run takes seconds. Env: PYTHON (default python3), FANOUT_CACHE (default ~/.cache/fanout),
@@ -24,19 +25,26 @@ LLAMA_VERSION=0.3.36
 # (the best two this CPU can run plus the portable x64: 3 compiled instead of GGML_CPU_ALL_VARIANTS' 14;
 # FANOUT_GGML_VARIANTS=all builds every one, e.g. for an image shared by different CPUs). The vendored
 # CMakeLists gets a two-line filter (GGML_CPU_VARIANTS_ONLY) so ALL_VARIANTS compiles only those.
+say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 VARIANTS=$("$PYTHON" scripts/cpu_variants.py)
 LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON \
 -DGGML_CPU_VARIANTS_ONLY=$VARIANTS \
 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DGGML_OPENMP=ON"
 # FANOUT_GGML_CUDA=1 adds llama.cpp's CUDA backend to the same runtime-dispatch wheel (libggml-cuda.so in bin/,
-# loaded beside the CPU variant): nvcc from the system or PyPI's nvidia-cuda-nvcc; CUDA architectures from
+# loaded beside the CPU variant): nvcc from the system ($CUDACXX, PATH or /usr/local/cuda); CUDA architectures from
 # FANOUT_CUDA_ARCHS (default 80;90: A100, H100/H200). Without it a role with n_gpu_layers != 0 refuses to start.
 if [ "${FANOUT_GGML_CUDA:-0}" = 1 ]; then
+  NVCC=${CUDACXX:-$(command -v nvcc || true)}
+  [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+  if [ -z "$NVCC" ]; then
+    say "FANOUT_GGML_CUDA=1 needs the CUDA toolkit's nvcc: install it (e.g. apt-get install nvidia-cuda-toolkit, or"
+    say "NVIDIA's CUDA 12 toolkit under /usr/local/cuda) or point CUDACXX at nvcc, then rerun"; exit 1
+  fi
+  export CUDACXX=$NVCC
   LLAMA_CMAKE_ARGS="$LLAMA_CMAKE_ARGS -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${FANOUT_CUDA_ARCHS:-80;90}"
 fi
 KEY=$(printf '%s|%s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-16)
 WHEEL_DIR=$CACHE/wheels/llama-$KEY
-say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 mkdir -p "$CACHE/locks" "$CACHE/wheels"
 
 # 1. venv
@@ -47,6 +55,16 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
 PY=$VENV/bin/python
+
+# 1b. the models, in the background while the wheel compiles (downloads and the embedder's conversion need
+#     only the standard library, PyYAML and pip: fanout/models.py; step 4 waits for them)
+MODELS_PID=
+if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
+  "$PY" -c 'import yaml' 2>/dev/null || "$PY" -m pip install -q pyyaml
+  say "provisioning the local profile's models in the background (log: $VENV/.fanout-models.log)"
+  ( PYTHONPATH=$PWD FANOUT_CACHE=$CACHE "$PY" -m fanout.models install local >"$VENV/.fanout-models.log" 2>&1 ) &
+  MODELS_PID=$!
+fi
 
 # 2. portable llama-cpp-python wheel (built once per version+flags, shared by every checkout on the machine)
 wheel() { ls "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n1; }
@@ -104,7 +122,11 @@ fi
 
 # 4. models of the local profile (idempotent: size+mtime stamps, sha256 checked when first provisioned)
 if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
-  FANOUT_CACHE=$CACHE "$PY" -m faces.cli models install --profile local
+  if [ -n "$MODELS_PID" ] && ! wait "$MODELS_PID"; then
+    tail -n 20 "$VENV/.fanout-models.log" >&2
+    say "model provisioning failed (above; full log $VENV/.fanout-models.log)"; exit 1
+  fi
+  FANOUT_CACHE=$CACHE "$PY" -m faces.cli models install --profile local  # present: checks stamps, drops the converter
 
   # 5. smoke test: a SIGILL or a wrong vector fails set-up here, not a query later
   SMOKE_STAMP=$VENV/.fanout-smoke

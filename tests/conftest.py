@@ -122,3 +122,19 @@ def fake_runner(fake_cfg):
 
     with Runner(fake_cfg) as r:
         yield r
+
+
+# -- test tiers: `make test-fast` runs `-m "not model and not ray"` with no model installed -------------------
+MODEL_FIXTURES = {"runner", "tiny_db"}  # the local profile's real models (transitively: mcp_db, served, ...)
+# modules whose tests load a real model or start Ray without going through the fixtures above
+MODEL_MODULES = {"test_models", "test_embedder", "test_expander", "test_reranker", "test_walkthrough"}
+RAY_MODULES = {"test_ray_data", "test_cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        mod = item.module.__name__.rsplit(".", 1)[-1]
+        if MODEL_FIXTURES & set(item.fixturenames) or mod in MODEL_MODULES:
+            item.add_marker(pytest.mark.model)
+        if mod in RAY_MODULES:
+            item.add_marker(pytest.mark.ray)

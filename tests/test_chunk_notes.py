@@ -4,7 +4,8 @@ import pytest
 
 from fanout.config import ChunkConfig
 from fanout.text import est_tokens
-from pipelines.chunk_notes import chunk_note, scan_lines, split_sections
+from pipelines.chunk_notes import chunk_note
+from pipelines.markdown import scan_lines, split_sections
 
 BODY = """Intro line.
 

@@ -41,3 +41,79 @@ def test_only_the_runner_imports_ray():
             bad += [f"{rel}:{line} imports {mod}" for line, mod in _imports(f)
                     if mod.split(".")[0] == "ray" and rel not in RAY_MODULES]
     assert not bad, "Ray imported outside the runner modules:\n" + "\n".join(bad)
+
+
+def _runtime_imports(path: Path, known: set[str]) -> set[str]:
+    """The project modules a file imports at run time (function-level imports too; `if TYPE_CHECKING:`
+    blocks left out: they never run)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING"
+            for b in node.body for n in ast.walk(b)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        out |= {n for n in names if n in known}
+    return out
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg in RANK:
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            name = ".".join(f.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            mods[name] = f
+    return mods
+
+
+def test_no_import_circle():
+    """No two modules reach each other through imports (a circle hides which one is the base)."""
+    mods = _modules()
+    graph = {m: _runtime_imports(f, set(mods)) - {m} for m, f in mods.items()}
+    circles = []
+    for start, first in graph.items():  # a path back to `start` from its own imports
+        seen, todo = set(), [(n, [start, n]) for n in first]
+        while todo:
+            node, path = todo.pop()
+            if node == start:
+                circles.append(" -> ".join(path))
+                break
+            if node in seen:
+                continue
+            seen.add(node)
+            todo += [(n, [*path, n]) for n in graph[node]]
+    assert not circles, "import circles:\n" + "\n".join(sorted(circles))
+
+
+COMPOSITIONS = {"pipelines.search", "pipelines.index", "pipelines.batch", "pipelines.precompute"}
+
+
+def test_no_stage_imports_another_stage():
+    """A stage module (one that defines a stage class: a class with `__call__`) imports shared helper modules,
+    never another stage's module; compositions list stages and may import them all."""
+    mods = _modules()
+    stages = {m for m, f in mods.items() if m.startswith("pipelines.") and m not in COMPOSITIONS and any(
+        isinstance(n, ast.ClassDef) and any(isinstance(b, ast.FunctionDef) and b.name == "__call__" for b in n.body)
+        for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"))))}
+    bad = [f"{m} imports {o}" for m in sorted(stages) for o in sorted(_runtime_imports(mods[m], stages) - {m})]
+    assert not bad, "stage modules importing stage modules:\n" + "\n".join(bad)
+
+
+def test_a_model_stage_holds_no_index():
+    """Constructing the embedder's stage (what a model actor does) imports no lancedb: the cache is read in
+    the CPU pool (LookupVectors), so a process that holds a model does not pay for the index."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from fanout.config import load_config; from pipelines.retrieve_variants import "
+            "EmbedVariants; EmbedVariants(load_config('fake')); "
+            "print(sorted(m for m in ('lancedb', 'pandas', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -128,6 +128,7 @@ def embed_with(variant: str | None, text: str) -> tuple[str, np.ndarray]:
 
 
 @pytest.mark.slow
+@pytest.mark.model
 def test_machine_without_avx512_gives_the_same_vectors():
     """haswell (AVX2) and x64 (no SIMD) variants, forced, embed like the variant chosen for this CPU."""
     import llama_cpp
@@ -141,3 +142,36 @@ def test_machine_without_avx512_gives_the_same_vectors():
         got, v = embed_with(variant, text)
         assert got == variant
         assert float(v @ ref) > 0.999, f"{variant} vs {chosen}: cosine {float(v @ ref):.5f}"
+
+
+# -- a GPU profile on a CPU-only wheel fails loudly, never runs on the CPU unnoticed ------------------------------
+
+
+@pytest.mark.model
+def test_gpu_layers_without_a_gpu_backend_fail_with_what_was_asked_and_the_fix():
+    from actors.embedder import Embedder
+    from fanout.config import load_config
+
+    cfg = load_config("local").replace(embedder={"n_gpu_layers": -1})
+    with pytest.raises(_llama.GPUBackendMissing, match=r"embedder.n_gpu_layers is -1 .* no GPU backend is loaded: "
+                       r"the llama-cpp-python wheel has CPU backends only .*FANOUT_GGML_CUDA=1 .*"
+                       r"embedder.n_gpu_layers: 0"):
+        Embedder(cfg)
+
+
+def test_cpu_variants_setup_builds_cover_each_cpu_and_keep_a_fallback():
+    """scripts/cpu_variants.py: the best two variants the CPU can run plus x64; AMX only where granted."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import cpu_variants as cv
+
+    spr = SPR_FLAGS
+    assert cv.choose(spr, amx_ok=True) == ["x64", "zen4", "sapphirerapids"]
+    assert cv.choose(spr, amx_ok=False) == ["x64", "cooperlake", "zen4"]  # ggml ranks BF16 over VBMI
+    zen1 = {"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"}
+    assert cv.choose(zen1, amx_ok=False) == ["x64", "piledriver", "haswell"]
+    assert cv.choose(zen1, amx_ok=False, env="all") == list(cv.VARIANTS)
+    assert cv.choose(zen1, amx_ok=False, env="haswell") == ["x64", "haswell"]
+    with pytest.raises(SystemExit, match="unknown variant"):
+        cv.choose(zen1, amx_ok=False, env="zen9")
+    for v in ("haswell", "zen4", "sapphirerapids"):  # the scores agree with the test's own ggml model
+        assert cv.score(v) == cpuid_score(v, set(BITS))

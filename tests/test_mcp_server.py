@@ -1,5 +1,5 @@
 """`fanout mcp` as an agent sees it: the server runs as a subprocess on the tiny index, driven by the SDK's
-own client (ClientSession over stdio_client, and once over streamable HTTP)."""
+own client (ClientSession over stdio_client, and once over streamable HTTP with the bearer token)."""
 
 from __future__ import annotations
 
@@ -207,6 +207,7 @@ async def _append(out: list, coro) -> None:
 
 def test_streamable_http(mcp_db):
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -216,8 +217,10 @@ def test_streamable_http(mcp_db):
                                 env={**os.environ, **server_env()}, stdout=log, stderr=log)
     try:
         async def session() -> tuple[list[str], dict]:
+            token = (mcp_db / ".fanout-mcp-token").read_text(encoding="utf-8").strip()  # made at start
             async with (
-                streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write),
+                create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+                streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (read, write),
                 ClientSession(read, write) as s,
             ):
                 await s.initialize()

@@ -52,6 +52,7 @@ def test_config_defaults_are_the_local_profile():
     assert Config().validate() == load_config("local")  # tests build the configuration people run
 
 
+@pytest.mark.model
 def test_fake_index_is_searchable_with_the_fake_profile_only(fake_db, fake_cfg, fake_runner):
     from fanout.config import load_config
     from fanout.db import Collection
@@ -64,7 +65,7 @@ def test_fake_index_is_searchable_with_the_fake_profile_only(fake_db, fake_cfg, 
                    SearchOptions(n=3, explain=True))
     top = {q: [r["path"] for r in res.results.to_pylist() if r["qid"] == q] for q in ("a", "w")}
     assert top["a"][0] == "Sync/Sync your notes.md" and top["w"][0] == "Linking/Internal links.md"
-    assert set(res.timings) >= {"ParseQueries", "ProbeBM25", "EmbedVariants", "Retrieve", "WriteCaches"}
+    assert set(res.timings) >= {"ParseQueries", "ProbeBM25", "LookupVectors", "EmbedVariants", "Retrieve", "WriteCaches"}
     assert res.stats["stages"]["EmbedVariants"]["embedded"] == 2
     with pytest.raises(ValueError, match="was embedded with fake-embedder"):
         Searcher(fake_db, "t", load_config("local"), Runner(load_config("local")))
@@ -117,7 +118,7 @@ def test_expansions_precomputed_by_fanout_expand_are_used_with_expansion_off(tmp
     res = Searcher(fake_db, "t", cfg, fake_runner).search([{"id": "a", "query": q}], SearchOptions())
     # no model call: the precomputed lines were read, and their vectors too (expand.precompute_vectors)
     assert (fake_runner.calls.get("expander", 0), fake_runner.calls.get("embedder", 0)) == calls
-    assert res.stats["stages"]["EmbedVariants"]["embedded"] == 0 < res.stats["stages"]["EmbedVariants"]["cached"]
+    assert res.stats["stages"]["EmbedVariants"]["embedded"] == 0 < res.stats["stages"]["LookupVectors"]["cached"]
     assert res.stats["expansion"]["cache"] == 1 and res.stats["stages"]["ExpandQueries"]["cache"] == 1
     assert {v["source"] for v in res.variants.to_pylist() if v["kind"] != "orig"} == {"cache"}
     from faces.service import SearchService  # `fanout query -v` says so: "expansion: t cache"

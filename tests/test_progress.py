@@ -17,6 +17,14 @@ def test_off_a_tty_it_writes_lines_with_rate_and_eta():
     assert p.line(p.t0 + 40) == "embedding: 200/200 chunks (100%), 5.0 chunks/s, 40s elapsed"
 
 
+def test_before_the_first_unit_the_line_says_what_is_happening_not_a_zero_rate():
+    p = Progress("embedding", "chunk", stream=io.StringIO(), tty=False, starting="loading the model")
+    p.done, p.total = 0, 180
+    assert p.line(p.t0 + 30) == "embedding: 0/180 chunks, loading the model, 30s elapsed"
+    p.done = 64  # the first group is written: the rate line takes over
+    assert p.line(p.t0 + 32).startswith("embedding: 64/180 chunks (36%), 2.0 chunks/s")
+
+
 def test_lines_keep_coming_while_nothing_moves_and_stop_at_close():
     buf = io.StringIO()
     p = Progress("batch", "query", stream=buf, interval=0.05, tty=False)

@@ -205,3 +205,23 @@ def test_ray_data_equals_in_process_with_real_models_on_the_sample_vault(tmp_pat
         sa, sb = [r.pop("score") for r in ra["results"]], [r.pop("score") for r in rb["results"]]
         assert ra == rb
         assert all(abs(x - y) <= 5e-3 for x, y in zip(sa, sb)), (ra["id"], sa, sb)
+
+
+def test_the_private_local_ray_refuses_a_connection_without_its_token(ray_runner):
+    """Another local process (or user) reaching the private Ray's loopback port without the token is refused:
+    it could otherwise run code as the user who started fanout."""
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
+    assert os.environ.get("RAY_AUTH_MODE") == "token" and os.stat(token_path).st_mode & 0o077 == 0
+    gcs = ray_runner._ray.get_runtime_context().gcs_address
+    code = f"import ray; ray.init(address={gcs!r}, log_to_driver=False); print('CONNECTED')"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    for extra in ({"RAY_AUTH_MODE": "disabled"}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}):
+        try:  # a refused client retries until Ray's own connect timeout: cut that short, it never connected
+            res = subprocess.run([sys.executable, "-c", code], env={**env, **extra}, capture_output=True,
+                                 text=True, timeout=45, check=False)
+        except subprocess.TimeoutExpired as e:
+            out, err = (e.stdout or b"").decode(errors="replace"), (e.stderr or b"").decode(errors="replace")
+        else:
+            out, err = res.stdout, res.stderr
+        assert "CONNECTED" not in out, (extra, out, err[-2000:])
+        assert "InvalidAuthToken" in err or "Authentication" in err or not out, err[-2000:]

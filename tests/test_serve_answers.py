@@ -11,6 +11,9 @@ from faces.serve import _App
 
 class CountingService:
     def __init__(self):
+        from fanout.config import load_config
+
+        self.cfg = load_config("fake")  # the served limits (serve.max_results) come from the service's config
         self.lock = threading.Lock()
         self._searchers = {("t", "query"): object()}
         self.calls = 0

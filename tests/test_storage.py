@@ -144,6 +144,7 @@ def fcfg(cfg):
                               "vector_partitions": 2})
 
 
+@pytest.mark.model
 def test_above_threshold_vector_and_scalar_indexes_land_in_the_manifest(tmp_path, fcfg):
     from pipelines.index import index_vault
     from pipelines.optimize_tables import optimize_tables
@@ -184,6 +185,7 @@ def test_above_threshold_vector_and_scalar_indexes_land_in_the_manifest(tmp_path
     assert Collection(db, "t", fcfg).table("t_chunks").index_stats("vector_idx").num_unindexed_rows == 0
 
 
+@pytest.mark.model
 def test_matryoshka_dimension_is_rederived_not_reembedded(tmp_path, cfg, monkeypatch):
     import fanout.vectors
     from pipelines.index import index_vault
@@ -242,6 +244,7 @@ def test_db_locations_index_then_search(tmp_path, monkeypatch, cfg, runner, wher
     assert os.path.isdir(storage.normalize_uri(db))
 
 
+@pytest.mark.model
 def test_optimize_builds_the_vector_index_once_the_threshold_is_passed(tmp_path, fcfg):
     from pipelines.index import index_vault
     from pipelines.optimize_tables import optimize_tables, optimize_text

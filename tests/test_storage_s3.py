@@ -43,6 +43,7 @@ def s3():
     srv.stop()
 
 
+@pytest.mark.model
 def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatch, cfg, s3):
     from test_storage import FakeRunner, many_notes
 
@@ -131,6 +132,7 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
 
 
 @pytest.mark.slow
+@pytest.mark.model
 def test_cli_index_query_with_env_credentials(tmp_path, monkeypatch, s3, capsys):
     from faces.cli import main
 

@@ -1,0 +1,207 @@
+"""A query's cost outside the models: CPU of the whole process tree, both engines; prints one table.
+
+    PYTHONPATH=. .venv/bin/python bench/query_cost.py [--sizes 200,2000] [--engines inproc,data]
+                                                      [--scale-notes 0] [--cpus 2] [--baseline DIR]
+
+Fake models (configs/fake.yaml: hashed vectors, no sleep), so only fanout's own work counts. Each job is a
+`fanout batch` of N distinct queries with an agent's three fields (short_query -> a second full-text list,
+rephrased_query and expected_answer -> two more query vectors) run by `pipelines.batch.run_batch` in a child
+process of its own cpuacct cgroup (v1): the CPU counted is that of every process the job starts, Ray's
+raylet, GCS, workers and actors included. Every job starts from a fresh copy of the index (empty caches).
+
+Per engine: CPU and wall of the 200- and the 2,000-query job; the marginal cost per query is the difference
+divided by 1,800 (what a query adds), the fixed cost is what is left of the small job (process start,
+imports, Ray start, actor pools, opening tables). Per stage: seconds inside each stage of the big job (the
+in-process loop's own timer; Ray Data's summed remote wall per operator). `--scale-notes N` repeats the jobs
+on a synthetic vault of N notes (about 2 chunks each) to show the cost at a larger index. `--baseline DIR`
+(a checkout of another commit, e.g. `git worktree add /tmp/base <commit>`) runs the same jobs on that code too,
+in the same invocation, so before/after are compared on the same machine state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, os.environ.get("FANOUT_QC_CODE") or str(ROOT))  # the code a child job runs
+os.environ.setdefault("LANCEDB_LOG", "error")
+CGROUP = Path("/sys/fs/cgroup/cpuacct")
+WORDS = ["backup", "snapshot", "vlan", "router", "vpn", "media", "server", "power", "ups", "sourdough", "dal",
+         "train", "lisbon", "packing", "glossary", "meeting", "borscht", "kvass", "baikal", "kazan", "restic",
+         "zfs", "mirror", "disk", "pantry", "plug", "camera", "garden", "tomato", "ferment"]
+
+
+def queries(n: int, seed: int) -> list[dict]:
+    """n distinct queries with the three agent fields (each text unique: no cache or dedupe helps)."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        a, b, c = rnd.sample(WORDS, 3)
+        out.append({"id": f"q{seed}-{i}", "query": f"how do I set up {a} {b} ({i})",
+                    "short_query": f"{a} {c} {i}",
+                    "rephrased_query": f"{b} {c} configuration steps {seed}-{i}",
+                    "expected_answer": f"The {a} notes explain the {c} setup and the {b} schedule ({seed}-{i})."})
+    return out
+
+
+def synthetic_vault(root: Path, notes: int, seed: int = 1) -> Path:
+    """`notes` markdown notes of two sections each, words drawn from WORDS plus filler (about 2 chunks each)."""
+    rnd = random.Random(seed)
+    for i in range(notes):
+        d = root / f"area{i % 20}"
+        d.mkdir(parents=True, exist_ok=True)
+        body = []
+        for h in range(2):
+            words = " ".join(rnd.choice(WORDS) for _ in range(120))
+            body.append(f"## Part {h} {rnd.choice(WORDS)}\n\n{words}.\n")
+        (d / f"note {i}.md").write_text(f"# Note {i}\n\n" + "\n".join(body), encoding="utf-8")
+    return root
+
+
+# -- the child: one job, in its own cgroup --------------------------------------------------------------------
+def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
+    t0 = time.perf_counter()
+    from fanout.config import load_config
+    try:
+        from fanout.engines import make_runner
+    except ImportError:  # a --baseline checkout from before fanout/engines.py
+        from fanout.runner import make_runner
+    from pipelines.batch import run_batch
+    from pipelines.search import Searcher, SearchOptions
+
+    cfg = load_config("fake")
+    if engine == "data":
+        cfg = cfg.replace(runner={"mode": "ray", "engine": "data"})
+    with make_runner(cfg, mode="ray" if engine == "data" else "inproc") as runner:
+        t1 = time.perf_counter()
+        searcher = Searcher(db, "bench", cfg, runner)
+        st = run_batch(qfile, out, searcher, SearchOptions(n=10, expand=False, rerank=False))
+        t2 = time.perf_counter()
+    print(json.dumps({"start_s": t1 - t0, "job_s": t2 - t1, "total_s": time.perf_counter() - t0,
+                      "queries": st["queries"], "errors": st["errors"], "timings": st["timings"]}))
+
+
+def in_cgroup(cmd: list[str], name: str, code: Path = ROOT) -> tuple[float, str]:
+    """Run cmd in a fresh cpuacct cgroup with `code` first on the import path (Ray's workers inherit it);
+    (CPU seconds of every process it started, its stdout)."""
+    cg = CGROUP / name
+    cg.mkdir()
+    try:
+        wrapped = ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *cmd]
+        env = {**os.environ, "PYTHONPATH": str(code), "FANOUT_QC_CODE": str(code)}
+        res = subprocess.run(wrapped, capture_output=True, text=True, check=False, timeout=3600, env=env,
+                             cwd=code)
+        if res.returncode:
+            raise RuntimeError(f"{cmd} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+        deadline = time.monotonic() + 30  # Ray's processes exit after the driver: their CPU counts too
+        while (cg / "cgroup.procs").read_text().split() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        cpu = int((cg / "cpuacct.usage").read_text()) / 1e9
+        return cpu, res.stdout.strip().splitlines()[-1]
+    finally:
+        for _ in range(50):  # stragglers past the deadline are killed; the cgroup goes when it is empty
+            procs = (cg / "cgroup.procs").read_text().split()
+            for p in procs:
+                subprocess.run(["kill", "-9", p], check=False)
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.2)
+
+
+def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, code: Path = ROOT) -> dict:
+    db = work / f"db-{tag}"
+    shutil.rmtree(db, ignore_errors=True)
+    shutil.copytree(template, db)
+    q = work / f"q-{tag}.jsonl"
+    q.write_text("".join(json.dumps(r) + "\n" for r in queries(n, seed=n)), encoding="utf-8")
+    out = work / f"out-{tag}.parquet"
+    cmd = [sys.executable, __file__, "--child", engine, str(db), str(q), str(out), str(cpus)]
+    cpu, line = in_cgroup(cmd, f"fanout-qc-{os.getpid()}-{tag}", code)
+    r = json.loads(line)
+    assert r["errors"] == 0 and r["queries"] == n, r
+    shutil.rmtree(db, ignore_errors=True)
+    return {"engine": engine, "n": n, "cpu": cpu, **r}
+
+
+def build(vault: Path, db: Path) -> int:
+    from fanout.config import load_config
+    from fanout.runner import Runner
+    from pipelines.index import index_vault
+
+    cfg = load_config("fake")
+    with Runner(cfg) as r:
+        s = index_vault(vault, db, "bench", cfg, r)
+    return s.chunks
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="200,2000", help="two or more job sizes (queries); marginal = last vs first")
+    ap.add_argument("--engines", default="inproc,data")
+    ap.add_argument("--scale-notes", type=int, default=0, help="also on a synthetic vault of this many notes")
+    ap.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--baseline", default=None, help="a checkout of another commit: run its code too")
+    ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        child(*args.child[:4], int(args.child[4]))
+        return 0
+    if not CGROUP.is_dir() or not os.access(CGROUP, os.W_OK):
+        print(f"needs a writable cgroup v1 cpuacct hierarchy at {CGROUP} (root)", file=sys.stderr)
+        return 2
+    sizes = [int(x) for x in args.sizes.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="fanout-qc-", dir="/tmp"))
+    vaults = [("samples", ROOT / "samples" / "vault")]
+    if args.scale_notes:
+        vaults.append((f"synthetic {args.scale_notes} notes", synthetic_vault(work / "vault", args.scale_notes)))
+    rows = []
+    try:
+        for label, vault in vaults:
+            template = work / f"template-{len(rows)}"
+            chunks = build(vault, template)
+            codes = [("", ROOT)] + ([(" (baseline)", Path(args.baseline).resolve())] if args.baseline else [])
+            for (mark, code), engine in [(c, e) for e in args.engines.split(",") for c in codes]:
+                runs = [job(engine, template, n, work, f"{engine}-{n}-{len(rows)}", args.cpus, code)
+                        for n in sizes]
+                small, big = runs[0], runs[-1]
+                dn = big["n"] - small["n"]
+                m_cpu = (big["cpu"] - small["cpu"]) / dn
+                m_wall = (big["total_s"] - small["total_s"]) / dn
+                rows.append({"index": f"{label} ({chunks} chunks)", "engine": engine + mark, "runs": runs,
+                             "marginal_cpu_ms": 1000 * m_cpu, "marginal_wall_ms": 1000 * m_wall,
+                             "fixed_cpu_s": small["cpu"] - small["n"] * m_cpu,
+                             "fixed_wall_s": small["total_s"] - small["n"] * m_wall,
+                             "stages": big["timings"], "n_big": big["n"]})
+                print(f"  {label} {engine}{mark}: " + ", ".join(f"{r['n']} q cpu {r['cpu']:.1f}s wall {r['total_s']:.1f}s"
+                                                          for r in runs), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nfake models, queries with three agent fields, caches empty at the start; CPU of the whole process "
+          f"tree (cpuacct cgroup); marginal = ({sizes[-1]} - {sizes[0]}) queries; {os.cpu_count()} cores\n")
+    print("| index | engine | CPU ms/query (marginal) | wall ms/query (marginal) | fixed CPU s | fixed wall s | "
+          + " | ".join(f"CPU s, {n} q" for n in sizes) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(sizes))
+    for r in rows:
+        print(f"| {r['index']} | {r['engine']} | {r['marginal_cpu_ms']:.2f} | {r['marginal_wall_ms']:.2f} | "
+              f"{r['fixed_cpu_s']:.1f} | {r['fixed_wall_s']:.1f} | "
+              + " | ".join(f"{x['cpu']:.1f}" for x in r["runs"]) + " |")
+    print("\nseconds per stage in the largest job (in-process: the loop's timer; Ray Data: summed remote wall):\n")
+    for r in rows:
+        st = ", ".join(f"{k} {1000 * v / r['n_big']:.2f}" for k, v in r["stages"].items())
+        print(f"- {r['index']}, {r['engine']} (ms/query): {st}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
