@@ -31,7 +31,8 @@ EMPTY = {  # the schema of a cache that was never written (so the documented que
                                 ("model", pa.string()), ("created", pa.float64())]),
 }
 EVAL_VIEWS = {"per_query": "per_query.parquet", "timings": "timings.parquet", "results": "results-*.parquet",
-              "variants": "variants-*.parquet"}
+              "variants": "variants-*.parquet",
+              "flagged": "flagged.parquet", "groups": "groups.parquet"}  # the last two: a `fanout gaps` folder
 # The documented examples (README, --help); tests/test_analyze.py runs each.
 EXAMPLES = {
     "db": [
@@ -47,6 +48,10 @@ EXAMPLES = {
     ],
     "batch": [
         "select qid, count(*) pages, round(max(score), 3) best from results where error is null group by qid",
+    ],
+    "gaps": [  # tests/test_gaps.py runs these
+        "select group_id, name, asks, band from groups order by asks desc limit 10",
+        "select band, count(*) queries, round(avg(score), 3) mean_score from flagged group by band",
     ],
 }
 
@@ -101,8 +106,9 @@ def path_views(con: Any, path: Path) -> dict[str, str]:
                             "union_by_name=true)")
                 made[view] = str(path / pattern)
         if not made:
-            raise UserError(f"{str(path)!r} holds no eval output (per_query.parquet, results-*.parquet...); give "
-                            "an eval --out folder, a batch output file, or --db DB for an index")
+            raise UserError(f"{str(path)!r} holds no eval or gaps output (per_query.parquet, results-*.parquet, "
+                            "flagged.parquet...); give an eval or gaps --out folder, a batch output file, or --db "
+                            "DB for an index")
         return made
     ext = path.suffix.lower()
     if ext == ".parquet":
@@ -159,7 +165,8 @@ def main_analyze(args: Any) -> int:
         for view, src in made.items():
             n = con.execute(f"select count(*) from {view}").fetchone()[0]
             print(f"  {view:<14} {n:>8} rows  <- {src}")
-        kind = "db" if args.db or "documents" in made else "eval" if "per_query" in made else "batch"
+        kind = "db" if args.db or "documents" in made else "eval" if "per_query" in made else \
+            "gaps" if "flagged" in made else "batch"
         print("examples:\n" + "\n".join(f'  --sql "{e}"' for e in EXAMPLES[kind]))
         return 0
     rel = query(con, args.sql, made)

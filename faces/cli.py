@@ -333,6 +333,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return main_analyze(args)
 
 
+def cmd_gaps(args: argparse.Namespace) -> int:
+    from faces.gaps_report import main_gaps
+
+    return main_gaps(args)
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     from faces.mcp_server import main_mcp
 
@@ -350,7 +356,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 COMMANDS = ("index", "query", "search", "vsearch", "get", "multi-get", "status", "ls", "collection", "batch",
-            "expand", "optimize", "models", "demo", "eval", "analyze", "mcp", "serve")
+            "expand", "optimize", "models", "demo", "eval", "analyze", "gaps", "mcp", "serve")
 
 FNS = {name: globals()["cmd_" + name.replace("-", "_")] for name in COMMANDS if name not in ("query", "vsearch")}
 

@@ -159,6 +159,18 @@ output file (.parquet / .jsonl / .csv) gives results. Examples:
   fanout analyze out/eval --sql "select set, system, avg(ndcg_5) from per_query group by all order by 1"
 """
 
+GAPS_HELP = """which questions of a `fanout batch` answers file the notes do not answer, grouped.
+
+A query whose best score is below gaps.unanswered_below (0.7) is unanswered, below gaps.weak_below (0.83)
+weakly answered (the calibrated scores: README "Score calibration"). Flagged queries are grouped by their
+vectors (the query-vector cache of the collection), each group named by its most typical questions and
+terms, counted (repeats included), with the pages that came closest and the terms their headings lack.
+The answers must come from this collection's current index (each row's `index` column). Example:
+  fanout batch log.jsonl --out answers.parquet --db DB -c notes
+  fanout gaps answers.parquet --db DB -c notes --out gaps-report
+  fanout analyze gaps-report --sql "select name, asks from groups order by asks desc limit 10"
+"""
+
 
 def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str | None,
                  only: str | None = None) -> argparse.ArgumentParser:
@@ -330,6 +342,18 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("--csv", action="store_true", help="print the result as CSV")
         p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
         p.set_defaults(fn=fns["analyze"])
+
+    if want("gaps"):
+        p = _parser(sub, "gaps", "which questions of a `fanout batch` answers file the notes do not answer, grouped",
+                    GAPS_HELP)
+        p.add_argument("answers", help="the --out file of `fanout batch` (.parquet, .jsonl or .csv; a path or URI)")
+        p.add_argument("--out", default="gaps-report", help="folder for report.md, report.html, flagged.parquet, "
+                       "groups.parquet")
+        _db(p)
+        p.add_argument("--config", default=None, help="profile name or YAML path (the `gaps:` bands; the "
+                       "embedder for questions not in the query-vector cache)")
+        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+        p.set_defaults(fn=fns["gaps"])
 
     if want("mcp"):
         p = _parser(sub, "mcp", "serve search/get/status to an agent over MCP (stdio or streamable HTTP)")

@@ -37,6 +37,8 @@ FLAT = pa.schema([
     ("qid", pa.string()), ("rank", pa.int32()), ("path", pa.string()), ("title", pa.string()),
     ("heading", pa.string()), ("snippet", pa.string()), ("score", pa.float64()),
     ("field", pa.string()), ("error", pa.string()),
+    ("query", pa.string()),  # the query text (null when the row did not parse)
+    ("index", pa.string()),  # which index answered: `<collection>@<stamp>` (fanout.db.index_stamp)
 ])
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
 OUT_FORMATS = (".jsonl", ".parquet", ".csv")
@@ -248,15 +250,18 @@ def flat_rows(results: pa.Table, errors: pa.Table) -> pa.Table:
 
 # -- output: parts (ANSWERS rows) -> one file, streamed in input order ------------------------------------
 _FLAT_SQL = """
-select qid, rank, path, title, heading, snippet, score, field, error from (
+select qid, rank, path, title, heading, snippet, score, field, error, query from (
   select _row, qid, r.rank::integer as rank, r.path as path, r.title as title, r.heading as heading,
-         r.snippet as snippet, r.score::double as score, null::varchar as field, null::varchar as error
-  from (select _row, qid, unnest(results) as r from parts where error is null)
+         r.snippet as snippet, r.score::double as score, null::varchar as field, null::varchar as error, query
+  from (select _row, qid, query, unnest(results) as r from parts where error is null)
   union all
-  select _row, qid, null, null, null, null, null, null, field, error from parts where error is not null
+  select _row, qid, null, null, null, null, null, null, field, error, query from parts where error is not null
+  union all  -- a query no page came back for (every page under --min-score): one row, no page
+  select _row, qid, null, null, null, null, null, null, null, null, query from parts
+  where error is null and coalesce(len(results), 0) = 0
 ) order by _row, rank
 """
-_QUERY_SQL = "select _row, qid, error, field, results from parts order by _row"
+_QUERY_SQL = "select _row, qid, query, error, field, results from parts order by _row"
 
 
 def arrow_reader(con: Any, sql: str, batch_size: int) -> pa.RecordBatchReader:
@@ -275,11 +280,13 @@ def parts_dataset(fs: pafs.FileSystem, path: str) -> Any:
     return pads.dataset(files, schema=ANSWERS, filesystem=fs, format="parquet")
 
 
-def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None = None) -> dict[str, int]:
+def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None = None,
+                  index: str | None = None) -> dict[str, int]:
     """Stream the parts (a pyarrow dataset of ANSWERS rows) into `out` in input order, atomically: locally
     tmp + rename; on an object store one upload (the object appears whole when the stream closes; a rename
-    there would be a second full copy). parquet/CSV: one row per result page plus one per bad query; JSONL:
-    one line per query."""
+    there would be a second full copy). parquet/CSV: one row per result page, plus one per bad query and one
+    without a page per query nothing came back for; JSONL: one line per query. Every row carries the query
+    text and `index` (fanout.db.index_stamp)."""
     import duckdb
 
     ext = _ext(out, OUT_FORMATS, "output")
@@ -293,7 +300,7 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
     counts = dict(zip(("queries", "errors"), con.execute(
         "select count(*), count(error) from parts").fetchall()[0]))
     try:
-        _write_out(con, fs, tmp, ext)
+        _write_out(con, fs, tmp, ext, index)
     except BaseException:  # a full disk: a cut-short file must not keep the space it took
         if tmp != path:
             with contextlib.suppress(OSError):
@@ -306,7 +313,7 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
     return counts
 
 
-def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str) -> None:
+def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str, index: str | None) -> None:
     import pyarrow.csv as pcsv
 
     with fs.open_output_stream(tmp) as sink:
@@ -316,7 +323,7 @@ def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str) -> None:
             for batch in reader:
                 lines = []
                 for r in batch.to_pylist():
-                    q: dict[str, Any] = {"id": r["qid"],
+                    q: dict[str, Any] = {"id": r["qid"], "query": r["query"], "index": index,
                                          "results": [{k: x[k] for k in keys} for x in r["results"] or []]}
                     if r["error"] is not None:
                         q.update(error=r["error"], field=r["field"])
@@ -326,6 +333,7 @@ def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str) -> None:
             reader = arrow_reader(con, (_FLAT_SQL), 65536)
             writer = pq.ParquetWriter(sink, FLAT) if ext == ".parquet" else pcsv.CSVWriter(sink, FLAT)
             for batch in reader:
-                writer.write_batch(pa.RecordBatch.from_arrays(
-                    [batch.column(i).cast(FLAT.field(i).type) for i in range(len(FLAT))], schema=FLAT))
+                cols = [batch.column(f.name).cast(f.type) for f in FLAT if f.name != "index"]
+                cols.append(pa.array([index] * batch.num_rows, pa.string()))
+                writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=FLAT))
             writer.close()

@@ -22,6 +22,7 @@ from fanout.config_sections import (
     ExpandConfig,
     FakeConfig,
     FuseConfig,
+    GapsConfig,
     IndexConfig,
     ModelsConfig,
     ProbeConfig,
@@ -70,6 +71,7 @@ class Config:
     serve: ServeConfig = field(default_factory=ServeConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    gaps: GapsConfig = field(default_factory=GapsConfig)
 
     def validate(self) -> Config:
         for role in ("embedder", "expander", "reranker", "retriever", "writer"):
@@ -89,6 +91,7 @@ class Config:
         _check(not bad, f"retrieve.lanes: unknown lanes {sorted(bad)}; allowed: {sorted(LANE_KINDS)}")
         self.runner.validate()
         self.storage.validate()
+        self.gaps.validate()
         return self
 
     def replace(self, **sections: dict[str, Any]) -> Config:

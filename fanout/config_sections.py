@@ -279,6 +279,39 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class GapsConfig:
+    """`fanout gaps`: which answered queries count as unanswered or weakly answered, and how they are grouped."""
+
+    # a query's best score below this: unanswered. bench/calibration.py (README "Score calibration"): at
+    # --min-score 0.7 100% of relevant top-1 pages were kept and 100% of nonsense top-1 results dropped, on
+    # the tuned and the held-out English rows (nonsense p95 0.608 / 0.685)
+    unanswered_below: float = 0.7
+    # ...below this (and >= unanswered_below): weakly answered. The calibrated threshold is the 5th percentile
+    # of relevant top-1 scores, the score 0.8347 (README: 0.835), which the threshold keeps (>=): it is the
+    # level of a page first in the vector list that no full-text list found (cross-language questions,
+    # paraphrases), so the band ends just below it
+    weak_below: float = 0.83
+    # average-linkage cosine distance under which two queries' vectors join one group (scikit-learn
+    # AgglomerativeClustering distance_threshold); fitted on the benchmark's flagged queries (README "Gaps")
+    cluster_distance: float = 0.5
+    cluster_exact_max: int = 3000  # distinct flagged queries clustered exactly; more: fit on a sample of this
+    seed: int = 0  # the sample's random seed (a rerun gives the same groups)
+    top_queries: int = 3  # most typical queries shown per group (closest to its centroid)
+    top_terms: int = 6  # terms shown per group (tf-idf of the group's queries against all flagged ones)
+    top_pages: int = 3  # closest pages shown per group
+    max_groups: int = 200  # groups in the report (largest first); the parquet has every flagged query
+
+    def validate(self) -> None:
+        _check(0.0 <= self.unanswered_below <= self.weak_below <= 1.0,
+               f"gaps: need 0 <= unanswered_below <= weak_below <= 1, got {self.unanswered_below} and "
+               f"{self.weak_below}")
+        _check(0.0 < self.cluster_distance <= 2.0,
+               f"gaps.cluster_distance must be in (0, 2] (cosine distance), got {self.cluster_distance}")
+        for k in ("cluster_exact_max", "top_queries", "top_terms", "top_pages", "max_groups"):
+            _check(getattr(self, k) >= 1, f"gaps.{k} must be >= 1, got {getattr(self, k)}")
+
+
+@dataclass(frozen=True)
 class ServeConfig:
     """Limits of the interactive faces: `fanout serve` (and the same checks on an in-process query)."""
 

@@ -386,6 +386,19 @@ class Collection:
         return rows, sorted(p for p in damaged if p is not None)
 
 
+def index_stamp(name: str, manifest: dict[str, Any]) -> str:
+    """`<collection>@<12 hex>`: which index answered (the embedder, its prompt, the chunking, the languages, the
+    table versions and counts of the completed `fanout index` run). Batch output carries it in its `index`
+    column, so a later reader (`fanout gaps`) can refuse answers of another collection or index version."""
+    import hashlib
+
+    stats = manifest.get("stats") or {}
+    key = {k: manifest.get(k) for k in ("embedder", "chunk", "languages", "tables")}
+    key["counts"] = [stats.get("notes"), stats.get("chunks")]
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{name}@{digest}"
+
+
 def _tree(root: str) -> set[str]:
     """Every file under `root`, relative to it ('/'-separated); empty when it does not exist."""
     out = set()

@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from fanout.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
+from fanout.db import index_stamp
 from fanout.schemas import ANSWERS, INPUT_ROWS
 from pipelines.search import Searcher, SearchOptions
 from pipelines.write_explained import write_explained
@@ -261,6 +262,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     """
     cfg, runner = searcher.cfg, searcher.runner
     check_out(out_path, in_path, cfg.storage)
+    stamp = index_stamp(searcher.col.name, searcher.col.require())  # the index at the job's start
     slice_size = slice_size or cfg.runner.slice_rows
     fs, out = filesystem(out_path, cfg.storage)
     pdir = parts_dir(out)
@@ -300,7 +302,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
             done += table.num_rows
         timings = {k: v - before.get(k, 0.0) for k, v in pipe.seconds.items()}
     parts = parts_dataset(fs, rdir)
-    counts = (write_explained if opts.explain else write_results)(parts, out_path, cfg.storage)
+    counts = (write_explained if opts.explain else write_results)(parts, out_path, cfg.storage, index=stamp)
     st = job_stats(parts)
     fs.delete_dir(pdir)
     return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "engine": engine,

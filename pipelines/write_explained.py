@@ -1,9 +1,9 @@
 """Job output with `--explain`: the usual batch columns plus the query text, the probe decision and every list
 that found each page, readable (fanout/explain.py) and as JSON.
 
-parquet/CSV: one row per result page (and one per bad query), the columns of `fanout.batch_io.FLAT` then
-`query`, `probe` (`BM25 probe: top 0.91, 0.30 ahead -> expansion skipped`), `lists` (`fts/orig "q" #1 7.41;
-vec/vec "..." #3 0.71`) and `explain` (the JSON: lists with lane, kind, text, rank, score; rrf; fused rank;
+parquet/CSV: one row per result page (and one per bad query, one per query without pages), the columns of
+`fanout.batch_io.FLAT` (with `query` and `index`) then `probe` (`BM25 probe: top 0.91, 0.30 ahead ->
+expansion skipped`), `lists` (`fts/orig "q" #1 7.41; vec/vec "..." #3 0.71`) and `explain` (the JSON: lists with lane, kind, text, rank, score; rrf; fused rank;
 rerank; probe; filter). JSONL: one line per query with `query`, `probe` and each result's `lists`/`explain`.
 Streamed from the parts like `write_results` (duckdb over the parts dataset, input order, tmp + move).
 """
@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from fanout.batch_io import FLAT, arrow_reader, filesystem
 from fanout.explain import lists_compact, probe_text
 
-EXTRA = [("query", pa.string()), ("probe", pa.string()), ("lists", pa.string()), ("explain", pa.string())]
+EXTRA = [("probe", pa.string()), ("lists", pa.string()), ("explain", pa.string())]  # FLAT has `query`, `index`
 EXPLAINED = pa.schema([*FLAT, *EXTRA])
 KEYS = ("rank", "path", "title", "heading", "snippet", "score")
 
@@ -33,6 +33,9 @@ select qid, rank, path, title, heading, snippet, score, field, error, query, exp
   union all
   select _row, qid, null, null, null, null, null, null, field, error, query, null from parts
   where error is not null
+  union all  -- a query no page came back for (every page under --min-score): one row, no page
+  select _row, qid, null, null, null, null, null, null, null, null, query, null from parts
+  where error is null and coalesce(len(results), 0) = 0
 ) order by _row, rank
 """
 _QUERY_SQL = "select _row, qid, query, error, field, results from parts order by _row"
@@ -46,7 +49,7 @@ def _readable(explain: str | None) -> tuple[str | None, str | None]:
     return probe_text(ex.get("probe")) or None, lists_compact(ex.get("lists", []))
 
 
-def write_explained(parts: Any, out: str, storage_cfg: Any = None) -> dict[str, int]:
+def write_explained(parts: Any, out: str, storage_cfg: Any = None, index: str | None = None) -> dict[str, int]:
     """Like `fanout.batch_io.write_results`, with the explain columns; returns {queries, errors}."""
     import duckdb
     import pyarrow.csv as pcsv
@@ -63,7 +66,8 @@ def write_explained(parts: Any, out: str, storage_cfg: Any = None) -> dict[str, 
             for batch in arrow_reader(con, _QUERY_SQL, 8192):
                 lines = []
                 for r in batch.to_pylist():
-                    q: dict[str, Any] = {"id": r["qid"], "query": r["query"], "probe": None, "results": []}
+                    q: dict[str, Any] = {"id": r["qid"], "query": r["query"], "index": index, "probe": None,
+                                         "results": []}
                     for x in r["results"] or []:
                         ex = json.loads(x["_explain"]) if x["_explain"] else {}
                         q["probe"] = q["probe"] or probe_text(ex.get("probe")) or None
@@ -77,8 +81,8 @@ def write_explained(parts: Any, out: str, storage_cfg: Any = None) -> dict[str, 
             writer = pq.ParquetWriter(sink, EXPLAINED) if ext == ".parquet" else pcsv.CSVWriter(sink, EXPLAINED)
             for batch in arrow_reader(con, _FLAT_SQL, 65536):
                 texts = [_readable(e) for e in batch.column("explain").to_pylist()]
-                cols = [batch.column(f.name).cast(f.type) for f in FLAT]
-                cols += [batch.column("query").cast(pa.string()), pa.array([t[0] for t in texts], pa.string()),
+                cols = [batch.column(f.name).cast(f.type) for f in FLAT if f.name != "index"]
+                cols += [pa.array([index] * batch.num_rows, pa.string()), pa.array([t[0] for t in texts], pa.string()),
                          pa.array([t[1] for t in texts], pa.string()), batch.column("explain").cast(pa.string())]
                 writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=EXPLAINED))
             writer.close()

@@ -66,10 +66,12 @@ def test_batch_explain_columns_in_parquet_csv_and_jsonl(tmp_path, edb):
     base = ["--db", str(edb), "-c", "t", "--config", "fake", "--runner", "inproc", "-n", "3"]
     assert main(["batch", str(q), "--out", str(tmp_path / "plain.parquet"), *base]) == 3
     plain = pq.read_table(tmp_path / "plain.parquet")
-    assert plain.column_names == ["qid", "rank", "path", "title", "heading", "snippet", "score", "field", "error"]
+    assert plain.column_names == ["qid", "rank", "path", "title", "heading", "snippet", "score", "field", "error",
+                                  "query", "index"]
     assert main(["batch", str(q), "--out", str(tmp_path / "x.parquet"), *base, "--explain"]) == 3
     t = pq.read_table(tmp_path / "x.parquet")
-    assert t.column_names == [*plain.column_names, "query", "probe", "lists", "explain"]
+    assert t.column_names == [*plain.column_names, "probe", "lists", "explain"]
+    assert set(t["index"].to_pylist()) == set(plain["index"].to_pylist()) and t["index"][0].as_py().startswith("t@")
     top = t.to_pylist()[0]
     assert top["qid"] == "a" and top["query"] == "keep devices in step"
     assert top["probe"].startswith("BM25 probe: top ") and top["probe"].endswith("-> variants from the caller")

@@ -155,7 +155,9 @@ def test_batch_all_good_exits_0_and_parquet_is_in_input_order(tmp_path, fake_db)
     t = pq.read_table(out)
     qids = list(dict.fromkeys(t["qid"].to_pylist()))
     assert qids == [r["id"] for r in rows]
-    assert t.column_names == ["qid", "rank", "path", "title", "heading", "snippet", "score", "field", "error"]
+    assert t.column_names == ["qid", "rank", "path", "title", "heading", "snippet", "score", "field", "error",
+                              "query", "index"]
+    assert t["query"].to_pylist()[0] == "sync" and len(set(t["index"].to_pylist())) == 1  # one index answered
 
 
 def test_csv_and_parquet_text_is_text_and_a_ragged_csv_row_is_an_error_row(tmp_path, fake_db):
