@@ -5,6 +5,7 @@ setup:
 	bash scripts/setup.sh
 
 test: setup
+	bash scripts/test_deps.sh
 	.venv/bin/python -m pytest -q
 
 # every test that needs no model and no Ray, with no model installed (a contributor's loop, < 2 min)

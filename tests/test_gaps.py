@@ -263,7 +263,7 @@ def test_html_page_is_well_formed_and_renders_in_a_headless_browser(kb, tmp_path
     assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "<script" not in text  # offline
     assert "возврат" in text  # Russian text survives (UTF-8 declared and written)
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:  # the structural checks above still ran; scripts/setup.sh installs chromium for CI
+    if browser is None:  # the structural checks above still ran; `make test` installs chromium (scripts/test_deps.sh)
         pytest.skip("chromium is not installed: the screenshot part needs it (apt-get install -y chromium)")
     shot = tmp_path / "report.png"
     run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
