@@ -130,15 +130,16 @@ def embed_with(variant: str | None, text: str) -> tuple[str, np.ndarray]:
 @pytest.mark.slow
 @pytest.mark.model
 def test_machine_without_avx512_gives_the_same_vectors():
-    """haswell (AVX2) and x64 (no SIMD) variants, forced, embed like the variant chosen for this CPU."""
+    """The portable x64 variant (no SIMD; always built, scripts/cpu_variants.py) and haswell (AVX2, when this
+    machine's build has it), forced, embed like the variant chosen for this CPU."""
     import llama_cpp
 
     bindir = Path(llama_cpp.__file__).resolve().parent.parent / "bin"
     have = {p.name[len("libggml-cpu-"):-3] for p in bindir.glob("libggml-cpu-*.so")}
-    assert {"haswell", "x64"} <= have, f"not a dynamic-backend build ({bindir}): run scripts/setup.sh"
+    assert "x64" in have, f"not a dynamic-backend build ({bindir}): run scripts/setup.sh"
     text = "title: Sync | text: Sync keeps your vault the same on every device; open Settings > Sync."
     chosen, ref = embed_with(None, text)
-    for variant in ("haswell", "x64"):
+    for variant in sorted({"haswell", "x64"} & have):
         got, v = embed_with(variant, text)
         assert got == variant
         assert float(v @ ref) > 0.999, f"{variant} vs {chosen}: cosine {float(v @ ref):.5f}"
