@@ -53,6 +53,24 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
+def hidden_from_worker(folder: str | Path) -> list[str]:
+    """A worker prefix: the node runs in its own mount namespace with an empty tmpfs over `folder`, so a path
+    under it exists on the head (and the driver) but not on the worker, as on two machines without a shared
+    file system. Needs root (or CAP_SYS_ADMIN) and util-linux `unshare`; `can_hide()` says whether it works."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs fanout-hidden "$0" && exec "$@"', str(folder)]
+
+
+def can_hide() -> str:
+    """"" when `hidden_from_worker` works on this machine, else why not."""
+    try:
+        res = subprocess.run([*hidden_from_worker(tempfile.gettempdir()), "true"], capture_output=True, text=True,
+                             timeout=30, check=False)
+    except OSError as e:
+        return str(e)
+    return "" if res.returncode == 0 else (res.stderr.strip() or f"exit {res.returncode}")
+
+
 class LoopbackCluster:
     """A head node and one worker node on 127.0.0.1, started with `ray start --block`.
 
@@ -62,25 +80,29 @@ class LoopbackCluster:
     """
 
     def __init__(self, head_cpus: float = 1, worker_cpus: float = 2, worker_resources: dict | None = None,
-                 object_store_mb: int = 200, start_timeout_s: float = 120, dashboard: bool = False):
+                 object_store_mb: int = 200, start_timeout_s: float = 120, dashboard: bool = False,
+                 worker_prefix: list[str] | None = None):
+        """`worker_prefix`: a command the worker's `ray start` runs under (it must exec its arguments), e.g.
+        `hidden_from_worker(folder)` so that the worker node sees an empty folder where the head sees data."""
         self.head_cpus, self.worker_cpus = head_cpus, worker_cpus
         self.dashboard = dashboard  # the job server (`ray job submit`) lives in the dashboard
         self.worker_resources = {"models": 1} if worker_resources is None else worker_resources
         self.object_store_mb = object_store_mb
         self.start_timeout_s = start_timeout_s
+        self.worker_prefix = list(worker_prefix or [])
         self.procs: list[subprocess.Popen] = []
         self.dirs: list[str] = []
         self.logs: list[Path] = []
         self.address = ""
         self.dashboard_url = ""
 
-    def _node(self, name: str, args: list[str], cpus: float) -> None:
+    def _node(self, name: str, args: list[str], cpus: float, prefix: list[str] = ()) -> None:
         tmp = tempfile.mkdtemp(prefix=f"fanout-{name}-", dir="/tmp")
         self.dirs.append(tmp)
         ports = {p: _free_port() for p in ("node-manager-port", "object-manager-port", "metrics-export-port",
                                            "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                                            "runtime-env-agent-port")}
-        cmd = [str(Path(sys.executable).with_name("ray")), "start", "--block", *args,
+        cmd = [*prefix, str(Path(sys.executable).with_name("ray")), "start", "--block", *args,
                "--node-ip-address=127.0.0.1", f"--temp-dir={tmp}", f"--num-cpus={cpus:g}",
                f"--object-store-memory={self.object_store_mb * 2**20}", "--disable-usage-stats",
                "--min-worker-port=0", "--max-worker-port=0", *(f"--{k}={v}" for k, v in ports.items())]
@@ -110,7 +132,8 @@ class LoopbackCluster:
             self.dashboard_url = f"http://127.0.0.1:{dash}" if self.dashboard else ""
             self.address = f"127.0.0.1:{port}"
             self._node("worker", [f"--address={self.address}",
-                                  f"--resources={json.dumps(self.worker_resources)}"], self.worker_cpus)
+                                  f"--resources={json.dumps(self.worker_resources)}"], self.worker_cpus,
+                       self.worker_prefix)
         except BaseException:
             self.stop()
             raise

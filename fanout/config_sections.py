@@ -372,6 +372,9 @@ class RunnerConfig:
     # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
     # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)
     progress_step_s: float = 1.0
+    # before a Ray Data job runs, one pinned task per node checks that the paths its pools and read/write
+    # tasks need there (the index, the job's parts) exist and are readable/writable; fails naming the node
+    check_paths: bool = True
 
     def validate(self) -> None:
         _check(self.mode in ("auto", "inproc", "ray"),

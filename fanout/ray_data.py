@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from fanout.config import Config
+from fanout.node_paths import IO_CPUS, check_paths, pool_nodes
 from fanout.runner import Chain, StageSpec, fuse_specs
 
 if TYPE_CHECKING:
@@ -35,11 +36,7 @@ def check_fits(runner: RayRunner, specs: list[StageSpec]) -> None:
     for spec in specs:
         acfg = getattr(runner.cfg, spec.pool)
         count = 1 if spec.single else acfg.count
-        opts = placement(runner.cfg, spec.pool, model=spec.role is not None)
-        res = next(iter(opts.get("resources", {})), "")
-        fit = [n for n in nodes if n["Resources"].get("CPU", 0) >= acfg.num_cpus
-               and n["Resources"].get("GPU", 0) >= opts.get("num_gpus", 0)
-               and (not res or n["Resources"].get(res, 0) > 0)]
+        fit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
         room = sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in fit)
         if count > room:
             raise runner._placement_error(spec.pool, model=spec.role is not None)
@@ -66,9 +63,11 @@ def map_opts(runner: RayRunner, spec: StageSpec) -> dict[str, Any]:
 
 def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-            rows: int = 0) -> Any:
+            rows: int = 0, out_dir: str | None = None) -> Any:
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver) -> map_batches per stage (actor
-    pools). Lazy: nothing runs until it is written or iterated.
+    pools). Lazy: nothing runs until it is written or iterated. Before it is built, every node that may host
+    a pool or a read/write task is checked for the paths it needs there (`runner.check_paths`; `out_dir`:
+    where the caller will write the parts).
 
     `rows` (the input's row count, when known) splits the read into blocks of the first stage's batch:
     a todo file holds up to 1,024 rows and one block reaches one actor, so without the split a
@@ -96,9 +95,12 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
         logging.getLogger(name).setLevel(logging.ERROR)
     # a small job (fewer blocks than a pool has actors) is not worth a warning per pool
     warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
-    specs = fuse_specs(specs)
-    check_fits(runner, specs)
-    io_cpus = 0.1  # read/write tasks must not wait behind the actor pools (ray#44687)
+    fused = fuse_specs(specs)
+    check_fits(runner, fused)
+    if runner.cfg.runner.check_paths:
+        check_paths(runner, specs, paths if tables is None else None, out_dir, filesystem)
+    specs = fused
+    io_cpus = IO_CPUS  # read/write tasks must not wait behind the actor pools (ray#44687)
     if tables is not None:
         ds = rd.from_arrow(tables)
     else:
@@ -123,9 +125,9 @@ def _named(spec: StageSpec) -> type:
 def run_dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str], out_dir: str, filesystem: Any = None,
                 progress: bool = False, rows: int = 0) -> str:
     """Run the Dataset and write its rows as parquet parts under `out_dir`; returns Ray Data's stats."""
-    ds = dataset(runner, specs, paths, filesystem, progress, rows=rows)
+    ds = dataset(runner, specs, paths, filesystem, progress, rows=rows, out_dir=out_dir)
     try:
-        ds.write_parquet(out_dir, filesystem=filesystem, ray_remote_args={"num_cpus": 0.1})
+        ds.write_parquet(out_dir, filesystem=filesystem, ray_remote_args={"num_cpus": IO_CPUS})
     except Exception as e:  # a pool that timed out starting: say why in our words
         if "actor" in str(e).lower() and "time" in str(e).lower():
             raise RuntimeError(f"{e}; {_pool_list(runner.cfg, specs)}") from e

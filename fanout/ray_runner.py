@@ -239,6 +239,34 @@ class RayRunner(Runner):
         """Per actor of the role: its worker pid, node id and assigned resources (where placement put it)."""
         return self._ray.get([h.where.remote() for h in self._actors_for(role)])
 
+    @property
+    def private(self) -> bool:
+        """True on the quiet private local Ray this runner started (one node: this machine)."""
+        return self._tmp is not None
+
+    def on_nodes(self, fn: Any, args: dict[str, tuple], timeout_s: float) -> dict[str, Any]:
+        """`fn(*args[node_id])` as one tiny task pinned to each node (num_cpus=0: it never waits behind the
+        actors); per node its result, or the exception (a timeout included) it ended with."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self._ray
+        task = ray.remote(num_cpus=0, max_retries=0)(fn)
+        refs = {node: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                .remote(*a) for node, a in args.items()}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        done = set(ready)
+        out: dict[str, Any] = {}
+        for node, ref in refs.items():
+            if ref not in done:
+                ray.cancel(ref, force=True)
+                out[node] = TimeoutError(f"no answer within {timeout_s:g}s")
+                continue
+            try:
+                out[node] = ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - the node's task failed: reported with the node
+                out[node] = e
+        return out
+
     # -- Ray Data: one Dataset per job (fanout/ray_data.py) --------------------------------------------
     def check_fits(self, specs: list[StageSpec]) -> None:
         """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever)."""

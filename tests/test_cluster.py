@@ -3,7 +3,9 @@
 One module-scoped cluster: a head with 1 CPU and a worker with 1 CPU and `{"models": 1}`, each started with
 `ray start` in its own session and temp dir, stopped and removed at the end. Checked on it: model actors land
 on the model node; an actor killed mid-batch is restarted and the output equals the in-process output with
-nothing lost or duplicated; impossible placements fail fast with a message that says why. Plus: a local Ray
+nothing lost or duplicated; impossible placements fail fast with a message that says why; an index in a
+folder the worker node cannot see (its own mount namespace, a tmpfs over the folder) fails the Ray Data job at
+start with the node and the path. Plus: a local Ray
 (no address) starts quietly in a private temp dir and leaves nothing behind.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,8 +52,20 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def cluster(bench):
-    with bench.LoopbackCluster(head_cpus=1, worker_cpus=1, object_store_mb=128) as c:
+def hidden(tmp_path_factory) -> Path:
+    """A folder the head node (and this driver) sees and the worker node sees empty (the worker runs in its
+    own mount namespace with a tmpfs over it): like a path on one machine's local disk."""
+    return tmp_path_factory.mktemp("head-only")
+
+
+@pytest.fixture(scope="module")
+def cluster(bench, hidden):
+    import loopback  # bench/ is on sys.path once bench/cluster_2node.py is loaded
+
+    why = loopback.can_hide()
+    prefix = loopback.hidden_from_worker(hidden) if not why else None
+    with bench.LoopbackCluster(head_cpus=1, worker_cpus=1, object_store_mb=128, worker_prefix=prefix) as c:
+        c.cannot_hide = why  # the path-check test fails with this reason; the others need no hiding
         yield c
     assert not any(Path(d).exists() for d in c.dirs)
 
@@ -114,6 +129,65 @@ def test_impossible_placement_fails_fast_and_says_why(cluster, small_cfg):
             rr.actor_handles("embedder")
         assert time.perf_counter() - t < 30
         assert why in str(e.value) and "models: 1" in str(e.value)  # the cluster's nodes are listed
+
+
+def test_index_the_worker_cannot_read_fails_at_start_naming_node_and_path(cluster, hidden, tmp_path):
+    """The index on the head's local disk only (the worker node sees an empty folder there): the Ray Data
+    job fails before any actor starts, naming the worker node, the path, who needs it and the fix."""
+    import time
+
+    from fanout.config import load_config
+    from fanout.node_paths import check_paths
+    from fanout.ray_runner import RayRunner
+    from fanout.runner import Runner
+    from pipelines.batch import run_batch
+    from pipelines.index import index_vault
+    from pipelines.search import Searcher, SearchOptions
+    from tests.conftest import write_vault
+
+    if cluster.cannot_hide:
+        pytest.fail(f"this test hides a folder from the worker node with `unshare --mount` (root): {cluster.cannot_hide}")
+    fake = load_config("fake")
+    db = hidden / "db"  # what an operator gets who keeps --db on the head's local disk
+    with Runner(fake) as r:
+        index_vault(write_vault(tmp_path / "vault"), db, "t", fake, r)
+    q = tmp_path / "q.jsonl"
+    q.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in QUERIES), encoding="utf-8")
+    out = tmp_path / "out" / "answers.parquet"  # the parts folder: visible on both nodes (one machine's /tmp)
+    out.parent.mkdir()
+    cfg = fake.replace(runner={"ray_address": cluster.address, "mode": "ray", "engine": "data",
+                               "placement_timeout_s": 120.0})
+    with RayRunner(cfg) as rr:
+        searcher = Searcher(db, "t", cfg, rr)
+        t = time.perf_counter()
+        with pytest.raises(RuntimeError, match="the index .* must be readable on node ") as e:
+            run_batch(q, out, searcher, SearchOptions(n=5))
+        took = time.perf_counter() - t
+        msg = str(e.value)
+        worker = next(n for n in rr._ray.nodes() if n["Alive"] and n["Resources"].get("models"))
+        node = f"on node {worker['NodeManagerAddress']} (id {worker['NodeID'][:8]})"  # the worker, not the head
+        assert f"{str(db)!r} must be readable {node}, but there: no such folder" in msg
+        assert f"{str(db)!r} must be readable and writable {node}, but there: no such folder" in msg
+        assert msg.count(" on node ") == 2  # the head (and the driver) reach it: not named
+        assert "the retriever pool (ProbeBM25, ExpandQueries, LookupVectors, Retrieve) open it" in msg
+        assert "the writer pool (WriteCaches) write the caches into it" in msg
+        assert "shared file system" in msg and "s3://" in msg
+        assert took < 60  # fails at start, long before runner.placement_timeout_s (120 s)
+        assert not list(out.parent.glob("answers.parquet.parts/results/*.parquet"))  # no part was written
+        assert not out.exists()
+
+        # the same check passes for an index both nodes see (the control: it is the folder, not the check)
+        shared = tmp_path / "shared-db"
+        shutil.copytree(db, shared)
+        check_paths(rr, Searcher(shared, "t", cfg, rr).stages(SearchOptions(n=5)))
+
+        # the output (and so the job's parts folder) on the head's disk only: the read/write tasks' need
+        hidden_out = hidden / "answers.parquet"
+        with pytest.raises(RuntimeError, match="the job's parts folder .* must be readable and writable on node"
+                           ) as e:
+            run_batch(q, hidden_out, Searcher(shared, "t", cfg, rr), SearchOptions(n=5))
+        assert f"{node}, but there: no such folder" in str(e.value) and "--out s3://" in str(e.value)
+        assert str(e.value).count(" on node ") == 1
 
 
 def test_local_ray_is_quiet_private_and_cleaned_up(tmp_path):
