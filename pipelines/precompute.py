@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from fanout import storage
 from fanout.batch_io import filesystem
 from fanout.config import Config
-from fanout.runner import Runner, StageSpec
+from fanout.runner import Runner, StageSpec, model_identity
 from pipelines.batch import _iter_todo, stage_input, write_todo
 from pipelines.expand_queries import SOURCES, ExpandQueries
 from pipelines.parse_queries import ParseQueries
@@ -51,7 +51,8 @@ def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
     return [
         StageSpec(ParseQueries, {"cfg": cfg}),
         StageSpec(ExpandQueries, {**ix, "generate": True}, pool="expander", role="expander"),
-        *([StageSpec(LookupVectors, ix), StageSpec(EmbedVariants, {"cfg": cfg}, pool="embedder", role="embedder")]
+        *([StageSpec(LookupVectors, {**ix, "embed_model": model_identity(cfg, "embedder")[1]}),
+           StageSpec(EmbedVariants, {"cfg": cfg}, pool="embedder", role="embedder")]
           if cfg.expand.precompute_vectors else []),
         StageSpec(WriteCaches, ix, pool="writer", single=True),
         StageSpec(KeepColumns, {"names": ["_row", "expansion", "error"]}, pool="writer"),

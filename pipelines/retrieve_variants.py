@@ -44,9 +44,11 @@ class LookupVectors:
     with the vector when the query-vector cache has it (read here, so the model pool never opens the index
     or imports lancedb: EmbedVariants then embeds only what is missing)."""
 
-    def __init__(self, cfg: Config, db: str, collection: str):
+    def __init__(self, cfg: Config, db: str, collection: str, embed_model: str | None = None):
+        """`embed_model`: the embedder's sha256 as the driver resolved it (search_stages passes it, so a CPU
+        node never needs the model file); resolved here when not given."""
         self.cfg = cfg
-        sha = model_identity(cfg, "embedder")[1]
+        sha = embed_model or model_identity(cfg, "embedder")[1]
         self.caches = Caches(Collection(db, collection, cfg), sha, cfg.models.embed_prompt,
                              memory_rows=cfg.cache.memory_rows) if cfg.cache.enabled else None
         self.stats: dict[str, int] = {"texts": 0, "cached": 0}

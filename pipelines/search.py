@@ -72,7 +72,9 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         StageSpec(ProbeBM25, ix),
         StageSpec(ExpandQueries, {**ix, "generate": expand}, **({"pool": "expander", "role": "expander"}
                                                                if expand else {})),
-        StageSpec(LookupVectors, ix),  # the cache is read in the CPU pool: the model pool holds only the model
+        # the cache is read in the CPU pool (the model pool holds only the model); the embedder's identity is
+        # resolved here, in the driver, so a CPU node never needs the model file
+        StageSpec(LookupVectors, {**ix, "embed_model": model_identity(cfg, "embedder")[1]}),
         StageSpec(EmbedVariants, {"cfg": cfg}, pool="embedder", role="embedder"),
     ]
     if set(cfg.retrieve.lanes) & set(TITLE_LANES):  # title_vec / heading_vec (off by default)
