@@ -197,6 +197,44 @@ class ExpandConfig:
 
 
 @dataclass(frozen=True)
+class CleanConfig:
+    """Field hygiene (pipelines/clean_fields.py): repairs the shapes a weak writer gives its fields."""
+
+    enabled: bool = False  # run the CleanFields stage at all (after ExpandQueries)
+    sources: tuple[str, ...] = ("agent", "cache", "model", "fallback")  # variant sources cleaned
+    split_lists: bool = True  # a comma/semicolon short_query becomes one lex per item
+    max_list_items: int = 3  # items kept from such a list
+    lex_max_words: int = 4  # a longer lex keeps its first distinctive terms (0 = off)
+    snap_titles: bool = True  # a lex naming a page title/alias also searches that title (lex + alias lane)
+    max_snaps: int = 2  # titles added per lex
+    snap_min_cover: float = 0.5  # a title's words must be at least this share of the lex's content words
+    fuzzy_cutoff: float = 0.88  # difflib ratio for a misspelt whole title (0 = off)
+    foreign_lex_to_vec: bool = True  # a lex in no language of the notes (and no title) goes to vectors
+    question_answer: Literal["keep", "vec", "drop"] = "vec"  # a question in expected_answer: searched as one
+    meta_answer: Literal["keep", "strip", "drop"] = "strip"  # "the documentation should explain X" -> X
+    w_snap: float = 1.0  # fusion weight multiplier of a snapped title
+    w_copied_lex: float = 1.0  # ... of a lex whose words all come from the question
+    w_question_answer: float = 1.0  # ... of a question-shaped expected_answer
+    w_meta_answer: float = 1.0  # ... of an expected_answer whose "documentation" frame was stripped
+    w_foreign: float = 1.0  # ... of a field in no language of the notes
+
+    def validate(self) -> None:
+        srcs = ("agent", "cache", "model", "fallback")
+        bad = [s for s in self.sources if s not in srcs]
+        _check(not bad, f"clean.sources must be some of {sorted(srcs)}, got {list(self.sources)}")
+        for name, allowed in (("question_answer", ("drop", "keep", "vec")), ("meta_answer", ("drop", "keep", "strip"))):
+            _check(getattr(self, name) in allowed,
+                   f"clean.{name} must be one of {sorted(allowed)}, got {getattr(self, name)!r}")
+        _check(self.max_list_items >= 1, f"clean.max_list_items must be >= 1, got {self.max_list_items}")
+        _check(self.lex_max_words >= 0, f"clean.lex_max_words must be >= 0 (0 = off), got {self.lex_max_words}")
+        _check(self.max_snaps >= 0, f"clean.max_snaps must be >= 0, got {self.max_snaps}")
+        _check(0 <= self.snap_min_cover <= 1, f"clean.snap_min_cover must be in [0, 1], got {self.snap_min_cover}")
+        _check(0 <= self.fuzzy_cutoff <= 1, f"clean.fuzzy_cutoff must be in [0, 1] (0 = off), got {self.fuzzy_cutoff}")
+        for name in ("w_snap", "w_copied_lex", "w_question_answer", "w_meta_answer", "w_foreign"):
+            _check(getattr(self, name) >= 0, f"clean.{name} must be >= 0 (0 drops the variant), got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
 class RetrieveConfig:
     k: int = 20  # hits per list
     fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, configs/local.yaml)

@@ -60,12 +60,14 @@ def evidence(cos_top: float, bm25_top: float, alias: bool, cfg: FuseConfig) -> f
 
 
 def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None,
-             sent: pa.Table | None = None) -> pa.Table:
+             sent: pa.Table | None = None, weights: dict[tuple[str, int], float] | None = None) -> pa.Table:
     """HITS -> FUSED rows, best first per query (ties broken by path for determinism).
 
     `sent` (from `sent_lists`) names every list each query was sent to; without it the rank part is
     normalised by the lists that returned something (the old behaviour: a lone vector hit scores 1.0).
+    `weights` multiplies the weight of one variant's lists, keyed (qid, vid) (field hygiene, clean_fields).
     """
+    vw = weights or {}
     score: dict[tuple[str, str], float] = defaultdict(float)
     best: dict[tuple[str, str], tuple[float, str]] = {}
     top: dict[tuple[str, str], int] = {}
@@ -75,7 +77,7 @@ def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None,
     alias_hit: set[str] = set()
     for h in hits.to_pylist():
         key = (h["qid"], h["path"])
-        w = list_weight(h["kind"], h["lane"], cfg)
+        w = list_weight(h["kind"], h["lane"], cfg) * vw.get((h["qid"], h["vid"]), 1.0)
         contrib = w / (cfg.k + h["_rank"])
         score[key] += contrib
         if key not in best or contrib > best[key][0]:
@@ -92,7 +94,8 @@ def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None,
     if sent is not None:
         for s in sent.to_pylist():
             if s["lane"] != "alias":
-                lists[(s["qid"], s["vid"], s["lane"])] = list_weight(s["kind"], s["lane"], cfg)
+                lists[(s["qid"], s["vid"], s["lane"])] = (list_weight(s["kind"], s["lane"], cfg)
+                                                          * vw.get((s["qid"], s["vid"]), 1.0))
     max_score: dict[str, float] = defaultdict(float)
     for (qid, _, _), w in lists.items():
         max_score[qid] += w / (cfg.k + 1)

@@ -251,7 +251,9 @@ class Retrieve:
              for q, e, vs in zip(qids, errors, batch.column("variants").to_pylist()) if e is None for v in vs or []],
             schema=pa.schema([("qid", pa.string()), ("vid", pa.int32()), ("kind", pa.string())])),
             self.cfg.retrieve.lanes)
-        fused = fuse_rrf(pa.Table.from_pylist(hits, schema=HITS), self.cfg.fuse, ok_qids, sent)
+        weights = {(q, w["vid"]): w["weight"] for q, ws in zip(qids, batch.column("_weights").to_pylist())
+                   for w in ws or []} if "_weights" in batch.column_names else None  # clean_fields
+        fused = fuse_rrf(pa.Table.from_pylist(hits, schema=HITS), self.cfg.fuse, ok_qids, sent, weights)
         fused = fused.filter(pa.compute.less_equal(fused["_rank"], self.keep))
         chunks = fetch_chunks(self.col, set(fused["chunk_id"].to_pylist()), self.cfg.cache.memory_rows)
         qtext = {q: t for q, t, e in zip(qids, queries, errors) if e is None}  # ok qids are unique
@@ -282,5 +284,5 @@ class Retrieve:
                 by_qid[h["qid"]].append({k: v for k, v in h.items() if k != "qid"})
             batch = _set(batch, "_hits", pa.array([by_qid.get(q, []) if e is None else None
                                                   for q, e in zip(qids, errors)], pa.list_(HIT)))
-        drop = [c for c in ("_probe", "vectors", "_where", "_title_hits") if c in batch.column_names]
+        drop = [c for c in ("_probe", "vectors", "_where", "_title_hits", "_weights") if c in batch.column_names]
         return batch.drop_columns(drop)

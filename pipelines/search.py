@@ -1,6 +1,6 @@
 """Composition: a batch of queries -> ranked pages, as an ordered list of stages (data, not logic).
 
-    ParseQueries -> ProbeBM25 -> ExpandQueries -> EmbedVariants [-> RetrieveTitles] -> Retrieve
+    ParseQueries -> ProbeBM25 -> ExpandQueries [-> CleanFields] -> EmbedVariants [-> RetrieveTitles] -> Retrieve
     [-> RerankCandidates] -> FormatResults -> WriteCaches
 
 One row per query flows through; nested columns carry what the next stage needs (variants, vectors,
@@ -24,6 +24,7 @@ from fanout.db import Collection
 from fanout.integrity import IndexStateError
 from fanout.runner import Pipeline, Runner, StageSpec, model_identity
 from fanout.schemas import ERRORS, RESULTS, VARIANTS
+from pipelines.clean_fields import CleanFields
 from pipelines.expand_queries import SOURCES, ExpandQueries
 from pipelines.format_results import FormatResults
 from pipelines.parse_queries import ParseQueries
@@ -72,8 +73,10 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         StageSpec(ProbeBM25, ix),
         StageSpec(ExpandQueries, {**ix, "generate": expand}, **({"pool": "expander", "role": "expander"}
                                                                if expand else {})),
-        StageSpec(EmbedVariants, ix, pool="embedder", role="embedder"),
     ]
+    if cfg.clean.enabled:  # field hygiene (pipelines/clean_fields.py) over every variant source
+        specs.append(StageSpec(CleanFields, ix))
+    specs.append(StageSpec(EmbedVariants, ix, pool="embedder", role="embedder"))
     if set(cfg.retrieve.lanes) & set(TITLE_LANES):  # title_vec / heading_vec (off by default)
         specs.append(StageSpec(RetrieveTitles, ix, pool="embedder", role="embedder"))
     specs += [
