@@ -212,6 +212,11 @@ class CleanConfig:
     foreign_lex_to_vec: bool = True  # a lex in no language of the notes (and no title) goes to vectors
     question_answer: Literal["keep", "vec", "drop"] = "vec"  # a question in expected_answer: searched as one
     meta_answer: Literal["keep", "strip", "drop"] = "strip"  # "the documentation should explain X" -> X
+    # titles named in rephrased_query / expected_answer become lex variants: never, only when no lex is a
+    # title already, or always
+    mine_titles: Literal["off", "weak", "always"] = "off"
+    max_mined: int = 2  # titles mined per query
+    w_mined: float = 1.0  # fusion weight multiplier of a mined title
     w_snap: float = 1.0  # fusion weight multiplier of a snapped title
     w_copied_lex: float = 1.0  # ... of a lex whose words all come from the question
     w_question_answer: float = 1.0  # ... of a question-shaped expected_answer
@@ -222,7 +227,8 @@ class CleanConfig:
         srcs = ("agent", "cache", "model", "fallback")
         bad = [s for s in self.sources if s not in srcs]
         _check(not bad, f"clean.sources must be some of {sorted(srcs)}, got {list(self.sources)}")
-        for name, allowed in (("question_answer", ("drop", "keep", "vec")), ("meta_answer", ("drop", "keep", "strip"))):
+        for name, allowed in (("question_answer", ("drop", "keep", "vec")), ("meta_answer", ("drop", "keep", "strip")),
+                              ("mine_titles", ("always", "off", "weak"))):
             _check(getattr(self, name) in allowed,
                    f"clean.{name} must be one of {sorted(allowed)}, got {getattr(self, name)!r}")
         _check(self.max_list_items >= 1, f"clean.max_list_items must be >= 1, got {self.max_list_items}")
@@ -230,7 +236,8 @@ class CleanConfig:
         _check(self.max_snaps >= 0, f"clean.max_snaps must be >= 0, got {self.max_snaps}")
         _check(0 <= self.snap_min_cover <= 1, f"clean.snap_min_cover must be in [0, 1], got {self.snap_min_cover}")
         _check(0 <= self.fuzzy_cutoff <= 1, f"clean.fuzzy_cutoff must be in [0, 1] (0 = off), got {self.fuzzy_cutoff}")
-        for name in ("w_snap", "w_copied_lex", "w_question_answer", "w_meta_answer", "w_foreign"):
+        _check(self.max_mined >= 0, f"clean.max_mined must be >= 0, got {self.max_mined}")
+        for name in ("w_mined", "w_snap", "w_copied_lex", "w_question_answer", "w_meta_answer", "w_foreign"):
             _check(getattr(self, name) >= 0, f"clean.{name} must be >= 0 (0 drops the variant), got {getattr(self, name)}")
 
 

@@ -14,6 +14,8 @@ rule below is one switch in `CleanConfig` (`clean:`), costs a few set and regex 
 - foreign_lex_to_vec: a `lex` in a language no note of the knowledge base is in (and no title) -> `vec`;
 - question_answer / meta_answer: a `hyde` that is a question is searched as a question (`vec`), one that
   talks about "the documentation" loses that frame (`strip`), or either is dropped;
+- mine_titles: page titles that the rephrased_query / expected_answer name ("The Workspaces plugin lets
+  you ...") become `lex` variants too, when no `lex` is a title already ("weak") or always;
 - w_*: the fusion weight of a variant of each shape (`_weights`, read by fuse_rrf).
 
 `diagnose` names what looks weak in an agent's fields; the MCP server turns it into hints for the agent.
@@ -21,6 +23,7 @@ rule below is one switch in `CleanConfig` (`clean:`), costs a few set and regex 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
@@ -36,6 +39,7 @@ from fanout.text import STOPWORDS, detect_lang, nfc
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _LIST_SEP = re.compile(r"\s*[,;]\s*")
+_QUOTES = "«\"'*`[„“"  # a one-word title right after one of these is marked as a name
 # question openers (en, ru); a text starting with one of these or ending with "?" is a question
 QUESTION_WORDS = frozenset(
     ["how", "what", "why", "when", "where", "which", "who", "whom", "whose", "can", "could", "do", "does", "did", "is", "are", "was", "were", "should", "would", "will", "shall", "may", "might", "must", "как", "что", "почему", "зачем", "когда", "где", "какой", "какая", "какие", "каком", "какую", "сколько", "кто", "можно", "ли", "чем", "куда", "откуда", "нужно", "ли"])
@@ -103,6 +107,7 @@ class Titles:
     display: dict[str, str]  # title_key -> the title or alias as written
     stems: tuple[tuple[frozenset[str], str], ...]  # (stems of the key's words, key)
     langs: frozenset[str]
+    ngrams: dict[tuple[str, ...], str] = dataclasses.field(default_factory=dict)  # stemmed words -> key
 
     @classmethod
     def build(cls, docs: list[dict[str, Any]], langs: dict[str, int], min_share: float = 0.1) -> Titles:
@@ -118,7 +123,35 @@ class Titles:
         stems = tuple((frozenset(stem(w) for w in k.split()), k) for k in display)
         total = sum(langs.values()) or 1
         keep = frozenset(lg for lg, n in langs.items() if lg != "unknown" and n / total >= min_share)
-        return cls(display, stems, keep)
+        ngrams: dict[tuple[str, ...], str] = {}
+        for k in display:
+            ngrams.setdefault(tuple(stem(w) for w in k.split()), k)
+        return cls(display, stems, keep, ngrams)
+
+    def mentioned(self, text: str, limit: int) -> list[str]:
+        """Titles a sentence mentions, in order: a title of two or more words anywhere (crudely stemmed), a
+        one-word title only where it is marked as a name (capitalised inside the sentence, or quoted)."""
+        toks = [(m.group(0), m.start()) for m in _WORD.finditer(nfc(text))]
+        st = [stem(t.casefold()) for t, _ in toks]
+        longest = max((len(k) for k in self.ngrams), default=0)
+        out: list[str] = []
+        i = 0
+        while i < len(toks) and len(out) < limit:
+            for n in range(min(longest, len(toks) - i), 0, -1):
+                key = self.ngrams.get(tuple(st[i:i + n]))
+                if key is None:
+                    continue
+                word, pos = toks[i]
+                before = text[max(0, pos - 1):pos]
+                quoted = before != "" and before in _QUOTES
+                capital = word[:1].isupper() and i > 0 and text[:pos].rstrip()[-1:] not in ".!?:"
+                named = n > 1 or quoted or capital
+                if named and self.display[key] not in out:
+                    out.append(self.display[key])
+                    i += n - 1
+                    break
+            i += 1
+        return out
 
     def named(self, text: str, cfg: CleanConfig) -> list[str]:
         """Titles `text` names, best first: those all of whose words are in it (the longer, the better;
@@ -187,6 +220,8 @@ def clean_variants(query: str, variants: list[dict], titles: Titles, cfg: CleanC
             continue
         # lex
         items = split_list(text) if cfg.split_lists else [text]
+        if len(items) > 1 and cfg.foreign_lex_to_vec and titles.foreign(text):
+            items = [" ".join(items)]  # a list in another language goes to vectors as one text
         if len(items) > 1:
             hit("split_list")
             items = items[:cfg.max_list_items]
@@ -208,6 +243,18 @@ def clean_variants(query: str, variants: list[dict], titles: Titles, cfg: CleanC
                     hit("copied_lex")
                 out.append({**v, "text": item, "weight": cfg.w_copied_lex if copied else 1.0})
             out += [{**v, "text": t, "weight": cfg.w_snap} for t in named]
+    if cfg.mine_titles != "off" and cfg.max_mined:
+        src = next((v for v in variants if v["kind"] != "orig" and v.get("source") in cfg.sources), None)
+        good_lex = any(v["kind"] == "lex" and v.get("weight") in (1.0, cfg.w_snap) and titles.is_title(v["text"])
+                       for v in out[1:])
+        if src is not None and (cfg.mine_titles == "always" or not good_lex):
+            mined: list[str] = []
+            for v in out:
+                if v["kind"] in ("vec", "hyde") and v is not out[0]:
+                    mined += [t for t in titles.mentioned(v["text"], cfg.max_mined) if t not in mined]
+            if mined:
+                hit("mined_title")
+                out += [{**src, "kind": "lex", "text": t, "weight": cfg.w_mined} for t in mined[:cfg.max_mined]]
     seen: set[tuple[str, str]] = set()
     uniq = []
     for v in out:

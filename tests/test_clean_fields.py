@@ -100,6 +100,8 @@ def test_a_short_query_in_no_language_of_the_notes_goes_to_vectors_unless_it_is_
     # a Russian knowledge base whose page carries the English title as an alias: stays lex (alias lane)
     assert run("q", ("lex", "Internal links"), titles=RU_TITLES) == [("lex", "Internal links", 1.0)]
     assert run("q", ("lex", "settings sync"), titles=RU_TITLES) == [("vec", "settings sync", 1.0)]
+    # a list in another language is one vector text, not one per word
+    assert run("q", ("lex", "горячие, клавиши")) == [("vec", "горячие клавиши", 1.0)]
     off = dataclasses.replace(CFG, foreign_lex_to_vec=False)
     assert run("q", ("lex", "горячие клавиши"), cfg=off) == [("lex", "горячие клавиши", 1.0)]
 
@@ -189,3 +191,21 @@ def test_the_stage_cleans_a_batch_in_the_search_pipeline(tmp_path, fake_cfg, fak
     assert clean["split_list"] == 1 and clean["meta_answer"] == 1
     off = Searcher(db, "t", fake_cfg, fake_runner).search(rows[:1], SearchOptions(n=3))
     assert ("lex", "link note, wikilinks") in [(v["kind"], v["text"]) for v in off.variants.to_pylist()]
+
+
+def test_titles_named_in_the_other_fields_are_mined_when_no_short_query_is_a_title():
+    mine = dataclasses.replace(CFG, mine_titles="weak", w_mined=0.5)
+    got = run("how to connect notes", ("lex", "connect notes"),
+              ("hyde", "Type [[ to make Internal links; the Hotkeys panel can bind it."), cfg=mine)
+    # a two-word title anywhere, a one-word title only when marked as a name (capitalised mid-sentence)
+    assert got[-2:] == [("lex", "Internal links", 0.5), ("lex", "Hotkeys", 0.5)]
+    got = run("q", ("lex", "Canvas"), ("hyde", "Internal links are made with [[."), cfg=mine)
+    assert got == [("lex", "Canvas", 1.0), ("hyde", "Internal links are made with [[.", 1.0)]  # lex is a title
+    always = dataclasses.replace(mine, mine_titles="always")
+    assert ("lex", "Internal links", 0.5) in run("q", ("lex", "Canvas"), ("hyde", "Internal links are made."),
+                                                 cfg=always)
+    # sentence-initial capitals and lower-case one-word titles are not names; quotes are
+    assert TITLES.mentioned("Tags help. use tags and canvas", 3) == []
+    assert RU_TITLES.mentioned("плагин «Внутренние ссылки» и ещё", 3) == ["Внутренние ссылки"]
+    assert Titles.build([{"path": "Слайды.md", "title": "Слайды"}], {"ru": 1}).mentioned(
+        "Основной плагин «Слайды» показывает заметку", 3) == ["Слайды"]
