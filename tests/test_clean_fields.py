@@ -209,3 +209,29 @@ def test_titles_named_in_the_other_fields_are_mined_when_no_short_query_is_a_tit
     assert RU_TITLES.mentioned("плагин «Внутренние ссылки» и ещё", 3) == ["Внутренние ссылки"]
     assert Titles.build([{"path": "Слайды.md", "title": "Слайды"}], {"ru": 1}).mentioned(
         "Основной плагин «Слайды» показывает заметку", 3) == ["Слайды"]
+
+
+def test_the_local_expanders_lines_and_qmd_searches_are_cleaned_too(tmp_path, fake_cfg, fake_runner):
+    from pipelines.index import index_vault
+    from pipelines.search import Searcher, SearchOptions
+    from tests.conftest import write_vault
+
+    db = tmp_path / "db"
+    index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
+    cfg = fake_cfg.replace(clean={"enabled": True}, probe={"enabled": False})
+    searcher = Searcher(db, "t", cfg, fake_runner)
+    # the fake expander writes "The notes explain <query>." as its hyde line: a documentation frame
+    for expect_source in ("model", "cache"):  # generated, then read back from the expansions cache
+        out = searcher.search([{"id": "e", "query": "how do I make internal links"}], SearchOptions(expand=True))
+        vs = [(v["kind"], v["text"], v["source"]) for v in out.variants.to_pylist()]
+        assert ("vec", "How do I make internal links.", expect_source) in vs
+        assert ("lex", "Internal links", expect_source) in vs  # "make internal notes": names the title
+    rows = [{"id": "s", "query": "old links", "searches": [{"type": "lex", "query": "wikilinks, daily notes"},
+                                                           {"type": "hyde", "query": "How are links made?"}]},
+            {"id": "o", "query": "old links", "queries": ["how do I make links between two notes in my vault"]}]
+    out = searcher.search(rows, SearchOptions())
+    got = {(v["qid"], v["kind"], v["text"]) for v in out.variants.to_pylist()}
+    assert {("s", "lex", "wikilinks"), ("s", "lex", "daily notes"), ("s", "vec", "How are links made?")} <= got
+    # OHS's rephrasing is searched as a question (vec) and as full text, trimmed to its distinctive terms
+    assert {("o", "vec", "how do I make links between two notes in my vault"),
+            ("o", "lex", "links between two notes")} <= got
