@@ -125,12 +125,33 @@ def write(bench: str | None, out_dir: Path, variants: tuple[str, ...] = VARIANTS
     return changed
 
 
+def first_queries(bench: str | None, out_dir: Path, n: int) -> dict[str, int]:
+    """The first n queries of each set as `{id, query}` rows, one file per language."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    queries = load_queries(bench)
+    for lang in ("en", "ru"):
+        rows = [q for sub in ("base", "tricky") for q in [x for x in queries
+                                                           if x["lang"] == lang and x["subset"] == sub][:n]]
+        (out_dir / f"first{n}-{lang}.jsonl").write_text(
+            "".join(json.dumps({"id": q["id"], "query": q["query"]}, ensure_ascii=False) + "\n" for q in rows),
+            encoding="utf-8")
+        counts[lang] = len(rows)
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default=None, help="benchmark folder (default: $FANOUT_BENCH or ../shared/...)")
     ap.add_argument("--out", default="out/weak")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--first", type=int, default=0, help="instead: write OUT/first<N>-<lang>.jsonl, the first N "
+                    "queries of each set as query rows (the input of `fanout expand`)")
     args = ap.parse_args(argv)
+    if args.first:
+        for lang, n in first_queries(args.bench, Path(args.out), args.first).items():
+            sys.stdout.write(f"{lang}: {n} queries\n")
+        return 0
     changed = write(args.bench, Path(args.out), tuple(args.variants.split(",")))
     sys.stdout.write("".join(f"{v}: {n} fields changed\n" for v, n in changed.items()))
     return 0
