@@ -6,7 +6,7 @@ bootstrap intervals), a per-category table, paired bootstraps between named rows
 per-query seconds per row, split by model role (embedder / expander / reranker) from the runner's clocks.
 
 A rows file is YAML: `rows: [{name, fields: bool, fields_from: PREFIX, expand: bool, rerank: bool, config: PROFILE,
-set: {section.key: value}}, ...]`, `pairs: [[a, b], ...]` (b may be a published run, e.g. fields-w1).
+limit: N or {lang: N}, set: {section.key: value}}, ...]`, `pairs: [[a, b], ...]` (b may be a published run, e.g. fields-w1).
 `fields_from` reads the row's agent fields from `PREFIX-en.json` / `PREFIX-ru.json` (the benchmark's
 agent-fields format) instead of the strong agent's (bench/issue25/weak_fields.py writes such files). Each row gets a fresh
 in-process runner (models load per row); results, variants and run files go under --out as parquet/JSON.
@@ -69,6 +69,8 @@ def run_rows(spec: dict[str, Any], args: argparse.Namespace) -> None:
                 continue
             qs = [q for q in queries if q["lang"] == lang]
             limit = row.get("limit", args.limit)
+            if isinstance(limit, dict):  # per language, e.g. {en: 10, ru: 5}
+                limit = limit.get(lang, args.limit)
             if limit:
                 qs = [q for s in ("base", "tricky") for q in [x for x in qs if x["subset"] == s][:limit]]
             with Runner(cfg) as runner:

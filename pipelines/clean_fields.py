@@ -108,6 +108,7 @@ class Titles:
     stems: tuple[tuple[frozenset[str], str], ...]  # (stems of the key's words, key)
     langs: frozenset[str]
     ngrams: dict[tuple[str, ...], str] = dataclasses.field(default_factory=dict)  # stemmed words -> key
+    family: dict[str, int] = dataclasses.field(default_factory=dict)  # key -> other keys holding all its words
 
     @classmethod
     def build(cls, docs: list[dict[str, Any]], langs: dict[str, int], min_share: float = 0.1) -> Titles:
@@ -126,7 +127,13 @@ class Titles:
         ngrams: dict[tuple[str, ...], str] = {}
         for k in display:
             ngrams.setdefault(tuple(stem(w) for w in k.split()), k)
-        return cls(display, stems, keep, ngrams)
+        family = {k: sum(1 for st2, k2 in stems if k2 != k and st < st2) for st, k in stems}
+        return cls(display, stems, keep, ngrams, family)
+
+    def specific(self, title: str, cfg: CleanConfig) -> bool:
+        """False for an umbrella name ("Obsidian Sync") whose words recur in more than `max_family` other
+        titles: it names a product area, not the page that answers."""
+        return not cfg.max_family or self.family.get(title_key(title), 0) <= cfg.max_family
 
     def mentioned(self, text: str, limit: int) -> list[str]:
         """Titles a sentence mentions, in order: a title of two or more words anywhere (crudely stemmed), a
@@ -168,7 +175,7 @@ class Titles:
         out = [k for _, k in sorted(found)]
         if not out and cfg.fuzzy_cutoff > 0:
             out = difflib.get_close_matches(key, list(self.display), n=1, cutoff=cfg.fuzzy_cutoff)
-        return [self.display[k] for k in out[:cfg.max_snaps]]
+        return [self.display[k] for k in out if self.specific(k, cfg)][:cfg.max_snaps]
 
     def is_title(self, text: str) -> bool:
         return title_key(text) in self.display
@@ -251,7 +258,8 @@ def clean_variants(query: str, variants: list[dict], titles: Titles, cfg: CleanC
             mined: list[str] = []
             for v in out:
                 if v["kind"] in ("vec", "hyde") and v is not out[0]:
-                    mined += [t for t in titles.mentioned(v["text"], cfg.max_mined) if t not in mined]
+                    mined += [t for t in titles.mentioned(v["text"], 2 * cfg.max_mined)
+                              if t not in mined and titles.specific(t, cfg)]
             if mined:
                 hit("mined_title")
                 out += [{**src, "kind": "lex", "text": t, "weight": cfg.w_mined} for t in mined[:cfg.max_mined]]

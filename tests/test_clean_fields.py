@@ -25,7 +25,8 @@ DOCS = [
 TITLES = Titles.build(DOCS, {"en": 6})
 RU_TITLES = Titles.build([{"path": "Ссылки/Внутренние ссылки.md", "title": "Внутренние ссылки",
                            "aliases": ["Internal links"]}], {"ru": 10})
-CFG = CleanConfig(enabled=True)
+# every rule on (the shipped defaults leave some off: see CleanConfig), so each test sees its rule fire
+CFG = CleanConfig(enabled=True, split_lists=True, snap_titles=True, question_answer="vec")
 
 
 def run(query: str, *variants: tuple[str, str], titles: Titles = TITLES, cfg: CleanConfig = CFG,
@@ -176,7 +177,7 @@ def test_the_stage_cleans_a_batch_in_the_search_pipeline(tmp_path, fake_cfg, fak
 
     db = tmp_path / "db"
     index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
-    cfg = fake_cfg.replace(clean={"enabled": True})
+    cfg = fake_cfg.replace(clean={"split_lists": True, "snap_titles": True, "question_answer": "vec"})
     rows = [{"id": "a", "query": "how do I link one note to another", "short_query": "link note, wikilinks",
              "expected_answer": "The documentation should explain how to link notes"},
             {"id": "bad", "query": ""}]
@@ -189,7 +190,8 @@ def test_the_stage_cleans_a_batch_in_the_search_pipeline(tmp_path, fake_cfg, fak
     stages = out.stats["stages"]
     clean = next(v for k, v in stages.items() if "CleanFields" in k)
     assert clean["split_list"] == 1 and clean["meta_answer"] == 1
-    off = Searcher(db, "t", fake_cfg, fake_runner).search(rows[:1], SearchOptions(n=3))
+    off = Searcher(db, "t", fake_cfg.replace(clean={"enabled": False}), fake_runner).search(rows[:1],
+                                                                                         SearchOptions(n=3))
     assert ("lex", "link note, wikilinks") in [(v["kind"], v["text"]) for v in off.variants.to_pylist()]
 
 
@@ -218,7 +220,8 @@ def test_the_local_expanders_lines_and_qmd_searches_are_cleaned_too(tmp_path, fa
 
     db = tmp_path / "db"
     index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
-    cfg = fake_cfg.replace(clean={"enabled": True}, probe={"enabled": False})
+    cfg = fake_cfg.replace(clean={"split_lists": True, "snap_titles": True, "question_answer": "vec"},
+                           probe={"enabled": False})
     searcher = Searcher(db, "t", cfg, fake_runner)
     # the fake expander writes "The notes explain <query>." as its hyde line: a documentation frame
     for expect_source in ("model", "cache"):  # generated, then read back from the expansions cache
@@ -235,3 +238,17 @@ def test_the_local_expanders_lines_and_qmd_searches_are_cleaned_too(tmp_path, fa
     # OHS's rephrasing is searched as a question (vec) and as full text, trimmed to its distinctive terms
     assert {("o", "vec", "how do I make links between two notes in my vault"),
             ("o", "lex", "links between two notes")} <= got
+
+
+def test_an_umbrella_title_is_not_snapped_or_mined_when_max_family_is_set():
+    docs = DOCS + [{"path": f"Sync/{t}.md", "title": t, "aliases": []}
+                   for t in ("Obsidian Sync", "Set up Obsidian Sync", "Troubleshoot Obsidian Sync",
+                             "Obsidian Sync regions")]
+    titles = Titles.build(docs, {"en": 10})
+    assert titles.family["obsidian sync"] == 3  # three other titles hold both its words
+    cfg = dataclasses.replace(CFG, mine_titles="weak", max_family=2)
+    got = run("q", ("lex", "my thing"), ("hyde", "Obsidian Sync keeps Internal links working."), titles=titles,
+              cfg=cfg)
+    assert [t for k, t, _ in got if k == "lex"] == ["my thing", "Internal links"]
+    assert ("lex", "Obsidian Sync", 1.0) in run("q", ("lex", "my thing"), ("hyde", "Obsidian Sync keeps it."),
+                                                titles=titles, cfg=dataclasses.replace(cfg, max_family=0))
