@@ -5,8 +5,10 @@ the expander model and prompt format, rerank) side by side: one table (published
 bootstrap intervals), a per-category table, paired bootstraps between named rows (and published runs), and
 per-query seconds per row, split by model role (embedder / expander / reranker) from the runner's clocks.
 
-A rows file is YAML: `rows: [{name, fields: bool, expand: bool, rerank: bool, config: PROFILE, set: {section.key:
-value}}, ...]`, `pairs: [[a, b], ...]` (b may be a published run, e.g. fields-w1). Each row gets a fresh
+A rows file is YAML: `rows: [{name, fields: bool, fields_from: PREFIX, expand: bool, rerank: bool, config: PROFILE,
+limit: N or {lang: N}, set: {section.key: value}}, ...]`, `pairs: [[a, b], ...]` (b may be a published run, e.g. fields-w1).
+`fields_from` reads the row's agent fields from `PREFIX-en.json` / `PREFIX-ru.json` (the benchmark's
+agent-fields format) instead of the strong agent's (bench/issue25/weak_fields.py writes such files). Each row gets a fresh
 in-process runner (models load per row); results, variants and run files go under --out as parquet/JSON.
 """
 
@@ -61,17 +63,20 @@ def run_rows(spec: dict[str, Any], args: argparse.Namespace) -> None:
             continue
         cfg = row_config(row, spec.get("set") or {})
         use = FIELDS if row.get("fields") else tuple(row.get("agent_fields") or ())
+        row_fields = fields_from(row["fields_from"], args.langs.split(",")) if row.get("fields_from") else fields
         for lang in args.langs.split(","):
             if (name, lang) in done:
                 continue
             qs = [q for q in queries if q["lang"] == lang]
             limit = row.get("limit", args.limit)
+            if isinstance(limit, dict):  # per language, e.g. {en: 10, ru: 5}
+                limit = limit.get(lang, args.limit)
             if limit:
                 qs = [q for s in ("base", "tricky") for q in [x for x in qs if x["subset"] == s][:limit]]
             with Runner(cfg) as runner:
                 searcher = Searcher(args.db, f"bench-{lang}", cfg, runner)
                 t = time.perf_counter()
-                res = searcher.search(mode_rows(qs, fields, use),
+                res = searcher.search(mode_rows(qs, row_fields, use),
                                       SearchOptions(n=20, expand=bool(row.get("expand")),
                                                     rerank=bool(row.get("rerank"))))
                 secs = time.perf_counter() - t
@@ -87,12 +92,28 @@ def run_rows(spec: dict[str, Any], args: argparse.Namespace) -> None:
                             "ms_per_query": 1000 * secs / n,
                             **{f"{r}_s_per_query": model_s[r] / n for r in ROLES},
                             **{f"{r}_calls": calls[r] for r in ROLES},
+                            "clean_ms_per_query": 1000 * sum(v for k, v in res.timings.items()
+                                                             if k.startswith("CleanFields")) / n,
                             "expansion": json.dumps(res.stats.get("expansion", {})),
                             "cache": json.dumps(res.stats.get("cache", {}), default=str)})
             pq.write_table(res.variants, out / f"variants-{name}-{lang}.parquet")
             save(out, per_query[-1], timings[-1:])  # each row as it finishes: a killed run keeps its rows
             log.info("%s %s: %d queries in %.1fs (model s: %s; expansion %s)", name, lang, len(qs), secs,
                      {r: round(v, 1) for r, v in model_s.items() if v}, res.stats.get("expansion"))
+
+
+def fields_from(prefix: str, langs: list[str]) -> dict[str, dict[str, str]]:
+    """A row's own agent fields: `PREFIX-<lang>.json` per language, keyed `<lang>:<id>`."""
+    from faces.bench_data import read_agent_fields
+
+    out: dict[str, dict[str, str]] = {}
+    for lang in langs:
+        path = Path(f"{prefix}-{lang}.json")
+        if not path.is_file():
+            raise FileNotFoundError(f"fields_from: {path} not found; write it first (e.g. python "
+                                    "bench/issue25/weak_fields.py) or fix the row's `fields_from` prefix")
+        out.update(read_agent_fields(path, lang))
+    return out
 
 
 def save(out: Path, per_query: pa.Table, timings: list[dict]) -> None:
@@ -123,7 +144,7 @@ def render(per_query: pa.Table, timings: list[dict], spec: dict[str, Any], args:
         r.setdefault("description", desc.get(r["system"], r["system"]))
     hit1 = summarize(per_query).select(["system", "set", "hit_1"]).to_pylist() \
         if "hit_1" in per_query.column_names else []
-    lines = [f"# issue 11 eval matrix\n\nrows file: {args.spec}; limit per set: {args.limit or 'all'}\n",
+    lines = [f"# eval matrix\n\nrows file: {args.spec}; limit per set: {args.limit or 'all'}\n",
              "## nDCG@5 [95% bootstrap] (Recall@10)\n", render_markdown(rows)]
     if hit1:
         by = {}
@@ -135,10 +156,11 @@ def render(per_query: pa.Table, timings: list[dict], spec: dict[str, Any], args:
                   for s, v in by.items()]
     lines += ["\n## per category (nDCG@5)\n", category_table(per_query)]
     lines += ["## seconds per query (wall; model time per role from the runner)\n",
-              "| row | lang | queries | ms/query | embedder s/q | expander s/q | reranker s/q | expansion |",
-              "|---|---|---|---|---|---|---|---|"]
+              ("| row | lang | queries | ms/query | hygiene ms/q | embedder s/q | expander s/q | reranker s/q | "
+               "expansion |"), "|---|---|---|---|---|---|---|---|---|"]
     for t in timings:
         lines.append(f"| {t['row']} | {t['lang']} | {t['queries']} | {t['ms_per_query']:.0f} | "
+                     f"{t.get('clean_ms_per_query') or 0:.2f} | "
                      f"{t['embedder_s_per_query']:.3f} | {t['expander_s_per_query']:.2f} | "
                      f"{t['reranker_s_per_query']:.2f} | {t['expansion']} |")
     published = load_published_runs(args.bench)

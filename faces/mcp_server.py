@@ -34,6 +34,8 @@ from fanout.agent_fields import known_languages, language_code, language_line
 from fanout.config import Config
 from fanout.filters import KINDS as FILTER_KINDS
 from fanout.runner import Runner
+from pipelines.clean_fields import collection_titles
+from pipelines.clean_fields import hints as field_hints
 from pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError, parse_row
 from pipelines.search import Searcher, SearchOptions
 
@@ -49,7 +51,7 @@ TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")  # what a token may be (
 SEARCH_DESC = ("Search the notes: full text and vectors, fused by reciprocal rank. You are the query "
                "expander: besides `query`, fill `short_query`, `rephrased_query` and `expected_answer`; each "
                "finds pages the others miss. Returns pages (path, title, heading, snippet, score; higher is "
-               "better); read one with `get`. {lang}")
+               "better), and `hints` when a field looks weak; read a page with `get`. {lang}")
 FIELD_DESC = {
     **AGENT_FIELD_DESC,  # query, short_query, rephrased_query, expected_answer: shared with the expander
     "intent": "Optional: what the user is trying to do, when the question alone is ambiguous. Context for "
@@ -140,6 +142,9 @@ class FanoutTools:
         results = [{k: (round(r[k], 3) if k == "score" else r[k]) for k in keys}
                    for r in out.results.to_pylist()]
         data: dict[str, Any] = {"results": results}
+        examples = list(dict.fromkeys(r["title"] for r in results if r["title"]))[:3]
+        if weak := field_hints(row, collection_titles(self.col), examples):  # fields that look weak
+            data["hints"] = weak
         if not results:
             data["hint"] = ("no page matched; try the feature's name in short_query or a statement in "
                             "expected_answer")
@@ -206,7 +211,8 @@ def tool_list(tools: FanoutTools) -> list[types.Tool]:
     props["filter"] = {**_schema({k: one_or_many for k in FILTER_KINDS}, []), "description": d["filter"]}
     page = _schema({k: text for k in ("path", "title", "heading", "snippet")} | {"score": {"type": "number"}},
                    ["path", "title", "heading", "snippet", "score"])
-    out = _schema({"results": {"type": "array", "items": page}, "hint": text}, ["results"])
+    out = _schema({"results": {"type": "array", "items": page}, "hint": text,
+                   "hints": {"type": "array", "items": text}}, ["results"])
     ro = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
     get_props = {k: {**text, "description": v} for k, v in GET_FIELDS.items()}
     return [

@@ -18,6 +18,7 @@ from fanout.config_sections import (
     ActorConfig,
     CacheConfig,
     ChunkConfig,
+    CleanConfig,
     ConfigError,
     ExpandConfig,
     FakeConfig,
@@ -64,6 +65,7 @@ class Config:
     index: IndexConfig = field(default_factory=IndexConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     expand: ExpandConfig = field(default_factory=ExpandConfig)
+    clean: CleanConfig = field(default_factory=CleanConfig)
     retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
     fuse: FuseConfig = field(default_factory=FuseConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
@@ -83,6 +85,7 @@ class Config:
         self.fuse.validate()
         self.retrieve.validate()
         self.expand.validate()
+        self.clean.validate()
         self.cache.validate()
         self.serve.validate()
         from fanout.schemas import LANE_KINDS

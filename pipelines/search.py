@@ -1,7 +1,7 @@
 """Composition: a batch of queries -> ranked pages, as an ordered list of stages (data, not logic).
 
-    ParseQueries -> ProbeBM25 -> ExpandQueries -> LookupVectors -> EmbedVariants [-> RetrieveTitles] -> Retrieve
-    [-> RerankCandidates] -> FormatResults -> WriteCaches
+    ParseQueries -> ProbeBM25 -> ExpandQueries [-> CleanFields] -> LookupVectors -> EmbedVariants
+    [-> RetrieveTitles] -> Retrieve    [-> RerankCandidates] -> FormatResults -> WriteCaches
 
 One row per query flows through; nested columns carry what the next stage needs (variants, vectors,
 candidates, results; new cache rows for the one writer). `Searcher.search(rows)` runs the list with the
@@ -24,6 +24,7 @@ from fanout.db import Collection
 from fanout.integrity import IndexStateError
 from fanout.runner import Pipeline, Runner, StageSpec, model_identity
 from fanout.schemas import ERRORS, RESULTS, VARIANTS
+from pipelines.clean_fields import CleanFields
 from pipelines.expand_queries import SOURCES, ExpandQueries
 from pipelines.format_results import FormatResults
 from pipelines.parse_queries import ParseQueries
@@ -72,6 +73,10 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         StageSpec(ProbeBM25, ix),
         StageSpec(ExpandQueries, {**ix, "generate": expand}, **({"pool": "expander", "role": "expander"}
                                                                if expand else {})),
+    ]
+    if cfg.clean.enabled:  # field hygiene (pipelines/clean_fields.py) over every variant source
+        specs.append(StageSpec(CleanFields, ix))
+    specs += [
         # the cache is read in the CPU pool (the model pool holds only the model); the embedder's identity is
         # resolved here, in the driver, so a CPU node never needs the model file
         StageSpec(LookupVectors, {**ix, "embed_model": model_identity(cfg, "embedder")[1]}),

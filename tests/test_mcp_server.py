@@ -121,6 +121,22 @@ def test_search_with_agent_fields_and_limit(client):
         "expected_answer": "Every file keeps its versions for 12 months.", "limit": 2})
     assert len(data["results"]) == 2
     assert data["results"][0]["path"] == "Sync/Sync your notes.md"
+    assert "hints" not in data  # fields of the right shape get no hint
+
+
+def test_weak_fields_get_short_hints_naming_page_titles(client):
+    data = client.ok("search", {
+        "query": "how do I link notes to each other", "short_query": "link notes",
+        "rephrased_query": "How can one note point to another?",
+        "expected_answer": "The documentation should explain how to link notes."})
+    short, answer = data["hints"]
+    # words copied from the question: the hint asks for the feature's name and offers the found pages' titles
+    assert short.startswith("short_query works best as the feature's name, the way a help page title says it")
+    assert "e.g. one of: " in short and "Internal links" in short.split("e.g. one of: ")[1]
+    assert answer.startswith("expected_answer works best as one or two sentences that could stand in the note")
+    assert data["results"][0]["path"] == "Linking/Internal links.md"  # the search itself still answers
+    data = client.ok("search", {"query": "sync", "short_query": "sync, devices, versions"})
+    assert data["hints"][0].startswith("short_query works best as one name, not a list")
 
 
 def test_search_with_qmd_searches(client):
