@@ -28,6 +28,7 @@ from fanout.batch_io import filesystem
 from fanout.config import Config
 from fanout.runner import Runner, StageSpec, model_identity
 from pipelines.batch import _iter_todo, stage_input, write_todo
+from pipelines.clean_fields import CleanFields
 from pipelines.expand_queries import SOURCES, ExpandQueries
 from pipelines.parse_queries import ParseQueries
 from pipelines.retrieve_variants import EmbedVariants, LookupVectors
@@ -51,6 +52,8 @@ def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
     return [
         StageSpec(ParseQueries, {"cfg": cfg}),
         StageSpec(ExpandQueries, {**ix, "generate": True}, pool="expander", role="expander"),
+        # the vectors a search will look up are those of the variants as field hygiene leaves them
+        *([StageSpec(CleanFields, ix)] if cfg.clean.enabled and cfg.expand.precompute_vectors else []),
         *([StageSpec(LookupVectors, {**ix, "embed_model": model_identity(cfg, "embedder")[1]}),
            StageSpec(EmbedVariants, {"cfg": cfg}, pool="embedder", role="embedder")]
           if cfg.expand.precompute_vectors else []),
