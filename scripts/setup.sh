@@ -66,6 +66,22 @@ if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
   MODELS_PID=$!
 fi
 
+# 1c. the project's other dependencies (Ray, LanceDB, ...), also in the background while the wheel compiles:
+#     downloads and unpacking overlap the compile; step 3 then only adds the project itself
+STAMP=$VENV/.fanout-editable
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+DEPS_PID=
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+  "$PY" - >"$VENV/.fanout-deps.txt" <<'DEPS'
+import tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+deps = p["dependencies"] + p.get("optional-dependencies", {}).get("dev", [])
+print("\n".join(d for d in deps if not d.lower().startswith("llama-cpp-python")))
+DEPS
+  ( "$PY" -m pip install -q -r "$VENV/.fanout-deps.txt" >"$VENV/.fanout-deps.log" 2>&1 ) &
+  DEPS_PID=$!
+fi
+
 # 2. portable llama-cpp-python wheel (built once per version+flags, shared by every checkout on the machine)
 wheel() { ls "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n1; }
 if [ -z "$(wheel)" ]; then
@@ -104,8 +120,7 @@ if [ "$installed" != "file://$WHEEL" ]; then
 fi
 
 # 3. the project, editable, with dev tools (redone when pyproject.toml changes)
-STAMP=$VENV/.fanout-editable
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+[ -n "$DEPS_PID" ] && { wait "$DEPS_PID" || say "background dependency install failed (see $VENV/.fanout-deps.log): pip retries now"; }
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   say "pip install -e '.[dev]'"
   # compat mode: a plain path entry in a .pth file. The default editable finder is an import hook that

@@ -169,7 +169,7 @@ def test_index_the_worker_cannot_read_fails_at_start_naming_node_and_path(cluste
         assert f"{str(db)!r} must be readable {node}, but there: no such folder" in msg
         assert f"{str(db)!r} must be readable and writable {node}, but there: no such folder" in msg
         assert msg.count(" on node ") == 2  # the head (and the driver) reach it: not named
-        assert "the retriever pool (ProbeBM25, ExpandQueries, LookupVectors, Retrieve) open it" in msg
+        assert "the retriever pool (ProbeBM25, ExpandQueries, CleanFields, LookupVectors, Retrieve) open it" in msg
         assert "the writer pool (WriteCaches) write the caches into it" in msg
         assert "shared file system" in msg and "s3://" in msg
         assert took < 60  # fails at start, long before runner.placement_timeout_s (120 s)
