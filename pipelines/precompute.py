@@ -49,13 +49,14 @@ class KeepColumns:
 
 def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
     ix = {"cfg": cfg, "db": db, "collection": collection}
+    sha = model_identity(cfg, "embedder")[1]  # the query-vector cache key, resolved once here in the driver
     return [
         StageSpec(ParseQueries, {"cfg": cfg}),
         StageSpec(ExpandQueries, {**ix, "generate": True}, pool="expander", role="expander"),
         # the vectors a search will look up are those of the variants as field hygiene leaves them
         *([StageSpec(CleanFields, ix)] if cfg.clean.enabled and cfg.expand.precompute_vectors else []),
-        *([StageSpec(LookupVectors, {**ix, "embed_model": model_identity(cfg, "embedder")[1]}),
-           StageSpec(EmbedVariants, {"cfg": cfg}, pool="embedder", role="embedder")]
+        *([StageSpec(LookupVectors, {**ix, "embed_model": sha}),
+           StageSpec(EmbedVariants, {"cfg": cfg, "embed_model": sha}, pool="embedder", role="embedder")]
           if cfg.expand.precompute_vectors else []),
         StageSpec(WriteCaches, ix, pool="writer", single=True),
         StageSpec(KeepColumns, {"names": ["_row", "expansion", "error"]}, pool="writer"),

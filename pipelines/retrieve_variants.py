@@ -79,10 +79,11 @@ class EmbedVariants:
     rows. What LookupVectors found in the cache is kept; the rest is embedded in one runner call per batch,
     each distinct (prompt role, text) once. Holds no index: a model actor imports no lancedb."""
 
-    def __init__(self, cfg: Config, runner: Runner | None = None):
+    def __init__(self, cfg: Config, runner: Runner | None = None, embed_model: str | None = None):
+        """`embed_model`: the embedder's sha256 as the driver resolved it (the same key LookupVectors reads)."""
         self.cfg = cfg
         self.runner = runner or Runner(cfg)
-        self.model = model_identity(cfg, "embedder")[1]
+        self.model = embed_model or model_identity(cfg, "embedder")[1]
         self.stats: dict[str, int] = {"embedded": 0}
 
     def __call__(self, batch: pa.Table) -> pa.Table:

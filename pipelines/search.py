@@ -68,6 +68,7 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
     keep = max(opts.n, cfg.rerank.top_n if rerank else opts.n)
     db = str(db) if "://" in str(db) else str(Path(db).resolve())
     ix = {"cfg": cfg, "db": db, "collection": collection}
+    sha = model_identity(cfg, "embedder")[1]  # the query-vector cache key, resolved once here in the driver
     specs = [
         StageSpec(ParseQueries, {"cfg": cfg, "filter": opts.filter}),
         StageSpec(ProbeBM25, ix),
@@ -79,8 +80,8 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
     specs += [
         # the cache is read in the CPU pool (the model pool holds only the model); the embedder's identity is
         # resolved here, in the driver, so a CPU node never needs the model file
-        StageSpec(LookupVectors, {**ix, "embed_model": model_identity(cfg, "embedder")[1]}),
-        StageSpec(EmbedVariants, {"cfg": cfg}, pool="embedder", role="embedder"),
+        StageSpec(LookupVectors, {**ix, "embed_model": sha}),
+        StageSpec(EmbedVariants, {"cfg": cfg, "embed_model": sha}, pool="embedder", role="embedder"),
     ]
     if set(cfg.retrieve.lanes) & set(TITLE_LANES):  # title_vec / heading_vec (off by default)
         specs.append(StageSpec(RetrieveTitles, ix, pool="embedder", role="embedder"))
