@@ -156,7 +156,8 @@ def write_todo(fs: pafs.FileSystem, pdir: str) -> tuple[list[str], int]:
     return files, n
 
 
-def _iter_todo(fs: pafs.FileSystem, files: list[str], rows: int):
+def iter_todo(fs: pafs.FileSystem, files: list[str], rows: int):
+    """The todo files as INPUT_ROWS tables of `rows` rows (the batch and expand jobs read them in the loop)."""
     for f in files:
         with fs.open_input_file(f) as fh:
             for b in pq.ParquetFile(fh).iter_batches(batch_size=rows):
@@ -294,7 +295,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
         done = 0
         if on_slice:
             on_slice(0, todo)  # off a TTY the reporter's timer starts now (the first step loads the models)
-        for table in _iter_todo(fs, files, slice_size):
+        for table in iter_todo(fs, files, slice_size):
             # steps only when someone watches the progress: a slice in one call keeps the batching (and the
             # embed calls' float sums, which depend on which texts share a call) independent of timing
             answers = steps.run(pipe, table, lambda k, base=done: on_slice(base + k, todo)) if on_slice else pipe(table)

@@ -27,7 +27,7 @@ from fanout import storage
 from fanout.batch_io import filesystem
 from fanout.config import Config
 from fanout.runner import Runner, StageSpec, model_identity
-from pipelines.batch import _iter_todo, stage_input, write_todo
+from pipelines.batch import iter_todo, stage_input, write_todo
 from pipelines.clean_fields import CleanFields
 from pipelines.expand_queries import SOURCES, ExpandQueries
 from pipelines.parse_queries import ParseQueries
@@ -129,7 +129,7 @@ def run_expand(in_path: str | Path, db: str | Path, collection: str, cfg: Config
                 add(t)
         elif todo:
             pipe = runner.pipeline(specs)
-            for t in _iter_todo(fs, files, cfg.expander.batch_size * max(1, cfg.expander.count)):
+            for t in iter_todo(fs, files, cfg.expander.batch_size * max(1, cfg.expander.count)):
                 add(pipe(t))
     finally:
         bar.close()
