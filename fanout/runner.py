@@ -1,4 +1,4 @@
-"""Runners: how stages and actor calls are executed. The only module that imports Ray.
+"""Runners: how stages and actor calls are executed (the stage list and the in-process loop).
 
 A pipeline is a list of `StageSpec`s (a callable class over pa.Table plus its constructor kwargs and the
 config section that sizes its pool). Three executors run the same list:
@@ -11,8 +11,8 @@ config section that sizes its pool). Three executors run the same list:
 - `RayRunner.run_dataset(specs, ...)` (fanout/ray_data.py): ONE Ray Data Dataset: read parquet ->
   `map_batches` per stage (each an actor pool sized by its config section) -> write parquet parts.
 
-Only fanout/ray_runner.py imports Ray (this module loads it inside `make_runner`; fanout/ray_data.py reaches
-`ray.data` through the runner).
+Only fanout/ray_runner.py imports Ray; fanout/engines.py (`make_runner`) imports it only when Ray is chosen,
+and fanout/ray_data.py reaches `ray.data` through the runner. `Runner.engine` says which way a job runs.
 """
 
 from __future__ import annotations
