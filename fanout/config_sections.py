@@ -268,10 +268,16 @@ class RetrieveConfig:
     snippet_chars: int = 300  # ... cut to this many characters around its first term (display cuts further)
     title_role: Literal["query", "document"] = "document"  # embedder prompt of title/alias/heading vectors (not tuned)
     heading_text: Literal["heading", "breadcrumb"] = "breadcrumb"  # embed "title > heading" or the heading (not tuned)
+    # full-text results as row ids, their path/chunk_id taken from the pinned version's rows in memory (built
+    # once per version: ~100 MB per million chunks per retrieval process); above this many chunks each call
+    # reads the two columns itself. Results are identical; the memory path costs ~1.1 ms less CPU per call
+    # (bench/query_cost.py, issue 23). 0 turns it off.
+    rowid_map_rows: int = 2_000_000
 
     def validate(self) -> None:
         _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")
         _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
+        _check(self.rowid_map_rows >= 0, f"retrieve.rowid_map_rows must be >= 0 (0: off), got {self.rowid_map_rows}")
 
 
 @dataclass(frozen=True)
