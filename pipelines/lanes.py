@@ -19,15 +19,15 @@ def fts_text(q: str) -> str:
     return " ".join(_NON_WORD.sub(" ", q).split())
 
 
-def to_pages(rows: list[dict], k: int, score_key: str) -> list[dict]:
-    """Collapse chunk hits (best first) to pages, keeping each page's best chunk; cut to k pages."""
+def column_pages(paths: list[str], chunk_ids: list[str], scores: list[float], k: int) -> list[dict]:
+    """Chunk hits (columns, best first) collapsed to pages, each with its best chunk; cut to k pages."""
     seen: set[str] = set()
     out = []
-    for r in rows:
-        if r["path"] in seen:
+    for p, c, s in zip(paths, chunk_ids, scores):
+        if p in seen:
             continue
-        seen.add(r["path"])
-        out.append({"path": r["path"], "chunk_id": r["chunk_id"], "_score": float(r[score_key])})
+        seen.add(p)
+        out.append({"path": p, "chunk_id": c, "_score": float(s)})
         if len(out) == k:
             break
     return out
@@ -57,7 +57,8 @@ def fts_page_lists(col: Collection, texts: list[str], cfg: Config, wheres: list[
     boosts = [boost[c.split("_", 1)[0]] for c in cols]
     tables = col.fts_search_many([fts_text(t) for t in texts], cols, boosts, r.k * 3, ["path", "chunk_id"],
                                  wheres)
-    return [to_pages(t.to_pylist(), r.k, "_score") if t.num_rows else [] for t in tables]
+    return [column_pages(t["path"].to_pylist(), t["chunk_id"].to_pylist(), t["_score"].to_pylist(), r.k)
+            if t.num_rows else [] for t in tables]
 
 
 def alias_key(s: str) -> str:

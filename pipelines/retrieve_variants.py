@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 import pyarrow as pa
 
 from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches, qvec_rows
@@ -23,10 +24,10 @@ from pipelines.lanes import (
     alias_key,
     alias_map,
     allowed_paths,
+    column_pages,
     fetch_chunks,
     fts_page_lists,
     hit_rows,
-    to_pages,
 )
 from pipelines.passages import best_passage, query_keys, snippet
 
@@ -159,14 +160,22 @@ class Retrieve:
                     groups[wheres[i]].append(len(vecs))
                     order.append((rows[i]["qid"], kinds[x["vid"]]))
                     vecs.append(x["vector"])
-            by_q: dict[int, list[dict]] = defaultdict(list)
+            by_q: dict[int, list[dict]] = {}
             for where, members in groups.items():
                 res = self.col.vector_search_many([vecs[j] for j in members], k * 3, ["path", "chunk_id"], where)
-                for r in sorted(res.to_pylist(), key=lambda r: (r["query_index"], r["_distance"])):
-                    r["_sim"] = 1.0 - float(r["_distance"])
-                    by_q[members[int(r["query_index"])]].append(r)
-            for qi, (qid, v) in enumerate(order):
-                out.extend(hit_rows(qid, v["vid"], v["kind"], "vec", to_pages(by_q[qi], k, "_sim")))
+                if not res.num_rows:
+                    continue
+                # best first per query vector (a stable sort, as Python's sorted was: ties keep LanceDB's order)
+                res = res.sort_by([("query_index", "ascending"), ("_distance", "ascending")])
+                qi = res["query_index"].to_numpy()
+                cuts = np.flatnonzero(np.diff(qi)) + 1
+                starts, ends = np.concatenate(([0], cuts)), np.concatenate((cuts, [len(qi)]))
+                paths, cids = res["path"].to_pylist(), res["chunk_id"].to_pylist()
+                sims = (1.0 - res["_distance"].to_numpy().astype(np.float64)).tolist()
+                for a, b in zip(starts.tolist(), ends.tolist()):
+                    by_q[members[int(qi[a])]] = column_pages(paths[a:b], cids[a:b], sims[a:b], k)
+            for qi_, (qid, v) in enumerate(order):
+                out.extend(hit_rows(qid, v["vid"], v["kind"], "vec", by_q.get(qi_, [])))
             self.stats["vec_lists"] += len(vecs)
         if "_title_hits" in batch.column_names:  # title_vec / heading_vec lists (RetrieveTitles)
             for i, hs in enumerate(batch.column("_title_hits").to_pylist()):
