@@ -84,7 +84,7 @@ def needs_of(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None,
     for spec in specs:
         if "db" in spec.kwargs:  # every stage given a db opens its Collection in its actors
             u = uses.setdefault((str(spec.kwargs["db"]), str(spec.kwargs.get("collection", "")),
-                                 spec.pool == "writer"), {"pools": {}, "stages": []})
+                                 bool(getattr(spec.cls, "writes_db", False))), {"pools": {}, "stages": []})
             u["pools"][spec.pool] = spec.role is not None
             u["stages"].append(spec.name)
     for (db, name, write), u in uses.items():

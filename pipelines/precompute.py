@@ -32,7 +32,7 @@ from pipelines.clean_fields import CleanFields
 from pipelines.expand_queries import SOURCES, ExpandQueries
 from pipelines.parse_queries import ParseQueries
 from pipelines.retrieve_variants import EmbedVariants, LookupVectors
-from pipelines.write_caches import WriteCaches
+from pipelines.write_caches import writer_spec
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class KeepColumns:
 def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
     ix = {"cfg": cfg, "db": db, "collection": collection}
     sha = model_identity(cfg, "embedder")[1]  # the query-vector cache key, resolved once here in the driver
+    writer = writer_spec(cfg, ix)
     return [
         StageSpec(ParseQueries, {"cfg": cfg}),
         StageSpec(ExpandQueries, {**ix, "generate": True}, pool="expander", role="expander"),
@@ -58,8 +59,8 @@ def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
         *([StageSpec(LookupVectors, {**ix, "embed_model": sha}),
            StageSpec(EmbedVariants, {"cfg": cfg, "embed_model": sha}, pool="embedder", role="embedder")]
           if cfg.expand.precompute_vectors else []),
-        StageSpec(WriteCaches, ix, pool="writer", single=True),
-        StageSpec(KeepColumns, {"names": ["_row", "expansion", "error"]}, pool="writer"),
+        writer,
+        StageSpec(KeepColumns, {"names": ["_row", "expansion", "error"]}, pool=writer.pool),
     ]
 
 

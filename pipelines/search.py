@@ -32,7 +32,7 @@ from pipelines.probe_bm25 import ProbeBM25
 from pipelines.rerank_candidates import RerankCandidates
 from pipelines.retrieve_titles import TITLE_LANES, RetrieveTitles
 from pipelines.retrieve_variants import EmbedVariants, LookupVectors, Retrieve
-from pipelines.write_caches import WriteCaches
+from pipelines.write_caches import writer_spec
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +92,7 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         specs.append(StageSpec(RerankCandidates, ix, pool="reranker", role="reranker"))
     specs += [
         StageSpec(FormatResults, {"n": opts.n, "min_score": opts.min_score, "explain": opts.explain}),
-        # the one cache writer; with caches off it commits nothing, so it joins the retrieval pool's chain
-        # (on Ray Data: one operator, one hand-off between processes fewer per block)
-        StageSpec(WriteCaches, ix, pool="writer", single=True) if cfg.cache.enabled else StageSpec(WriteCaches, ix),
+        writer_spec(cfg, ix),  # the one cache writer: its own actor, or the end of a one-actor retrieval chain
     ]
     return specs
 
