@@ -1,0 +1,50 @@
+"""Full-text results as row ids mapped through the pinned version's rows in memory (fanout/db.py row_keys):
+the same page lists as reading path/chunk_id per call, rebuilt for a new index version, off above the limit."""
+
+from __future__ import annotations
+
+from conftest import write_vault
+
+from fanout.db import Collection
+from pipelines.index import index_vault
+from pipelines.lanes import fts_page_lists
+
+TEXTS = ["sync notes", "internal links", "code blocks fenced", "синхронизация заметок", "блины", "", "zzzz nothing"]
+
+
+def test_rowid_lists_equal_column_lists_and_follow_new_versions(tmp_path, fake_cfg, fake_runner):
+    vault = write_vault(tmp_path / "vault")
+    db = tmp_path / "db"
+    index_vault(vault, db, "t", fake_cfg, fake_runner)
+    off = fake_cfg.replace(retrieve={"rowid_map_rows": 0})
+    col, plain = Collection(str(db), "t", fake_cfg), Collection(str(db), "t", off)
+    col.refresh()
+    plain.refresh()
+    got = fts_page_lists(col, TEXTS, fake_cfg)
+    assert col.row_keys(("path", "chunk_id")) is not None and plain.row_keys(("path", "chunk_id")) is None
+    assert got == fts_page_lists(plain, TEXTS, off)
+    assert got[0] and got[3] and got[5] == [] and got[6] == []
+    wheres = ["path LIKE 'Sync/%'"] * len(TEXTS)  # a prefilter keeps to the same rows either way
+    assert fts_page_lists(col, TEXTS, fake_cfg, wheres) == fts_page_lists(plain, TEXTS, off, wheres)
+
+    # a new index version (a note added, another deleted): the map is rebuilt with the new pins
+    (vault / "Editing" / "Code blocks.md").unlink()
+    (vault / "Plugins" / "Sync conflicts.md").write_text("# Sync conflicts\n\nWhen two devices sync notes at once, "
+                                                         "the sync conflict copy keeps both.\n", encoding="utf-8")
+    index_vault(vault, db, "t", fake_cfg, fake_runner)
+    col.refresh()
+    plain.refresh()
+    again = fts_page_lists(col, TEXTS, fake_cfg)
+    assert again == fts_page_lists(plain, TEXTS, off)
+    assert "Plugins/Sync conflicts.md" in {p["path"] for p in again[0]}
+    assert all(p["path"] != "Editing/Code blocks.md" for pages in again for p in pages)
+
+
+def test_rowid_map_off_above_its_limit(tmp_path, fake_cfg, fake_runner):
+    db = tmp_path / "db"
+    index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
+    small = fake_cfg.replace(retrieve={"rowid_map_rows": 2})  # fewer than the index's chunks
+    col = Collection(str(db), "t", small)
+    col.refresh()
+    assert col.row_keys(("path", "chunk_id")) is None
+    assert fts_page_lists(col, TEXTS, small)[0]
