@@ -2,6 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python bench/query_cost.py [--sizes 200,2000] [--engines inproc,data]
                                                       [--scale-notes 0] [--cpus 2] [--baseline DIR]
+                                                      [--also LABEL:SECTION.KEY=VALUE[,...]]
 
 Fake models (configs/fake.yaml: hashed vectors, no sleep), so only fanout's own work counts. Each job is a
 `fanout batch` of N distinct queries with an agent's three fields (short_query -> a second full-text list,
@@ -15,7 +16,9 @@ imports, Ray start, actor pools, opening tables). Per stage: seconds inside each
 in-process loop's own timer; Ray Data's summed remote wall per operator). `--scale-notes N` repeats the jobs
 on a synthetic vault of N notes (about 2 chunks each) to show the cost at a larger index. `--baseline DIR`
 (a checkout of another commit, e.g. `git worktree add /tmp/base <commit>`) runs the same jobs on that code too,
-in the same invocation, so before/after are compared on the same machine state.
+in the same invocation, so before/after are compared on the same machine state. `--also` (repeatable) runs
+this code again with config values changed (`--also blocks64:runner.block_rows=64`): a tunable's candidates
+measured side by side.
 """
 
 from __future__ import annotations
@@ -79,8 +82,11 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
     from pipelines.search import Searcher, SearchOptions
 
     cfg = load_config("fake")
+    sections: dict = json.loads(os.environ.get("FANOUT_QC_SET") or "{}")  # --also: config values changed
     if engine == "data":
-        cfg = cfg.replace(runner={"mode": "ray", "engine": "data"})
+        sections["runner"] = {**sections.get("runner", {}), "mode": "ray", "engine": "data"}
+    if sections:
+        cfg = cfg.replace(**sections)
     with make_runner(cfg, mode="ray" if engine == "data" else "inproc") as runner:
         t1 = time.perf_counter()
         searcher = Searcher(db, "bench", cfg, runner)
@@ -90,14 +96,30 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
                       "queries": st["queries"], "errors": st["errors"], "timings": st["timings"]}))
 
 
-def in_cgroup(cmd: list[str], name: str, code: Path = ROOT) -> tuple[float, str]:
+def overrides(spec: str) -> tuple[str, dict]:
+    """`LABEL:sec.key=val,sec.key=val` -> (LABEL, {sec: {key: val}}); values parsed as JSON when they are."""
+    label, _, body = spec.partition(":")
+    out: dict = {}
+    for item in filter(None, body.split(",")):
+        key, _, val = item.partition("=")
+        sec, _, name = key.partition(".")
+        try:
+            v = json.loads(val)
+        except ValueError:
+            v = val
+        out.setdefault(sec, {})[name] = v
+    return label, out
+
+
+def in_cgroup(cmd: list[str], name: str, code: Path = ROOT, sections: dict | None = None) -> tuple[float, str]:
     """Run cmd in a fresh cpuacct cgroup with `code` first on the import path (Ray's workers inherit it);
     (CPU seconds of every process it started, its stdout)."""
     cg = CGROUP / name
     cg.mkdir()
     try:
         wrapped = ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *cmd]
-        env = {**os.environ, "PYTHONPATH": str(code), "FANOUT_QC_CODE": str(code)}
+        env = {**os.environ, "PYTHONPATH": str(code), "FANOUT_QC_CODE": str(code),
+               "FANOUT_QC_SET": json.dumps(sections or {})}
         res = subprocess.run(wrapped, capture_output=True, text=True, check=False, timeout=3600, env=env,
                              cwd=code)
         if res.returncode:
@@ -119,7 +141,8 @@ def in_cgroup(cmd: list[str], name: str, code: Path = ROOT) -> tuple[float, str]
                 time.sleep(0.2)
 
 
-def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, code: Path = ROOT) -> dict:
+def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, code: Path = ROOT,
+        sections: dict | None = None) -> dict:
     db = work / f"db-{tag}"
     shutil.rmtree(db, ignore_errors=True)
     shutil.copytree(template, db)
@@ -127,7 +150,7 @@ def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, co
     q.write_text("".join(json.dumps(r) + "\n" for r in queries(n, seed=n)), encoding="utf-8")
     out = work / f"out-{tag}.parquet"
     cmd = [sys.executable, __file__, "--child", engine, str(db), str(q), str(out), str(cpus)]
-    cpu, line = in_cgroup(cmd, f"fanout-qc-{os.getpid()}-{tag}", code)
+    cpu, line = in_cgroup(cmd, f"fanout-qc-{os.getpid()}-{tag}", code, sections)
     r = json.loads(line)
     assert r["errors"] == 0 and r["queries"] == n, r
     shutil.rmtree(db, ignore_errors=True)
@@ -152,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-notes", type=int, default=0, help="also on a synthetic vault of this many notes")
     ap.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--baseline", default=None, help="a checkout of another commit: run its code too")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL:SEC.KEY=VAL[,...]",
+                    help="run this code again with config values changed (repeatable)")
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -170,9 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         for label, vault in vaults:
             template = work / f"template-{len(rows)}"
             chunks = build(vault, template)
-            codes = [("", ROOT)] + ([(" (baseline)", Path(args.baseline).resolve())] if args.baseline else [])
-            for (mark, code), engine in [(c, e) for e in args.engines.split(",") for c in codes]:
-                runs = [job(engine, template, n, work, f"{engine}-{n}-{len(rows)}", args.cpus, code)
+            codes = [("", ROOT, {})] + ([(" (baseline)", Path(args.baseline).resolve(), {})] if args.baseline else [])
+            codes += [(f" ({label})", ROOT, sections) for label, sections in map(overrides, args.also)]
+            for (mark, code, sections), engine in [(c, e) for e in args.engines.split(",") for c in codes]:
+                runs = [job(engine, template, n, work, f"{engine}-{n}-{len(rows)}", args.cpus, code, sections)
                         for n in sizes]
                 small, big = runs[0], runs[-1]
                 dn = big["n"] - small["n"]

@@ -424,6 +424,12 @@ class RunnerConfig:
     # driver CPU per query and scaling measured in bench/scale_curve.py (README "Scale-out")
     engine: Literal["data", "slices"] = "data"
     slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
+    # a Ray Data job's input is read as blocks of about this many queries, but at least two blocks per actor
+    # of its widest pool (each actor has one to work on and one queued); every block pays Ray Data's hand-offs
+    # between operators. bench/query_cost.py --also (one run, 2,000 vs 200 queries, fake models): CPU per
+    # query 6.85 ms at 256, 8.88 at 64, 10.72 at 32 (the old block: one retriever batch); 512 and 1,024 were
+    # within that bench's noise of 256 (6.5-15 ms) and give fewer blocks to spread over actors
+    block_rows: int = 256
     # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
     # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)
     progress_step_s: float = 1.0
@@ -438,4 +444,5 @@ class RunnerConfig:
                f"runner.engine must be one of ['data', 'slices'], got {self.engine!r}")
         _check(self.local_ray_min_cores >= 1, f"runner.local_ray_min_cores must be >= 1, got {self.local_ray_min_cores}")
         _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
+        _check(self.block_rows >= 1, f"runner.block_rows must be >= 1, got {self.block_rows}")
         _check(self.progress_step_s > 0, f"runner.progress_step_s must be > 0, got {self.progress_step_s}")

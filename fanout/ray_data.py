@@ -63,15 +63,16 @@ def map_opts(runner: RayRunner, spec: StageSpec) -> dict[str, Any]:
 
 def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-            rows: int = 0, out_dir: str | None = None) -> Any:
+            rows: int = 0, out_dir: str | None = None, block_rows: int = 0) -> Any:
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver) -> map_batches per stage (actor
     pools). Lazy: nothing runs until it is written or iterated. Before it is built, every node that may host
     a pool or a read/write task is checked for the paths it needs there (`runner.check_paths`; `out_dir`:
     where the caller will write the parts).
 
-    `rows` (the input's row count, when known) splits the read into blocks of the first stage's batch:
-    a todo file holds up to 1,024 rows and one block reaches one actor, so without the split a
-    1,000-row job would keep one retrieval actor and one embedder busy however many there are."""
+    `rows` (the input's row count, when known) splits the read into blocks (`read_blocks`): a todo file holds
+    up to 1,024 rows and one block reaches one actor, so without the split a 1,000-row job would keep one
+    retrieval actor and one embedder busy however many there are. `block_rows` overrides
+    `runner.block_rows` (a model-bound job wants small blocks: its progress moves per block)."""
     rd = runner.ray_data()
     ctx = rd.DataContext.get_current()
     ctx.execution_options.preserve_order = preserve_order
@@ -108,12 +109,19 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     if tables is not None:
         ds = rd.from_arrow(tables)
     else:
-        first = specs[0].batch_rows or getattr(runner.cfg, specs[0].pool).batch_size if specs else 1
-        blocks = max(len(paths), -(-rows // max(1, first))) if rows else None
+        blocks = read_blocks(runner.cfg, specs, rows, len(paths), block_rows) if rows else None
         ds = rd.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus, override_num_blocks=blocks)
     for spec in specs:
         ds = ds.map_batches(_named(spec), **map_opts(runner, spec))
     return ds
+
+
+def read_blocks(cfg: Config, specs: list[StageSpec], rows: int, files: int, block_rows: int = 0) -> int:
+    """Blocks to read `rows` queries as: one per `runner.block_rows` (each block pays Ray Data's per-block
+    costs in every operator), but at least two per actor of the widest pool, at most one per row."""
+    widest = max((1 if s.single else getattr(cfg, s.pool).count for s in specs), default=1)
+    want = max(-(-rows // (block_rows or cfg.runner.block_rows)), 2 * widest)
+    return max(files, min(want, rows))
 
 
 def _named(spec: StageSpec) -> type:

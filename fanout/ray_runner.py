@@ -274,9 +274,10 @@ class RayRunner(Runner):
 
     def dataset(self, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
                 progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-                rows: int = 0) -> Any:
+                rows: int = 0, block_rows: int = 0) -> Any:
         """ONE lazy Dataset: read -> map_batches per stage (see ray_data.dataset)."""
-        return ray_data.dataset(self, specs, paths, filesystem, progress, tables, preserve_order, rows)
+        return ray_data.dataset(self, specs, paths, filesystem, progress, tables, preserve_order, rows,
+                                block_rows=block_rows)
 
     def run_dataset(self, specs: list[StageSpec], paths: list[str], out_dir: str, filesystem: Any = None,
                     progress: bool = False, rows: int = 0) -> str:

@@ -125,7 +125,10 @@ def run_expand(in_path: str | Path, db: str | Path, collection: str, cfg: Config
 
     try:
         if todo and runner.engine == "data":
-            ds = runner.dataset(specs, files, filesystem=fs, progress=False, rows=todo)
+            # model-bound: blocks of one expander batch, so progress moves per batch (Ray's per-block cost is
+            # nothing next to the model's seconds per query)
+            ds = runner.dataset(specs, files, filesystem=fs, progress=False, rows=todo,
+                                block_rows=cfg.expander.batch_size)
             for t in ds.iter_batches(batch_format="pyarrow", batch_size=None):
                 add(t)
         elif todo:
