@@ -349,6 +349,9 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("answers", help="the --out file of `fanout batch` (.parquet, .jsonl or .csv; a path or URI)")
         p.add_argument("--out", default="gaps-report", help="folder for report.md, report.html, flagged.parquet, "
                        "groups.parquet")
+        p.add_argument("--previous", default=None, metavar="OLD_ANSWERS",
+                       help="an earlier `fanout batch` answers file of the same collection (e.g. last night's): "
+                       "a question whose best page there is no longer in the index is flagged `lost`")
         _db(p)
         p.add_argument("--config", default=None, help="profile name or YAML path (the `gaps:` bands; the "
                        "embedder for questions not in the query-vector cache)")

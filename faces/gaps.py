@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 FLAGGED = pa.schema([("qid", pa.string()), ("query", pa.string()), ("group_id", pa.int32()),
                      ("band", pa.string()), ("score", pa.float64())])
 GROUPS = pa.schema([("group_id", pa.int32()), ("name", pa.string()), ("asks", pa.int64()),
-                    ("queries", pa.int64()), ("unanswered", pa.int64()), ("weak", pa.int64()),
+                    ("queries", pa.int64()), ("lost", pa.int64()), ("unanswered", pa.int64()), ("weak", pa.int64()),
                     ("mean_score", pa.float64()), ("band", pa.string()), ("examples", pa.list_(pa.string())),
                     ("terms", pa.list_(pa.string())), ("pages", pa.list_(pa.string()))])
 
@@ -79,9 +79,11 @@ def check_index(stamp: str | None, want: str, where: str) -> None:
 
 
 def flagged_queries(tables: Iterator[pa.Table], g: GapsConfig, want_index: str, where: str,
-                    stats: ReadStats) -> Iterator[Query]:
+                    stats: ReadStats, lost: Callable[[str], str | None] | None = None) -> Iterator[Query]:
     """One Query per flagged query (answered ones are only counted). Rows of one query are contiguous (as
-    fanout batch writes them): a query's record is complete when the next qid starts."""
+    fanout batch writes them): a query's record is complete when the next qid starts. `lost(query)` (from
+    --previous) names the page that answered it in the previous run when that page is no longer in the index:
+    such a query is flagged `lost` whatever its score now (another page may still mention the topic)."""
     cur: dict[str, Any] | None = None
 
     def finish(q: dict[str, Any]) -> Query | None:
@@ -90,7 +92,7 @@ def flagged_queries(tables: Iterator[pa.Table], g: GapsConfig, want_index: str, 
             stats.errors += 1
             return None
         score = max((p[2] for p in q["pages"]), default=0.0)
-        band = band_of(score, g)
+        band = "lost" if lost is not None and lost(q["query"]) else band_of(score, g)
         if band is None:
             stats.answered += 1
             return None
@@ -272,7 +274,7 @@ class Group:
 
     @property
     def band(self) -> str:
-        return max(BANDS, key=lambda b: (self.bands[b], b == "unanswered"))
+        return max(BANDS, key=lambda b: (self.bands[b], b == "lost", b == "unanswered"))
 
     @property
     def name(self) -> str:
@@ -389,9 +391,42 @@ class GapsResult:
         return self.spool.flagged(self.group_of)
 
 
+def previous_tops(previous: str, collection: str, cfg: Config) -> dict[str, str]:
+    """text key -> the best page of that question in an earlier `fanout batch` answers file of the same
+    collection (any index version: the point is to compare with it), for the questions it answered then (best
+    score >= gaps.weak_below: a page that only came closest to an unanswered question was no answer to lose).
+    Memory: one path per distinct text."""
+    stats = ReadStats()
+    tops: dict[str, tuple[float, str]] = {}
+    for t in read_answers(previous, cfg.storage, stats):
+        for stamp in t.column("index").unique().to_pylist():
+            if stamp is not None and stamp.split("@")[0] != collection:
+                raise UserError(f"--previous {previous}: answered from collection {stamp.split('@')[0]!r}, not "
+                                f"{collection!r}; give an earlier answers file of {collection!r}")
+        cols = [t.column(c).to_pylist() for c in ("query", "path", "score", "error")]
+        for query, path, score, error in zip(*cols):
+            if query is None or path is None or error is not None or score is None or not math.isfinite(score):
+                continue
+            key = text_key(query)
+            if key not in tops or score > tops[key][0]:
+                tops[key] = (float(score), path)
+    if stats.queries == 0 and not tops:
+        raise UserError(f"--previous {previous}: no answer rows in it; give an earlier --out file of `fanout batch`")
+    return {k: p for k, (score, p) in tops.items() if score >= cfg.gaps.weak_below}
+
+
+def index_paths(col: Any) -> set[str]:
+    """Every note path of the collection's pinned documents version."""
+    col.refresh()
+    with col.guard(col.documents_name):
+        t = col.table(col.documents_name).search().select(["path"]).limit(None).to_arrow()
+    return set(t.column("path").to_pylist())
+
+
 def find_gaps(answers: str, db: str, collection: str, cfg: Config, spool: Path,
               progress: Callable[[int, int], None] | None = None,
-              embed: Callable[[list[str]], list[list[float]]] | None = None) -> GapsResult:
+              embed: Callable[[list[str]], list[list[float]]] | None = None,
+              previous: str | None = None) -> GapsResult:
     """Read, band, group and name; only the spool file (`spool`) is written here (faces/gaps_report.py
     writes the report). Memory: the distinct flagged texts and one batch of answer rows."""
     import time
@@ -405,9 +440,17 @@ def find_gaps(answers: str, db: str, collection: str, cfg: Config, spool: Path,
     t0 = time.perf_counter()
     tables = read_answers(answers, cfg.storage, stats, progress)
     texts: dict[str, Text] = {}
+    lost = None
+    if previous:
+        tops, have = previous_tops(previous, collection, cfg), index_paths(col)
+        gone = {k: p for k, p in tops.items() if p not in have}
+        stats.lost_pages = sorted(set(gone.values()))
+
+        def lost(query: str) -> str | None:
+            return gone.get(text_key(query))
     sp = Spool(spool)
     try:
-        for q in flagged_queries(tables, g, want, answers, stats):
+        for q in flagged_queries(tables, g, want, answers, stats, lost):
             sp.add(q, add_query(texts, q))
     finally:
         sp.close()
@@ -430,7 +473,8 @@ def find_gaps(answers: str, db: str, collection: str, cfg: Config, spool: Path,
 def groups_table(groups: list[Group]) -> pa.Table:
     return pa.table({
         "group_id": [gr.gid for gr in groups], "name": [gr.name for gr in groups], "asks": [gr.asks for gr in groups],
-        "queries": [len(gr.keys) for gr in groups], "unanswered": [gr.bands["unanswered"] for gr in groups],
+        "queries": [len(gr.keys) for gr in groups], "lost": [gr.bands["lost"] for gr in groups],
+        "unanswered": [gr.bands["unanswered"] for gr in groups],
         "weak": [gr.bands["weak"] for gr in groups], "mean_score": [gr.mean_score for gr in groups],
         "band": [gr.band for gr in groups], "examples": [gr.examples for gr in groups],
         "terms": [gr.terms for gr in groups], "pages": [[p["path"] for p in gr.pages] for gr in groups]},

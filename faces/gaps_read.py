@@ -16,7 +16,7 @@ import pyarrow as pa
 from faces.common import UserError
 
 log = logging.getLogger(__name__)
-BANDS = ("unanswered", "weak")  # flagged bands, worst first
+BANDS = ("lost", "unanswered", "weak")  # flagged bands; lost: its page of the previous run is gone (--previous)
 COLUMNS = ("qid", "query", "rank", "path", "title", "score", "error", "index")
 READ_ROWS = 65_536  # answer rows per streamed batch
 
@@ -31,6 +31,7 @@ class ReadStats:
     answered: int = 0
     flagged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BANDS, 0))
     index: str | None = None
+    lost_pages: list[str] | None = None  # with --previous: pages that answered then and are gone now
 
 
 def _ext(uri: str) -> str:

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from faces.gaps import GapsResult, Group
     from fanout.config_sections import GapsConfig
 
-COLORS = {"unanswered": "#c0392b", "weak": "#e67e22"}
-LABELS = {"unanswered": "unanswered", "weak": "weakly answered"}
+COLORS = {"lost": "#8e44ad", "unanswered": "#c0392b", "weak": "#e67e22"}
+LABELS = {"lost": "lost its page", "unanswered": "unanswered", "weak": "weakly answered"}
 
 
 def write_report(res: GapsResult, out: Path, g: GapsConfig, source: str) -> Path:
@@ -43,6 +43,8 @@ def _summary(res: GapsResult, g: GapsConfig) -> list[str]:
         f"answered (best score >= {g.weak_below}): {s.answered}",
         f"weakly answered ({g.unanswered_below} <= best < {g.weak_below}): {s.flagged['weak']}",
         f"unanswered (best < {g.unanswered_below}): {s.flagged['unanswered']}",
+        *([(f"lost its page (its best page in the previous answers is no longer in the index: "
+           f"{', '.join(s.lost_pages[:20]) or 'none'}): {s.flagged['lost']}")] if s.lost_pages is not None else []),
         (f"{res.distinct} distinct flagged questions in {len(res.groups)} groups "
         f"({res.embedded} embedded now, the rest from the query-vector cache)"),
     ]
@@ -141,7 +143,7 @@ CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:
 h1{font-size:20px}table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{border-bottom:1px solid #ddd;padding:6px;text-align:left;vertical-align:top}th{background:#f3f3f3}
 .band{display:inline-block;padding:1px 6px;border-radius:8px;color:#fff;font-size:11px}
-.unanswered{background:#c0392b}.weak{background:#e67e22}.lacks{color:#777;font-size:12px}
+.lost{background:#8e44ad}.unanswered{background:#c0392b}.weak{background:#e67e22}.lacks{color:#777;font-size:12px}
 ul.summary{font-size:14px}code{font-size:12px}"""
 
 
@@ -181,13 +183,15 @@ def main_gaps(args: Any) -> int:
     spool = out / ".flagged.spool.parquet"
     try:
         with Progress("gaps: reading answers", "byte") as progress:
-            res = find_gaps(args.answers, args.db, args.collection, cfg, spool, progress=progress)
+            res = find_gaps(args.answers, args.db, args.collection, cfg, spool, progress=progress,
+                            previous=getattr(args, "previous", None))
         write_report(res, out, cfg.gaps, args.answers)
     finally:
         spool.unlink(missing_ok=True)
     s = res.stats
     print(f"{s.queries} queries ({s.errors} error rows, {s.bad_lines} unreadable lines): {s.answered} answered, "
-          f"{s.flagged['weak']} weakly answered, {s.flagged['unanswered']} unanswered -> {len(res.groups)} groups "
+          f"{s.flagged['weak']} weakly answered, {s.flagged['unanswered']} unanswered, {s.flagged['lost']} lost "
+          f"their page -> {len(res.groups)} groups "
           f"of {res.distinct} distinct questions ({res.embedded} embedded, not in the cache)\n"
           f"report: {out / 'report.md'}, {out / 'report.html'}; flagged queries: {out / 'flagged.parquet'}",
           file=sys.stdout)
