@@ -52,18 +52,27 @@ LOG = [{"id": f"a{i}", "query": q} for i, q in enumerate(ANSWERED)] + \
       [{"id": f"u{i}", "query": q} for i, q in enumerate(UNANSWERED)] + [{"id": "bad", "query": ""}]
 
 
-@pytest.fixture(scope="module")
-def kb(tmp_path_factory) -> dict[str, Path]:
-    """The vault indexed with the fake profile and the log answered in all three formats."""
+def index_vault_and_log(tmp: Path) -> tuple[Path, Path, Path, list[str]]:
+    """NOTES written and indexed (fake profile, collection kb) and LOG as a query file: (vault, db, log,
+    the common CLI arguments)."""
     from faces.cli import main
 
-    tmp = tmp_path_factory.mktemp("gaps")
     vault = write_vault(tmp / "vault", NOTES)
     db = tmp / "db"
     common = ["--db", str(db), "-c", "kb", "--config", "fake", "--runner", "inproc"]
     assert main(["index", str(vault), *common]) == 0
     log = tmp / "log.jsonl"
     log.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in LOG), encoding="utf-8")
+    return vault, db, log, common
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory) -> dict[str, Path]:
+    """The vault indexed with the fake profile and the log answered in all three formats."""
+    from faces.cli import main
+
+    tmp = tmp_path_factory.mktemp("gaps")
+    vault, db, log, common = index_vault_and_log(tmp)
     out = {"tmp": tmp, "db": db, "vault": vault}
     for ext in ("parquet", "jsonl", "csv"):
         out[ext] = tmp / f"answers.{ext}"

@@ -4,24 +4,16 @@ do not, README "Gaps"). Fake profile, the small vault of tests/test_gaps.py."""
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.conftest import write_vault
-from tests.test_gaps import LOG, NOTES
+from tests.test_gaps import LOG, index_vault_and_log
 
 
 def test_questions_whose_page_was_removed_are_lost_the_rest_are_not(tmp_path, capsys):
     from faces.cli import main
 
-    vault = write_vault(tmp_path / "vault", NOTES)
-    db = tmp_path / "db"
-    common = ["--db", str(db), "-c", "kb", "--config", "fake", "--runner", "inproc"]
-    assert main(["index", str(vault), *common]) == 0
-    log = tmp_path / "log.jsonl"
-    log.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in LOG), encoding="utf-8")
+    vault, db, log, common = index_vault_and_log(tmp_path)
     assert main(["batch", str(log), "--out", str(tmp_path / "before.parquet"), *common, "-n", "3"]) == 3
     before = pq.read_table(tmp_path / "before.parquet").to_pylist()
     top = {}
