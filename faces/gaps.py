@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,8 @@ import numpy as np
 import pyarrow as pa
 
 from faces.common import UserError
-from faces.gaps_read import BANDS, READ_ROWS, ReadStats, read_answers
+from faces.gaps_previous import lost_pages
+from faces.gaps_read import BANDS, READ_ROWS, ReadStats, read_answers, text_key
 from fanout.config import Config, GapsConfig
 from fanout.text import stem_key, terms
 
@@ -79,11 +79,11 @@ def check_index(stamp: str | None, want: str, where: str) -> None:
 
 
 def flagged_queries(tables: Iterator[pa.Table], g: GapsConfig, want_index: str, where: str,
-                    stats: ReadStats, lost: Callable[[str], str | None] | None = None) -> Iterator[Query]:
+                    stats: ReadStats, gone: dict[str, str] | None = None) -> Iterator[Query]:
     """One Query per flagged query (answered ones are only counted). Rows of one query are contiguous (as
-    fanout batch writes them): a query's record is complete when the next qid starts. `lost(query)` (from
-    --previous) names the page that answered it in the previous run when that page is no longer in the index:
-    such a query is flagged `lost` whatever its score now (another page may still mention the topic)."""
+    fanout batch writes them): a query's record is complete when the next qid starts. `gone` (from --previous,
+    faces/gaps_previous.py): text key -> the page that answered it in the previous run and is no longer in the
+    index; such a query is flagged `lost` whatever its score now (another page may still mention the topic)."""
     cur: dict[str, Any] | None = None
 
     def finish(q: dict[str, Any]) -> Query | None:
@@ -92,7 +92,7 @@ def flagged_queries(tables: Iterator[pa.Table], g: GapsConfig, want_index: str, 
             stats.errors += 1
             return None
         score = max((p[2] for p in q["pages"]), default=0.0)
-        band = "lost" if lost is not None and lost(q["query"]) else band_of(score, g)
+        band = "lost" if gone and text_key(q["query"]) in gone else band_of(score, g)
         if band is None:
             stats.answered += 1
             return None
@@ -124,11 +124,6 @@ def flagged_queries(tables: Iterator[pa.Table], g: GapsConfig, want_index: str, 
 
 
 # -- by text, vectors, groups ------------------------------------------------------------------------------
-def text_key(query: str) -> str:
-    """Repeats of one question: NFC, casefolded, whitespace collapsed."""
-    return " ".join(unicodedata.normalize("NFC", query).casefold().split())
-
-
 @dataclass
 class Text:
     text: str  # the first spelling seen
@@ -391,38 +386,6 @@ class GapsResult:
         return self.spool.flagged(self.group_of)
 
 
-def previous_tops(previous: str, collection: str, cfg: Config) -> dict[str, str]:
-    """text key -> the best page of that question in an earlier `fanout batch` answers file of the same
-    collection (any index version: the point is to compare with it), for the questions it answered then (best
-    score >= gaps.weak_below: a page that only came closest to an unanswered question was no answer to lose).
-    Memory: one path per distinct text."""
-    stats = ReadStats()
-    tops: dict[str, tuple[float, str]] = {}
-    for t in read_answers(previous, cfg.storage, stats):
-        for stamp in t.column("index").unique().to_pylist():
-            if stamp is not None and stamp.split("@")[0] != collection:
-                raise UserError(f"--previous {previous}: answered from collection {stamp.split('@')[0]!r}, not "
-                                f"{collection!r}; give an earlier answers file of {collection!r}")
-        cols = [t.column(c).to_pylist() for c in ("query", "path", "score", "error")]
-        for query, path, score, error in zip(*cols):
-            if query is None or path is None or error is not None or score is None or not math.isfinite(score):
-                continue
-            key = text_key(query)
-            if key not in tops or score > tops[key][0]:
-                tops[key] = (float(score), path)
-    if stats.queries == 0 and not tops:
-        raise UserError(f"--previous {previous}: no answer rows in it; give an earlier --out file of `fanout batch`")
-    return {k: p for k, (score, p) in tops.items() if score >= cfg.gaps.weak_below}
-
-
-def index_paths(col: Any) -> set[str]:
-    """Every note path of the collection's pinned documents version."""
-    col.refresh()
-    with col.guard(col.documents_name):
-        t = col.table(col.documents_name).search().select(["path"]).limit(None).to_arrow()
-    return set(t.column("path").to_pylist())
-
-
 def find_gaps(answers: str, db: str, collection: str, cfg: Config, spool: Path,
               progress: Callable[[int, int], None] | None = None,
               embed: Callable[[list[str]], list[list[float]]] | None = None,
@@ -440,17 +403,12 @@ def find_gaps(answers: str, db: str, collection: str, cfg: Config, spool: Path,
     t0 = time.perf_counter()
     tables = read_answers(answers, cfg.storage, stats, progress)
     texts: dict[str, Text] = {}
-    lost = None
-    if previous:
-        tops, have = previous_tops(previous, collection, cfg), index_paths(col)
-        gone = {k: p for k, p in tops.items() if p not in have}
+    gone = lost_pages(previous, col, cfg) if previous else None
+    if gone is not None:
         stats.lost_pages = sorted(set(gone.values()))
-
-        def lost(query: str) -> str | None:
-            return gone.get(text_key(query))
     sp = Spool(spool)
     try:
-        for q in flagged_queries(tables, g, want, answers, stats, lost):
+        for q in flagged_queries(tables, g, want, answers, stats, gone):
             sp.add(q, add_query(texts, q))
     finally:
         sp.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,11 @@ class ReadStats:
     flagged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BANDS, 0))
     index: str | None = None
     lost_pages: list[str] | None = None  # with --previous: pages that answered then and are gone now
+
+
+def text_key(query: str) -> str:
+    """Repeats of one question: NFC, casefolded, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFC", query).casefold().split())
 
 
 def _ext(uri: str) -> str:

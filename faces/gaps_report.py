@@ -184,7 +184,7 @@ def main_gaps(args: Any) -> int:
     try:
         with Progress("gaps: reading answers", "byte") as progress:
             res = find_gaps(args.answers, args.db, args.collection, cfg, spool, progress=progress,
-                            previous=getattr(args, "previous", None))
+                            previous=args.previous)
         write_report(res, out, cfg.gaps, args.answers)
     finally:
         spool.unlink(missing_ok=True)
