@@ -17,7 +17,6 @@ prompt prefix). When nothing survives, the query runs alone: see `fallback_varia
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from importlib import resources
@@ -29,12 +28,9 @@ from fanout.agent_fields import (
     FIELD_DESC,
     FIELD_DESC_RU,
     FIELD_KINDS,
-    count_languages,
-    language_code,
     language_line,
 )
 from fanout.config import Config, ExpandConfig
-from fanout.db import Collection
 from fanout.text import detect_lang, shares_term
 
 log = logging.getLogger(__name__)
@@ -211,11 +207,13 @@ def fallback_variants(query: str) -> list[tuple[str, str]]:
 
 
 class QueryExpander:
-    """`__call__(batch)`: qid, query, intent, lang (+ collection, grounding) -> qid, raw, variants, source, error.
+    """`__call__(batch)`: qid, query, intent, lang (+ kb_lang, titles, grounding) -> qid, raw, variants, source,
+    error.
 
-    `collection` (optional, JSON {"db", "name"}) names the index the query is for: the fields format takes
-    the knowledge base's language and page titles from it; `grounding` (optional, list of strings) are the
-    query's BM25 pages, shown after the question (expand.ground_hits).
+    The fields format writes in `kb_lang` (the knowledge base's language; else the query's) and lists `titles`
+    (the index's page titles); `grounding` are the query's BM25 pages, shown after the question
+    (expand.ground_hits). All three are optional columns, filled in by the CPU pool
+    (pipelines/expand_queries.py LookupExpansions): this actor holds the model and never opens the index.
     """
 
     def __init__(self, cfg: Config):
@@ -230,25 +228,8 @@ class QueryExpander:
             gbnf = resources.files("fanout").joinpath("grammars/expand.gbnf").read_text(encoding="utf-8")
             self.grammar = LlamaGrammar.from_string(gbnf, verbose=False)
         self.stats: dict[str, int] = {"queries": 0, "model": 0, "fallback_empty": 0, "fallback_error": 0}
-        self._contexts: dict[str, tuple[str | None, list[str]]] = {}
         # fields format: stop at a blank line, or right after the one line when only one field is asked for
         self.stop = [] if self.grammar else ["\n"] if len(cfg.expand.fields) == 1 else ["\n\n"]
-
-    def context(self, collection: str | None) -> tuple[str | None, list[str]]:
-        """(knowledge-base language, page titles) of a collection given as JSON {"db", "name"}; cached."""
-        if not collection:
-            return None, []
-        if collection not in self._contexts:
-            spec = json.loads(collection)
-            col = Collection(spec["db"], spec["name"], self.cfg)
-            langs = [lg for lg in count_languages(col) if language_code(lg)]  # never a note's free text
-            titles: list[str] = []
-            if self.cfg.expand.titles_in_prompt:
-                docs = col.table(col.documents_name).search().select(["title"]).limit(None).to_arrow()
-                titles = sorted({" ".join(t.split()) for t in docs["title"].to_pylist() if t},
-                                key=str.casefold)[:self.cfg.expand.max_titles]
-            self._contexts[collection] = (langs[0] if langs else None, titles)
-        return self._contexts[collection]
 
     def fields_prompt(self, query: str, intent: str | None, kb_lang: str | None, titles: list[str],
                       hits: tuple[str, ...] = ()) -> str:
@@ -295,16 +276,15 @@ class QueryExpander:
                     {"role": "user", "content": user}]
         return render_chat(self.llm, messages)
 
-    def generate(self, query: str, intent: str | None, lang: str | None, collection: str | None = None,
-                 hits: tuple[str, ...] = ()) -> str:
+    def generate(self, query: str, intent: str | None, lang: str | None, kb_lang: str | None = None,
+                 titles: tuple[str, ...] = (), hits: tuple[str, ...] = ()) -> str:
         """Model text for one query (greedy when expand.temperature is 0); qmd format under its grammar.
 
         When the model stopped on its own (not at max_tokens) its last line is complete: a newline is
         added so that the parser, which drops an unterminated last line, keeps it.
         """
         if self.cfg.expand.format == "fields":
-            kb_lang, titles = self.context(collection)
-            prompt = self.fields_prompt(query, intent, kb_lang or lang or detect_lang(query), titles, hits)
+            prompt = self.fields_prompt(query, intent, kb_lang or lang or detect_lang(query), list(titles), hits)
         else:
             prompt = self.prompt(query, intent, lang)
         out = self.llm.create_completion(
@@ -317,15 +297,15 @@ class QueryExpander:
             text += "\n"
         return text
 
-    def expand_one(self, query: str, intent: str | None, lang: str | None,
-                   collection: str | None = None, hits: tuple[str, ...] = ()) -> dict[str, object]:
+    def expand_one(self, query: str, intent: str | None, lang: str | None, kb_lang: str | None = None,
+                   titles: tuple[str, ...] = (), hits: tuple[str, ...] = ()) -> dict[str, object]:
         """One output row (without qid); a model error gives the fallback and an error message."""
         self.stats["queries"] += 1
         raw, error = "", None
         try:
             if not query.strip():
                 raise ValueError("empty query: nothing to expand")
-            raw = self.generate(query, intent, lang, collection, hits)
+            raw = self.generate(query, intent, lang, kb_lang, titles, hits)
             if self.cfg.expand.format == "fields":
                 variants = parse_fields(raw, query, self.stats)
             else:
@@ -352,14 +332,14 @@ class QueryExpander:
         n = len(queries)
         intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
         langs = batch.column("lang").to_pylist() if "lang" in batch.column_names else [None] * n
-        cols = batch.column("collection").to_pylist() if "collection" in batch.column_names else [None] * n
-        grounds = batch.column("grounding").to_pylist() if "grounding" in batch.column_names else [None] * n
-        keys = [(q or "", it or None, lg or detect_lang(q or ""), c, tuple(g or ()))
-                for q, it, lg, c, g in zip(queries, intents, langs, cols, grounds)]
-        done: dict[tuple[str, str | None, str, str | None, tuple[str, ...]], dict[str, object]] = {}
-        # identical queries are generated once; one prompt prefix at a time (collection, language), so
+        kbs, titles, grounds = ((batch.column(c).to_pylist() if c in batch.column_names else [None] * n)
+                                for c in ("kb_lang", "titles", "grounding"))
+        keys = [(q or "", it or None, lg or detect_lang(q or ""), kb, tuple(t or ()), tuple(g or ()))
+                for q, it, lg, kb, t, g in zip(queries, intents, langs, kbs, titles, grounds)]
+        done: dict[tuple, dict[str, object]] = {}
+        # identical queries are generated once; one prompt prefix at a time (knowledge base, language), so
         # llama-cpp-python keeps the KV cache of the system prompt and example between queries
-        for key in sorted(dict.fromkeys(keys), key=lambda k: (k[3] or "", k[2])):
+        for key in sorted(dict.fromkeys(keys), key=lambda k: (k[3] or "", k[4], k[2])):
             done[key] = self.expand_one(*key)
         rows = [{"qid": qid, **done[key]} for qid, key in zip(qids, keys)]
         return pa.Table.from_pylist(rows, schema=OUTPUT)

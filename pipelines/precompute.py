@@ -1,9 +1,10 @@
 """Job: precompute expansions of a query log into the cache (`fanout expand LOG`).
 
-    ParseQueries -> ExpandQueries(generate) -> LookupVectors -> EmbedVariants -> WriteCaches -> KeepColumns
+    ParseQueries -> LookupExpansions(generate) -> ExpandQueries -> LookupVectors -> EmbedVariants
+    -> WriteCaches -> KeepColumns
 
 The input is staged as a batch job stages it (positions, ids; under `<db>/.jobs/expand-<hash>/`, removed at
-the end); queries already in the cache are skipped by ExpandQueries; the one writer commits new expansions
+the end); queries already in the cache are found by LookupExpansions and never reach the expander; the one writer commits new expansions
 batch by batch, so the cache itself is the resume state: a killed job, run again, generates only what is
 still missing. EmbedVariants puts the variants' query vectors in their cache too (`expand.precompute_vectors`),
 so a precomputed query is answered with no model call. On the Ray runner it is ONE Ray Data Dataset; the
@@ -29,7 +30,7 @@ from fanout.config import Config
 from fanout.runner import Runner, StageSpec, model_identity
 from pipelines.batch import iter_todo, stage_input, write_todo
 from pipelines.clean_fields import CleanFields
-from pipelines.expand_queries import SOURCES, ExpandQueries
+from pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions, expander_model
 from pipelines.parse_queries import ParseQueries
 from pipelines.retrieve_variants import EmbedVariants, LookupVectors
 from pipelines.write_caches import writer_spec
@@ -53,7 +54,9 @@ def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
     writer = writer_spec(cfg, ix)
     return [
         StageSpec(ParseQueries, {"cfg": cfg}),
-        StageSpec(ExpandQueries, {**ix, "generate": True}, pool="expander", role="expander"),
+        # the cache and the prompt's inputs, in the CPU pool; the expander's identity resolved in the driver
+        StageSpec(LookupExpansions, {**ix, "generate": True, "expander_model": expander_model(cfg, True)}),
+        StageSpec(ExpandQueries, {"cfg": cfg}, pool="expander", role="expander"),
         # the vectors a search will look up are those of the variants as field hygiene leaves them
         *([StageSpec(CleanFields, ix)] if cfg.clean.enabled and cfg.expand.precompute_vectors else []),
         *([StageSpec(LookupVectors, {**ix, "embed_model": sha}),

@@ -1,7 +1,11 @@
 """Composition: a batch of queries -> ranked pages, as an ordered list of stages (data, not logic).
 
-    ParseQueries -> ProbeBM25 -> ExpandQueries [-> CleanFields] -> LookupVectors -> EmbedVariants
-    [-> RetrieveTitles] -> Retrieve    [-> RerankCandidates] -> FormatResults -> WriteCaches
+    ParseQueries -> ProbeBM25 -> LookupExpansions [-> ExpandQueries] [-> CleanFields] -> LookupVectors
+    -> EmbedVariants [-> RetrieveTitles] -> Retrieve [-> LookupRerank -> RerankCandidates] -> FormatResults
+    -> WriteCaches
+
+Model stages (ExpandQueries, EmbedVariants, RerankCandidates) hold only their model: the caches and the index
+are read by the CPU stage before each (Lookup*), which hands over the rows that missed.
 
 One row per query flows through; nested columns carry what the next stage needs (variants, vectors,
 candidates, results; new cache rows for the one writer). `Searcher.search(rows)` runs the list with the
@@ -22,14 +26,14 @@ from fanout.batch_io import rows_table
 from fanout.config import Config
 from fanout.db import Collection
 from fanout.integrity import IndexStateError
-from fanout.runner import Pipeline, Runner, StageSpec, model_identity
+from fanout.runner import Pipeline, Runner, StageSpec, model_id, model_identity
 from fanout.schemas import ERRORS, RESULTS, VARIANTS
 from pipelines.clean_fields import CleanFields
-from pipelines.expand_queries import SOURCES, ExpandQueries
+from pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions, expander_model
 from pipelines.format_results import FormatResults
 from pipelines.parse_queries import ParseQueries
 from pipelines.probe_bm25 import ProbeBM25
-from pipelines.rerank_candidates import RerankCandidates
+from pipelines.rerank_candidates import LookupRerank, RerankCandidates
 from pipelines.retrieve_titles import TITLE_LANES, RetrieveTitles
 from pipelines.retrieve_variants import EmbedVariants, LookupVectors, Retrieve
 from pipelines.write_caches import writer_spec
@@ -72,9 +76,11 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
     specs = [
         StageSpec(ParseQueries, {"cfg": cfg, "filter": opts.filter}),
         StageSpec(ProbeBM25, ix),
-        StageSpec(ExpandQueries, {**ix, "generate": expand}, **({"pool": "expander", "role": "expander"}
-                                                               if expand else {})),
+        # model identities (cache keys) are resolved here, in the driver, so a CPU node never needs a model file
+        StageSpec(LookupExpansions, {**ix, "generate": expand, "expander_model": expander_model(cfg, expand) or ""}),
     ]
+    if expand:  # generate the expansions the cache misses: the only stage that needs the expander
+        specs.append(StageSpec(ExpandQueries, {"cfg": cfg}, pool="expander", role="expander"))
     if cfg.clean.enabled:  # field hygiene (pipelines/clean_fields.py) over every variant source
         specs.append(StageSpec(CleanFields, ix))
     specs += [
@@ -89,7 +95,8 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         StageSpec(Retrieve, {**ix, "keep": keep, "rerank": rerank, "explain": opts.explain}),
     ]
     if rerank:
-        specs.append(StageSpec(RerankCandidates, ix, pool="reranker", role="reranker"))
+        specs += [StageSpec(LookupRerank, {**ix, "rerank_model": model_id(cfg, "reranker")}),
+                  StageSpec(RerankCandidates, {"cfg": cfg}, pool="reranker", role="reranker")]
     specs += [
         StageSpec(FormatResults, {"n": opts.n, "min_score": opts.min_score, "explain": opts.explain}),
         writer_spec(cfg, ix),  # the one cache writer: its own actor, or the end of a one-actor retrieval chain

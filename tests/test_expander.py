@@ -163,8 +163,8 @@ def test_prompt_is_written_in_the_query_language(expander: QueryExpander) -> Non
 @pytest.mark.slow
 def test_model_error_gives_fallback_and_error(expander: QueryExpander,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(query: str, intent: str | None, lang: str | None, collection: str | None = None,
-               hits: tuple[str, ...] = ()) -> str:
+    def broken(query: str, intent: str | None, lang: str | None, kb_lang: str | None = None,
+               titles: tuple[str, ...] = (), hits: tuple[str, ...] = ()) -> str:
         raise RuntimeError("llama_decode returned 1")
 
     monkeypatch.setattr(expander, "generate", broken)
@@ -178,16 +178,17 @@ def test_model_error_gives_fallback_and_error(expander: QueryExpander,
 
 @pytest.mark.slow
 def test_fields_prompt_uses_the_mcp_descriptions_titles_and_the_kb_language(tiny_db, tmp_path) -> None:
-    import json as _json
     import shutil
 
     from fanout.agent_fields import FIELD_DESC
+    from fanout.db import Collection
+    from pipelines.expand_queries import expand_context
 
     db = shutil.copytree(tiny_db, tmp_path / "db")
     cfg = Config().replace(expander={"n_threads": 1, "n_ctx": 2048},
                            expand={"format": "fields", "titles_in_prompt": True, "fields": ["short_query"]})
     ex = QueryExpander(cfg)
-    kb_lang, titles = ex.context(_json.dumps({"db": str(db), "name": "t"}))
+    kb_lang, titles = expand_context(Collection(str(db), "t", cfg), cfg)  # the CPU pool's columns
     assert kb_lang == "en" and "Daily notes" in titles and "Блины" in titles  # 4 English notes, 2 Russian
     en = ex.fields_prompt("starred notes", None, kb_lang, titles)
     assert FIELD_DESC["short_query"].format(lang="").strip() in en

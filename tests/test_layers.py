@@ -107,13 +107,16 @@ def test_no_stage_imports_another_stage():
 
 
 def test_a_model_stage_holds_no_index():
-    """Constructing the embedder's stage (what a model actor does) imports no lancedb: the cache is read in
-    the CPU pool (LookupVectors), so a process that holds a model does not pay for the index."""
+    """Constructing a model stage (what a model actor does: the embedder's, the expander's, the reranker's)
+    imports no lancedb: the caches and the index are read in the CPU pool (LookupVectors, LookupExpansions,
+    LookupRerank), so a process that holds a model does not pay for the index."""
     import subprocess
     import sys
 
-    code = ("import sys; from fanout.config import load_config; from pipelines.retrieve_variants import "
-            "EmbedVariants; EmbedVariants(load_config('fake')); "
+    code = ("import sys; from fanout.config import load_config; cfg = load_config('fake'); "
+            "from pipelines.retrieve_variants import EmbedVariants; EmbedVariants(cfg); "
+            "from pipelines.expand_queries import ExpandQueries; ExpandQueries(cfg); "
+            "from pipelines.rerank_candidates import RerankCandidates; RerankCandidates(cfg); "
             "print(sorted(m for m in ('lancedb', 'pandas', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

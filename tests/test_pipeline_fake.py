@@ -119,7 +119,7 @@ def test_expansions_precomputed_by_fanout_expand_are_used_with_expansion_off(tmp
     # no model call: the precomputed lines were read, and their vectors too (expand.precompute_vectors)
     assert (fake_runner.calls.get("expander", 0), fake_runner.calls.get("embedder", 0)) == calls
     assert res.stats["stages"]["EmbedVariants"]["embedded"] == 0 < res.stats["stages"]["LookupVectors"]["cached"]
-    assert res.stats["expansion"]["cache"] == 1 and res.stats["stages"]["ExpandQueries"]["cache"] == 1
+    assert res.stats["expansion"]["cache"] == 1 and res.stats["stages"]["LookupExpansions"]["cache"] == 1
     assert {v["source"] for v in res.variants.to_pylist() if v["kind"] != "orig"} == {"cache"}
     from faces.service import SearchService  # `fanout query -v` says so: "expansion: t cache"
 
@@ -253,7 +253,8 @@ def test_two_concurrent_batch_jobs_leave_no_duplicate_cache_keys(tmp_path, fake_
 
 
 def test_grounded_expansion_shows_the_expander_the_querys_bm25_pages(fake_db, fake_cfg, fake_runner):
-    from pipelines.expand_queries import ExpandQueries
+    from fanout.db import Collection
+    from pipelines.expand_queries import grounding
     from pipelines.search import Searcher, SearchOptions
 
     cfg = fake_cfg.replace(probe={"enabled": False}, expand={"enabled": True, "format": "fields", "ground_hits": 2})
@@ -274,5 +275,4 @@ def test_grounded_expansion_shows_the_expander_the_querys_bm25_pages(fake_db, fa
     lines = seen[0].column("grounding").to_pylist()[0]
     assert 1 <= len(lines) <= 2 and lines[0].startswith("Sync") and ": " in lines[0]  # title > heading: snippet
     # the precompute job has no probe: the stage runs the same BM25 search itself
-    stage = ExpandQueries(cfg, str(fake_db), "t")
-    assert stage.grounding(["sync settings"], None) == [lines]
+    assert grounding(Collection(str(fake_db), "t", cfg), cfg, ["sync settings"], None) == [lines]
