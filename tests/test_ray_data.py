@@ -96,6 +96,28 @@ def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, r
     assert c["errors"] == d["errors"] == 3
 
 
+def test_every_model_stage_on_ray_data_equals_in_process(tmp_path, fake_db, fake_cfg, ray_runner):
+    """Expansion and rerank on: three model pools, each after the CPU stage that reads its cache
+    (LookupExpansions, LookupVectors, LookupRerank), fit the private local Ray and answer as the loop does."""
+    from fanout.runner import Runner
+    from pipelines.batch import run_batch
+    from pipelines.search import Searcher, SearchOptions
+
+    cfg = fake_cfg.replace(cache={"enabled": False})  # both runs generate and score (no cache between them)
+    rows = _queries(40)
+    for r in rows[::2]:  # half the queries without agent fields: the expander writes theirs
+        r.pop("rephrased_query", None)
+    q = _write(tmp_path / "q.jsonl", rows)
+    opts = SearchOptions(n=5, expand=True, rerank=True, explain=True)
+    with Runner(cfg) as r:
+        a = run_batch(q, tmp_path / "inproc.jsonl", Searcher(fake_db, "t", cfg, r), opts)
+    b = run_batch(q, tmp_path / "ray.jsonl", Searcher(fake_db, "t", cfg, ray_runner), opts)
+    assert b["engine"] == "data" and a["expansion"].get("model", 0) > 0
+    assert {"ExpandQueries", "RerankCandidates"} <= set(ray_runner.last_timings), ray_runner.last_timings
+    assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
+    assert a["expansion"] == b["expansion"] and a["queries"] == b["queries"] == 42
+
+
 def _fanout_ray_dirs() -> set[str]:
     return {str(p) for p in Path("/tmp").glob("fanout-ray-*")}
 

@@ -31,9 +31,10 @@ def test_a_private_local_ray_advertises_what_every_pool_asks_for(cfg, monkeypatc
     from fanout import ray_runner as runner
 
     monkeypatch.setattr(runner.os, "cpu_count", lambda: 2)
-    # embedder 1 + expander .5 + reranker .5 + 2 retrieval pools x .25 + writer .25 + io .2 = 2.95 -> 3
-    assert runner.local_cpus(cfg) == 3.0
+    # embedder 1 + expander .5 + reranker .5 + 4 retrieval pools x .25 + writer .25 + io .2 = 3.45 -> 4 (a search
+    # with --expand --rerank has a retrieval pool before and after each model stage: 3.2 CPUs on the fake profile)
+    assert runner.local_cpus(cfg) == 4.0
     big = cfg.replace(embedder={"count": 16, "num_cpus": 1.0})
-    assert runner.local_cpus(big) == 18.0  # 16 + 0.5 + 0.5 + 0.5 + 0.25 + 0.2 = 17.95
+    assert runner.local_cpus(big) == 19.0  # 16 + 0.5 + 0.5 + 1.0 + 0.25 + 0.2 = 18.45
     monkeypatch.setattr(runner.os, "cpu_count", lambda: 64)
     assert runner.local_cpus(cfg) == 64.0
