@@ -161,8 +161,8 @@ def print_table(rows: list[dict]) -> None:
         print(fmt(cells))
     print("seconds; setup = Ray start/attach (in-process: none), model load = embedder actor creation "
           "and embed = time in embedder calls, both as the driver sees them (0 for the Ray Data engine: its actors "
-          "live in the pools); stage seconds = the batch's `timings` (Ray Data: each operator's summed remote "
-          "wall time, fused CPU stages as A+B); batch = run_batch total; load avg = 1-min load average "
+          "live in the pools); stage seconds = the batch's `timings` (each stage's seconds inside it, summed "
+          "over its actors on Ray Data); batch = run_batch total; load avg = 1-min load average "
           f"before-after the batch on this {os.cpu_count()}-CPU machine.")
 
 

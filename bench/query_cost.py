@@ -13,7 +13,7 @@ raylet, GCS, workers and actors included. Every job starts from a fresh copy of 
 Per engine: CPU and wall of the 200- and the 2,000-query job; the marginal cost per query is the difference
 divided by 1,800 (what a query adds), the fixed cost is what is left of the small job (process start,
 imports, Ray start, actor pools, opening tables). Per stage: seconds inside each stage of the big job (the
-in-process loop's own timer; Ray Data's summed remote wall per operator). `--scale-notes N` repeats the jobs
+in-process loop's own timer; on Ray Data each stage's own seconds, summed over its actors: RunStats). `--scale-notes N` repeats the jobs
 on a synthetic vault of N notes (about 2 chunks each) to show the cost at a larger index. `--baseline DIR`
 (a checkout of another commit, e.g. `git worktree add /tmp/base <commit>`) runs the same jobs on that code too,
 in the same invocation, so before/after are compared on the same machine state. `--also` (repeatable) runs
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['index']} | {r['engine']} | {r['marginal_cpu_ms']:.2f} | {r['marginal_wall_ms']:.2f} | "
               f"{r['fixed_cpu_s']:.1f} | {r['fixed_wall_s']:.1f} | "
               + " | ".join(f"{x['cpu']:.1f}" for x in r["runs"]) + " |")
-    print("\nseconds per stage in the largest job (in-process: the loop's timer; Ray Data: summed remote wall):\n")
+    print("\nseconds per stage in the largest job (in-process: the loop's timer; Ray Data: summed over the actors):\n")
     for r in rows:
         st = ", ".join(f"{k} {1000 * v / r['n_big']:.2f}" for k, v in r["stages"].items())
         print(f"- {r['index']}, {r['engine']} (ms/query): {st}")

@@ -1,5 +1,6 @@
 """The Ray Data engine: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
-each an actor pool sized by its config section -> write parquet parts), its fit check and its stats.
+each an actor pool sized by its config section -> the blocks streamed back to the caller, `run`), its fit
+check, and the stage counters each block carries (fanout/runner.py Chain, RunStats).
 
 Functions over a `RayRunner` (fanout/ray_runner.py holds the Ray session and is the one module that imports
 Ray; these reach `ray.data` through `runner.ray_data()`).
@@ -7,17 +8,16 @@ Ray; these reach `ray.data` through `runner.ray_data()`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import re
 import warnings
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from fanout.config import Config
 from fanout.node_paths import IO_CPUS, check_paths, pool_nodes
-from fanout.runner import Chain, StageSpec, fuse_specs
+from fanout.runner import Chain, Run, RunStats, Source, StageSpec, fuse_specs, pop_stats
 
 if TYPE_CHECKING:
     from fanout.ray_runner import RayRunner
@@ -63,11 +63,11 @@ def map_opts(runner: RayRunner, spec: StageSpec) -> dict[str, Any]:
 
 def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-            rows: int = 0, out_dir: str | None = None, block_rows: int = 0) -> Any:
+            rows: int = 0, block_rows: int = 0) -> Any:
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver) -> map_batches per stage (actor
     pools). Lazy: nothing runs until it is written or iterated. Before it is built, every node that may host
-    a pool or a read/write task is checked for the paths it needs there (`runner.check_paths`; `out_dir`:
-    where the caller will write the parts).
+    a pool or a read task is checked for the paths it needs there (`runner.check_paths`; the results come
+    back to the driver, which writes them: no node writes the job's folder).
 
     `rows` (the input's row count, when known) splits the read into blocks (`read_blocks`): a todo file holds
     up to 1,024 rows and one block reaches one actor, so without the split a 1,000-row job would keep one
@@ -103,9 +103,9 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     fused = fuse_specs(specs)
     check_fits(runner, fused)
     if runner.cfg.runner.check_paths:
-        check_paths(runner, specs, paths if tables is None else None, out_dir, filesystem)
-    specs = fused
-    io_cpus = IO_CPUS  # read/write tasks must not wait behind the actor pools (ray#44687)
+        check_paths(runner, specs, paths if tables is None else None, None, filesystem)
+    specs = [chained(s) for s in fused]  # every operator a Chain: each reports its stages' counters
+    io_cpus = IO_CPUS  # read tasks must not wait behind the actor pools (ray#44687)
     if tables is not None:
         ds = rd.from_arrow(tables)
     else:
@@ -124,61 +124,59 @@ def read_blocks(cfg: Config, specs: list[StageSpec], rows: int, files: int, bloc
     return max(files, min(want, rows))
 
 
+def chained(spec: StageSpec) -> StageSpec:
+    """A stage as a Chain of one (a fused Chain as it is), with its pool, role and batch size."""
+    if spec.cls is Chain:
+        return spec
+    return StageSpec(Chain, {"stages": [(spec.cls, spec.kwargs)]}, pool=spec.pool, role=spec.role,
+                     batch_rows=spec.batch_rows, single=spec.single)
+
+
+def display_name(spec: StageSpec) -> str:
+    """A stage's name, a Chain's as `A+B+C`."""
+    return "+".join(c.__name__ for c, _ in spec.kwargs["stages"]) if spec.cls is Chain else spec.name
+
+
 def _named(spec: StageSpec) -> type:
     """The class Ray Data runs for a stage. A Chain gets a subclass named after its stages (`A+B+C`): Ray
     names an operator after its class, and two operators of one name share one stats entry (the second
     prints `[execution cached]`, so its time was lost and the next stage's read as its own)."""
     if spec.cls is not Chain:
         return spec.cls
-    name = "+".join(c.__name__ for c, _ in spec.kwargs["stages"])
+    name = display_name(spec)
     return type(name, (Chain,), {"__module__": Chain.__module__, "__qualname__": name})
 
 
-def run_dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str], out_dir: str, filesystem: Any = None,
-                progress: bool = False, rows: int = 0) -> str:
-    """Run the Dataset and write its rows as parquet parts under `out_dir`; returns Ray Data's stats."""
-    ds = dataset(runner, specs, paths, filesystem, progress, rows=rows, out_dir=out_dir)
-    try:
-        ds.write_parquet(out_dir, filesystem=filesystem, ray_remote_args={"num_cpus": IO_CPUS})
-    except Exception as e:  # a pool that timed out starting: say why in our words
-        if "actor" in str(e).lower() and "time" in str(e).lower():
-            raise RuntimeError(f"{e}; {_pool_list(runner.cfg, specs)}") from e
-        raise
-    runner.last_stats = ""
-    with contextlib.suppress(Exception):
-        runner.last_stats = ds.stats()
-    runner.last_timings = stage_seconds(runner.last_stats)
-    return runner.last_stats
+def run(runner: RayRunner, specs: list[StageSpec], source: Source, block_rows: int = 0, progress: bool = False,
+        preserve_order: bool = False, on_rows: Callable[[int], Any] | None = None) -> Run:
+    """ONE Dataset over `source`, its blocks streamed back as they finish (in input order with
+    `preserve_order`); each block's stage counters are taken off it and added to the Run's stats;
+    `on_rows(done)` after each block the caller has taken."""
+    ds = dataset(runner, specs, source.files if source.tables is None else None, source.filesystem, progress,
+                 source.tables, preserve_order, rows=source.rows, block_rows=block_rows)
 
-
-_OP = re.compile(r"^Operator \d+ (.+?): \d+ tasks")
-_MAP = re.compile(r"MapBatches\((.+?)\)(?=->|$)")
-_WALL = re.compile(r"Remote wall time: .*?, ([\d.]+)(us|ms|s) total")
-
-
-def stage_seconds(stats: str) -> dict[str, float]:
-    """Per operator of a Ray Data run, its tasks' summed remote wall time in seconds, read off
-    `Dataset.stats()`. A MapBatches operator is named by its stage (a Chain as `A+B+C`, see `_named`; Ray's
-    own fusion as `A->B`); the read and write operators keep Ray Data's names."""
-    unit = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
-    out: dict[str, float] = {}
-    name = None
-    for line in stats.splitlines():
-        if m := _OP.match(line.strip()):
-            name = _MAP.sub(r"\1", m.group(1))
-        elif line.strip().startswith("Operator "):
-            name = None  # e.g. "[execution cached]": no timing of its own
-        elif name and (w := _WALL.search(line)):
-            out[name] = out.get(name, 0.0) + float(w.group(1)) * unit[w.group(2)]
-            name = None
-    return out
+    def tables(stats: RunStats) -> Iterator[pa.Table]:
+        done = 0
+        try:
+            for t in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                t, st = pop_stats(t)
+                stats.add(st)
+                yield t
+                done += t.num_rows
+                if on_rows:
+                    on_rows(done)
+        except Exception as e:  # a pool that timed out starting: say why in our words
+            if "actor" in str(e).lower() and "time" in str(e).lower():
+                raise RuntimeError(f"{e}; {_pool_list(runner.cfg, fuse_specs(specs))}") from e
+            raise
+    return Run(tables)
 
 
 def _pool_list(cfg: Config, specs: list[StageSpec]) -> list[str]:
     out = []
     for spec in specs:
         a = getattr(cfg, spec.pool)
-        out.append(f"{spec.name}: {1 if spec.single else a.count} x num_cpus={a.num_cpus:g} ({spec.pool})")
+        out.append(f"{display_name(spec)}: {1 if spec.single else a.count} x num_cpus={a.num_cpus:g} ({spec.pool})")
     return out
 
 

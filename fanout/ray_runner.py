@@ -2,7 +2,7 @@
 
 `RayRunner` attaches to `runner.ray_address` / $RAY_ADDRESS or starts a quiet private local Ray; its
 `pipeline(specs)` is the in-process loop with model calls fanned out to actor pools (`runner.engine:
-slices`), its `dataset` / `run_dataset` build ONE Ray Data Dataset per job (fanout/ray_data.py, the default
+slices`), its `run` / `dataset` build ONE Ray Data Dataset per job (fanout/ray_data.py, the default
 engine). A runner module: it may import Ray.
 """
 
@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +26,7 @@ import pyarrow as pa
 from fanout import ray_data
 from fanout.config import Config
 from fanout.ray_data import placement
-from fanout.runner import Runner, StageSpec, actor_class
+from fanout.runner import Pipeline, Run, Runner, Source, StageSpec, actor_class
 
 log = logging.getLogger(__name__)
 
@@ -279,10 +280,14 @@ class RayRunner(Runner):
         return ray_data.dataset(self, specs, paths, filesystem, progress, tables, preserve_order, rows,
                                 block_rows=block_rows)
 
-    def run_dataset(self, specs: list[StageSpec], paths: list[str], out_dir: str, filesystem: Any = None,
-                    progress: bool = False, rows: int = 0) -> str:
-        """Run the Dataset and write its rows as parquet parts under `out_dir`; returns Ray Data's stats."""
-        return ray_data.run_dataset(self, specs, paths, out_dir, filesystem, progress, rows)
+    def run(self, specs: list[StageSpec], source: Source, *, pipeline: Pipeline | None = None,
+            slice_rows: int = 0, block_rows: int = 0, on_rows: Callable[[int], Any] | None = None,
+            progress: bool = False, preserve_order: bool = False) -> Run:
+        """`runner.engine: data`: ONE Ray Data Dataset (ray_data.run; blocks of `block_rows`, runner.block_rows
+        when 0); `slices`: the in-process loop with model calls on this runner's actors (Runner.run)."""
+        if self.engine != "data":
+            return super().run(specs, source, pipeline=pipeline, slice_rows=slice_rows, on_rows=on_rows)
+        return ray_data.run(self, specs, source, block_rows, progress, preserve_order, on_rows)
 
     def kill_actor(self, role: str, index: int = 0) -> None:
         """Kill one actor as a crash would: Ray restarts it and retries its in-flight calls (max_retries)."""

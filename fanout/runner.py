@@ -1,15 +1,18 @@
 """Runners: how stages and actor calls are executed (the stage list and the in-process loop).
 
 A pipeline is a list of `StageSpec`s (a callable class over pa.Table plus its constructor kwargs and the
-config section that sizes its pool). Three executors run the same list:
+config section that sizes its pool). A job hands its list and a `Source` to `runner.run(specs, source)`, the
+one executor interface: it returns a `Run`, an iterator over the output tables whose `stats` (a `RunStats`:
+per stage the seconds spent inside it and its counters, datatrove's stat_update merged across workers) are
+complete once it is exhausted. Whatever the engine, the caller only consumes tables (writes parts, counts):
 
-- `Runner.pipeline(specs)`: the in-process loop (single queries, MCP, tests, small batches); model stages
-  call `runner.map(role, table)` on actors held by the runner (one instance per role).
-- `RayRunner.pipeline(specs)` (fanout/ray_runner.py): the same loop in the driver with model calls fanned
-  out to Ray actors (the pre-Ray-Data engine, `runner.engine: slices`; kept for comparison in
-  bench/scale_curve.py).
-- `RayRunner.run_dataset(specs, ...)` (fanout/ray_data.py): ONE Ray Data Dataset: read parquet ->
-  `map_batches` per stage (each an actor pool sized by its config section) -> write parquet parts.
+- `Runner.run`: the in-process loop over `Runner.pipeline(specs)` (single queries, MCP, tests, small batches);
+  model stages call `runner.map(role, table)` on actors held by the runner (one instance per role).
+- `RayRunner.run` with `runner.engine: slices` (fanout/ray_runner.py): the same loop in the driver with model
+  calls fanned out to Ray actors (the pre-Ray-Data engine; kept for comparison in bench/scale_curve.py).
+- `RayRunner.run` with `runner.engine: data` (fanout/ray_data.py): ONE Ray Data Dataset: read parquet ->
+  `map_batches` per stage (each an actor pool sized by its config section) -> the blocks streamed back to
+  the caller; each operator's stage counters ride along in a column (`STATS_COLUMN`) and are merged here.
 
 Only fanout/ray_runner.py imports Ray; fanout/engines.py (`make_runner`) imports it only when Ray is chosen,
 and fanout/ray_data.py reaches `ray.data` through the runner. `Runner.engine` says which way a job runs.
@@ -17,9 +20,10 @@ and fanout/ray_data.py reaches `ray.data` through the runner. `Runner.engine` sa
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -112,17 +116,80 @@ class StageSpec:
         return self.cls.__name__
 
 
+STATS_COLUMN = "_stage_stats"  # a Ray Data block's stage counters (JSON RunStats) on some rows, null on the rest
+
+
+@dataclass
+class RunStats:
+    """What a run's stages report, as data: per stage the seconds spent inside it and its counters (each
+    stage's `stats` dict), summed over every batch and every worker (datatrove's stat_update, merged)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, other: RunStats) -> None:
+        for k, v in other.seconds.items():
+            self.seconds[k] = self.seconds.get(k, 0.0) + v
+        for name, c in other.counters.items():
+            mine = self.counters.setdefault(name, {})
+            for k, v in c.items():
+                mine[k] = mine.get(k, 0) + v
+
+    def to_json(self) -> str:
+        return json.dumps({"seconds": self.seconds, "counters": self.counters})
+
+    @classmethod
+    def from_json(cls, text: str) -> RunStats:
+        d = json.loads(text)
+        return cls(dict(d.get("seconds", {})), {k: dict(v) for k, v in d.get("counters", {}).items()})
+
+    @classmethod
+    def since(cls, seconds: dict[str, float], counters: dict[str, dict[str, Any]], seconds0: dict[str, float],
+              counters0: dict[str, dict[str, Any]]) -> RunStats:
+        """The difference between two snapshots of cumulative timers and counters (numbers only)."""
+        out = cls({k: v - seconds0.get(k, 0.0) for k, v in seconds.items()})
+        for name, c in counters.items():
+            before = counters0.get(name, {})
+            out.counters[name] = {k: v - before.get(k, 0) for k, v in c.items()
+                                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return out
+
+
+def pop_stats(table: pa.Table) -> tuple[pa.Table, RunStats]:
+    """`table` without its STATS_COLUMN, and the RunStats its rows carried (empty when it has none)."""
+    out = RunStats()
+    if STATS_COLUMN not in table.column_names:
+        return table, out
+    for text in table.column(STATS_COLUMN).drop_null().to_pylist():
+        out.add(RunStats.from_json(text))
+    return table.drop_columns([STATS_COLUMN]), out
+
+
 class Chain:
-    """Consecutive CPU stages of one pool run as ONE Ray Data actor pool (fewer pools, fewer CPUs held):
-    `stages` is a list of (class, kwargs); each is built once per actor and called in order."""
+    """The stages one Ray Data actor pool runs (consecutive CPU stages of one pool are fused into one: fewer
+    pools, fewer CPUs held; a model stage is a Chain of one): `stages` is a list of (class, kwargs); each is
+    built once per actor and called in order. Each call times its stages and takes the growth of their
+    counters, and hands both on in STATS_COLUMN (row 0), merged with what its input carried: the driver then
+    adds up one RunStats per block (`pop_stats`), whichever actors and nodes ran them."""
 
     def __init__(self, stages: list[tuple[type, dict[str, Any]]]):
         self.stages = [cls(**kw) for cls, kw in stages]
+        self.names = [cls.__name__ for cls, _ in stages]
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        for stage in self.stages:
+        table, carried = pop_stats(table)
+        mine = RunStats()
+        for name, stage in zip(self.names, self.stages):
+            before = dict(getattr(stage, "stats", {}))
+            t = time.perf_counter()
             table = stage(table)
-        return table
+            dt = time.perf_counter() - t
+            mine.add(RunStats.since({name: dt}, {name: dict(getattr(stage, "stats", {}))}, {}, {name: before}))
+        carried.add(mine)
+        if not table.num_rows:  # nothing to carry it (a stage that drops every row): the counters are lost
+            return table
+        col = [carried.to_json()] + [None] * (table.num_rows - 1)
+        return table.append_column(STATS_COLUMN, pa.array(col, pa.string()))
 
 
 def fuse_specs(specs: list[StageSpec]) -> list[StageSpec]:
@@ -198,6 +265,66 @@ class Pipeline:
             yield self(t)
 
 
+@dataclass
+class Source:
+    """What a run reads: parquet `files` (on `filesystem`; `rows` in all when known; each table cast to
+    `schema` when given) or `tables` the driver holds."""
+
+    files: list[str] = field(default_factory=list)
+    filesystem: Any = None
+    rows: int = 0
+    schema: pa.Schema | None = None
+    tables: list[pa.Table] | None = None
+
+    def read(self, rows: int) -> Iterator[pa.Table]:
+        """The input as tables of at most `rows` rows (a held table is sliced; a file is read in batches)."""
+        import pyarrow.parquet as pq
+
+        if self.tables is not None:
+            for t in self.tables:
+                for i in range(0, t.num_rows, rows):
+                    yield t.slice(i, rows)
+            return
+        for f in self.files:
+            with (self.filesystem.open_input_file(f) if self.filesystem else open(f, "rb")) as fh:
+                for b in pq.ParquetFile(fh).iter_batches(batch_size=rows):
+                    t = pa.Table.from_batches([b])
+                    yield t.cast(self.schema) if self.schema is not None else t
+
+
+class Steps:
+    """Progress per row, not per slice: a slice goes through the stages in steps sized to take about `seconds`
+    each (one row first, then as many as the measured rate allows), so an `on_rows(done)` callback moves per
+    query when queries are slow (a local LLM's seconds each) and per step when they are fast."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.rate = seconds, 0.0  # rate: rows per second, measured
+
+    def run(self, pipe: Callable[[pa.Table], pa.Table], table: pa.Table, on_rows: Callable[[int], Any]) -> pa.Table:
+        out, i = [], 0
+        while i < table.num_rows:
+            k = max(1, int(self.rate * self.seconds)) if self.rate else 1
+            t = time.perf_counter()
+            out.append(pipe(table.slice(i, k)))
+            k = min(k, table.num_rows - i)
+            self.rate = k / max(time.perf_counter() - t, 1e-6)
+            i += k
+            on_rows(i)
+        return pa.concat_tables(out, promote_options="permissive") if out else pipe(table)
+
+
+class Run:
+    """One run of a stage list: iterate it for the output tables (in input order on the loop engines, as
+    blocks finish on Ray Data); `stats` (RunStats) is complete once it is exhausted."""
+
+    def __init__(self, tables: Callable[[RunStats], Iterator[pa.Table]]):
+        self.stats = RunStats()
+        self._it = tables(self.stats)
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        return self._it
+
+
 class Runner:
     """In-process runner: actors are plain objects, created on first use and kept for the runner's life."""
 
@@ -208,8 +335,6 @@ class Runner:
         self._actors: dict[str, Any] = {}
         self.calls: dict[str, int] = {}
         self.seconds: dict[str, float] = {}
-        self.last_stats = ""  # a Dataset job's Ray Data stats text (the data engine)
-        self.last_timings: dict[str, float] = {}  # a Dataset job's summed remote wall seconds per operator
 
     @property
     def engine(self) -> str:
@@ -249,6 +374,29 @@ class Runner:
         """The in-process executor of a stage list (model calls through this runner's actors); `reuse`: see
         Pipeline."""
         return Pipeline(specs, self, reuse)
+
+    def run(self, specs: list[StageSpec], source: Source, *, pipeline: Pipeline | None = None,
+            slice_rows: int = 0, block_rows: int = 0, on_rows: Callable[[int], Any] | None = None,
+            progress: bool = False, preserve_order: bool = False) -> Run:
+        """Run `specs` over `source`: one output table per slice of `slice_rows` (runner.slice_rows) input
+        rows, in order. `pipeline`: the built stages to use (a searcher's, sharing its open tables);
+        `on_rows(done)`: called as rows finish, per step of about runner.progress_step_s (Steps), so a slow
+        model's progress moves per row. `block_rows`, `progress`, `preserve_order`: Ray Data's (unused here)."""
+        del block_rows, progress, preserve_order
+        pipe = pipeline or self.pipeline(specs)
+        rows = slice_rows or self.cfg.runner.slice_rows
+
+        def tables(stats: RunStats) -> Iterator[pa.Table]:
+            steps, done = Steps(self.cfg.runner.progress_step_s), 0
+            for t in source.read(rows):
+                s0, c0 = dict(pipe.seconds), pipe.stats()
+                # steps only when someone watches the progress: a slice in one call keeps the batching (and the
+                # embed calls' float sums, which depend on which texts share a call) independent of timing
+                out = steps.run(pipe, t, lambda k, base=done: on_rows(base + k)) if on_rows else pipe(t)
+                stats.add(RunStats.since(pipe.seconds, pipe.stats(), s0, c0))
+                done += t.num_rows
+                yield out
+        return Run(tables)
 
     def close(self) -> None:
         self._actors.clear()

@@ -2,9 +2,10 @@
 
     check_out -> stage the input (`OUT.parts/input/`: positions, ids, rows as JSON; duplicate ids marked by
     one duckdb pass) -> todo = staged rows whose `_row` no part holds yet -> the search stages, either
-    in-process (a loop over slices, each written as a part: tmp + rename) or as ONE Ray Data Dataset
-    (read_parquet -> map_batches per stage -> write_parquet parts) -> the parts streamed into OUT in input
-    order (duckdb over a pyarrow dataset) -> `OUT.parts/` removed.
+    in-process (a loop over slices) or as ONE Ray Data Dataset (read_parquet -> map_batches per stage -> the
+    blocks streamed back), one `runner.run` either way, each table that comes back written as a part (tmp +
+    rename) -> the parts streamed into OUT in input order (duckdb over a pyarrow dataset) -> `OUT.parts/`
+    removed.
 
 Resume (kill -9, then the same command): a done-row filter on our own parts, not Ray Data checkpointing
 (README "Resume" says why). A part is one parquet file, complete or unreadable (no footer); unreadable
@@ -17,11 +18,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from fanout.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
 from fanout.db import index_stamp
+from fanout.runner import Source
 from fanout.schemas import ANSWERS, INPUT_ROWS
 from pipelines.search import Searcher, SearchOptions
 from pipelines.write_explained import write_explained
@@ -156,14 +157,6 @@ def write_todo(fs: pafs.FileSystem, pdir: str) -> tuple[list[str], int]:
     return files, n
 
 
-def iter_todo(fs: pafs.FileSystem, files: list[str], rows: int):
-    """The todo files as INPUT_ROWS tables of `rows` rows (the batch and expand jobs read them in the loop)."""
-    for f in files:
-        with fs.open_input_file(f) as fh:
-            for b in pq.ParquetFile(fh).iter_batches(batch_size=rows):
-                yield pa.Table.from_batches([b]).cast(INPUT_ROWS)
-
-
 def _write_part(fs: pafs.FileSystem, rdir: str, answers: pa.Table) -> None:
     first = answers["_row"][0].as_py()
     table = answers.select(ANSWERS.names).cast(ANSWERS)
@@ -189,77 +182,14 @@ def job_stats(parts: Any) -> dict[str, Any]:
     return {"expansion": exp, "cached_expansions": int(exp.get("cache", 0))}
 
 
-class Steps:
-    """Progress per query, not per slice: a slice (one resumable part) goes through the stages in steps sized
-    to take about `seconds` each (one query first, then as many as the measured rate allows), so a caller's
-    `(done, total)` callback moves per query when queries are slow and per step when they are fast."""
-
-    def __init__(self, seconds: float):
-        self.seconds, self.rate = seconds, 0.0  # rate: queries per second, measured
-
-    def run(self, pipe: Callable[[pa.Table], pa.Table], table: pa.Table, on_rows: Callable[[int], Any]) -> pa.Table:
-        out, i = [], 0
-        while i < table.num_rows:
-            k = max(1, int(self.rate * self.seconds)) if self.rate else 1
-            t = time.perf_counter()
-            out.append(pipe(table.slice(i, k)))
-            k = min(k, table.num_rows - i)
-            self.rate = k / max(time.perf_counter() - t, 1e-6)
-            i += k
-            on_rows(i)
-        return pa.concat_tables(out, promote_options="permissive") if out else pipe(table)
-
-
-class PartsWatcher:
-    """Progress of a Ray Data job, off a TTY: a driver thread lists the parts the write stage has finished
-    every `seconds` and reports `(answered, total)` from their parquet footers (one row per query), so the
-    count moves per written block (one block = one retrieval batch) while the job runs. Parts present at the
-    start (a resumed job's) are not counted; a part still being written is read on a later pass."""
-
-    def __init__(self, fs: pafs.FileSystem, rdir: str, total: int, on_rows: Callable[[int, int], Any],
-                 seconds: float):
-        self.fs, self.rdir, self.total, self.on_rows, self.seconds = fs, rdir, total, on_rows, seconds
-        self.seen: dict[str, int] = dict.fromkeys(_files(fs, rdir), 0)  # resumed parts: counted elsewhere
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="parts-watcher", daemon=True)
-
-    def poll(self) -> int:
-        for f in _files(self.fs, self.rdir):
-            if f in self.seen:
-                continue
-            try:
-                with self.fs.open_input_file(f) as fh:
-                    self.seen[f] = pq.read_metadata(fh).num_rows
-            except (OSError, pa.ArrowInvalid):  # not finished yet
-                continue
-        done = min(sum(self.seen.values()), self.total)
-        self.on_rows(done, self.total)
-        return done
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.seconds):
-            with contextlib.suppress(Exception):  # progress never fails the job
-                self.poll()
-
-    def __enter__(self) -> Self:
-        self.on_rows(0, self.total)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        if exc[0] is None:
-            self.poll()
-
-
 def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opts: SearchOptions,
               slice_size: int | None = None, on_slice: Callable[[int, int], None] | None = None,
               progress: bool = False) -> dict:
     """Answer every query of `in_path` into `out_path`; returns counters and stage timings.
 
-    The engine follows the searcher's runner: in-process (or `runner.engine: slices` on Ray) loops over
-    slices in the driver; a Ray runner with `runner.engine: data` runs ONE Ray Data Dataset.
+    The engine follows the searcher's runner (`runner.run`): in-process (or `runner.engine: slices` on Ray)
+    loops over slices in the driver; a Ray runner with `runner.engine: data` runs ONE Ray Data Dataset. Either
+    way the answered tables come back here and are written as parts.
     """
     cfg, runner = searcher.cfg, searcher.runner
     check_out(out_path, in_path, cfg.storage)
@@ -278,34 +208,26 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     resumed = total - todo
     if resumed:
         log.info("resuming: %d of %d queries already answered", resumed, total)
-    timings: dict[str, float] = {}
     engine = runner.engine
-    if todo and engine == "data":
-        specs = searcher.stages(opts)
-        watch = PartsWatcher(fs, rdir, todo, on_slice, cfg.runner.progress_step_s) if on_slice and not progress \
-            else contextlib.nullcontext()
-        with watch:  # on a TTY Ray Data draws its own bar (rows/s)
-            stats_text = runner.run_dataset(specs, files, rdir, filesystem=fs, progress=progress, rows=todo)
-        log.debug("Ray Data stats:\n%s", stats_text)
-        timings = dict(runner.last_timings)  # summed remote wall s per stage (pool)
-    elif todo:
-        pipe = searcher.pipeline(opts)
-        before = dict(pipe.seconds)
-        steps = Steps(cfg.runner.progress_step_s)
-        done = 0
+    timings: dict[str, float] = {}
+    counters: dict[str, dict[str, int]] = {}
+    if todo:
+        # one interface for every engine: the runner streams the answered tables back, the driver writes each
+        # as a part (tmp + rename: whole or absent) and reports progress per part or per step within one
+        source = Source(files, fs, rows=todo, schema=INPUT_ROWS)
         if on_slice:
             on_slice(0, todo)  # off a TTY the reporter's timer starts now (the first step loads the models)
-        for table in iter_todo(fs, files, slice_size):
-            # steps only when someone watches the progress: a slice in one call keeps the batching (and the
-            # embed calls' float sums, which depend on which texts share a call) independent of timing
-            answers = steps.run(pipe, table, lambda k, base=done: on_slice(base + k, todo)) if on_slice else pipe(table)
-            _write_part(fs, rdir, answers)
-            done += table.num_rows
-        timings = {k: v - before.get(k, 0.0) for k, v in pipe.seconds.items()}
+        run = runner.run(searcher.stages(opts), source, pipeline=searcher.pipeline(opts) if engine != "data"
+                         else None, slice_rows=slice_size, progress=progress and not on_slice,  # one bar
+                         on_rows=(lambda k: on_slice(k, todo)) if on_slice else None)
+        for answers in run:
+            if answers.num_rows:
+                _write_part(fs, rdir, answers)
+        timings, counters = dict(run.stats.seconds), run.stats.counters
     parts = parts_dataset(fs, rdir)
     counts = (write_explained if opts.explain else write_results)(parts, out_path, cfg.storage, index=stamp)
     st = job_stats(parts)
     fs.delete_dir(pdir)
     return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "engine": engine,
-            "seconds": time.perf_counter() - t0, "timings": timings, **st}
+            "seconds": time.perf_counter() - t0, "timings": timings, "stages": counters, **st}
 

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from fanout.config import Config
-from fanout.runner import Runner, StageSpec
+from fanout.runner import Runner, Source, StageSpec
 
 
 def embed_chunks(chunks: pa.Table, runner: Runner) -> pa.Table:
@@ -51,12 +51,12 @@ def embed_groups(groups: list[Any], runner: Runner, cfg: Config) -> Iterator[tup
     keys = [k for k, _ in groups]
     sizes = [c.num_rows for _, c in groups]
     spec = StageSpec(EmbedChunks, {"cfg": cfg}, pool="embedder", role="embedder")
-    ds = runner.dataset([spec], tables=tables, preserve_order=True)
+    run = runner.run([spec], Source(tables=tables, rows=sum(t.num_rows for t in tables)), preserve_order=True)
     g, buf, have = 0, [], 0
     while g < len(groups) and sizes[g] == 0:
         yield keys[g], groups[g][1]
         g += 1
-    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+    for batch in run:
         buf.append(batch)
         have += batch.num_rows
         while g < len(groups) and have >= sizes[g]:

@@ -27,8 +27,9 @@ import pyarrow.compute as pc
 from fanout import storage
 from fanout.batch_io import filesystem
 from fanout.config import Config
-from fanout.runner import Runner, StageSpec, model_identity
-from pipelines.batch import iter_todo, stage_input, write_todo
+from fanout.runner import Runner, Source, StageSpec, model_identity
+from fanout.schemas import INPUT_ROWS
+from pipelines.batch import stage_input, write_todo
 from pipelines.clean_fields import CleanFields
 from pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions, expander_model
 from pipelines.parse_queries import ParseQueries
@@ -127,17 +128,14 @@ def run_expand(in_path: str | Path, db: str | Path, collection: str, cfg: Config
             on_batch(bar.done, todo)
 
     try:
-        if todo and runner.engine == "data":
-            # model-bound: blocks of one expander batch, so progress moves per batch (Ray's per-block cost is
-            # nothing next to the model's seconds per query)
-            ds = runner.dataset(specs, files, filesystem=fs, progress=False, rows=todo,
-                                block_rows=cfg.expander.batch_size)
-            for t in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        if todo:
+            # model-bound: on Ray Data blocks of one expander batch, so progress moves per batch (Ray's per-block
+            # cost is nothing next to the model's seconds per query); in the loop, slices of one batch per actor
+            run = runner.run(specs, Source(files, fs, rows=todo, schema=INPUT_ROWS),
+                             slice_rows=cfg.expander.batch_size * max(1, cfg.expander.count),
+                             block_rows=cfg.expander.batch_size)
+            for t in run:
                 add(t)
-        elif todo:
-            pipe = runner.pipeline(specs)
-            for t in iter_todo(fs, files, cfg.expander.batch_size * max(1, cfg.expander.count)):
-                add(pipe(t))
     finally:
         bar.close()
     fs.delete_dir(pdir)
