@@ -125,7 +125,7 @@ def check_paths(runner: RayRunner, specs: list[StageSpec], paths: list[str] | No
     needs = needs_of(runner, specs, paths, out_dir, filesystem)
     if not needs or runner.private:  # a private local Ray runs on this machine only: it sees what we see
         return
-    alive = [n for n in runner._ray.nodes() if n.get("Alive")]
+    alive = runner.nodes()
     per_node: dict[str, list[Need]] = {}
     for need in needs:
         if need.pools:

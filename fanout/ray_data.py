@@ -29,8 +29,7 @@ def check_fits(runner: RayRunner, specs: list[StageSpec]) -> None:
     Each pool must fit on the nodes that offer what one of its actors asks for, and all pools together
     must fit in the cluster's CPUs; otherwise the same message as for the model actors is raised.
     """
-    ray = runner._ray
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    nodes = runner.nodes()
     total_cpu = sum(n["Resources"].get("CPU", 0) for n in nodes)
     want = 0.0
     for spec in specs:
@@ -39,7 +38,7 @@ def check_fits(runner: RayRunner, specs: list[StageSpec]) -> None:
         fit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
         room = sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in fit)
         if count > room:
-            raise runner._placement_error(spec.pool, model=spec.role is not None)
+            raise runner.placement_error(spec.pool, model=spec.role is not None)
         want += count * acfg.num_cpus
     want += 0.2  # a read and a write task
     if want > total_cpu + 1e-9:

@@ -185,12 +185,16 @@ class RayRunner(Runner):
         except ray.exceptions.GetTimeoutError:
             for h in handles:
                 ray.kill(h)
-            raise self._placement_error(role) from None
+            raise self.placement_error(role) from None
         self.seconds[f"load_{role}"] = time.perf_counter() - t
         self._pools[role] = handles
         return handles
 
-    def _placement_error(self, role: str, model: bool = True) -> RuntimeError:
+    def nodes(self) -> list[dict[str, Any]]:
+        """The cluster's alive nodes as `ray.nodes()` describes them (resources, address, id)."""
+        return [n for n in self._ray.nodes() if n.get("Alive")]
+
+    def placement_error(self, role: str, model: bool = True) -> RuntimeError:
         """What was asked, what the cluster has, and the likely fix (Ray itself would just wait forever)."""
         ray, rcfg, acfg = self._ray, self.cfg.runner, getattr(self.cfg, role)
         res = rcfg.model_resource if model else ""
