@@ -1,8 +1,8 @@
 """Start-of-job check that every node which may run a part of a Ray Data job can reach that part's paths.
 
-A job's actors and read tasks run on whatever node Ray places them: the retriever pool's actors (any node
-with the CPUs) and the cache writer open the index there, the read tasks read the job's todo files there
-(the results come back to the driver, which writes the parts; `out_dir` is for a job whose workers write). A path that exists only on the driver's node would
+A job's actors and read/write tasks run on whatever node Ray places them: the retriever pool's actors
+(any node with the CPUs) and the cache writer open the index there, the read and write tasks read the
+job's todo files and write its result parts there. A path that exists only on the driver's node would
 fail in an actor mid-job (or leave Ray Data retrying); this check runs one tiny task pinned to each such
 node first and fails with the node, the path, what was needed and the fix (`check_paths`).
 

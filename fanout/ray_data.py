@@ -1,6 +1,7 @@
 """The Ray Data engine: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
-each an actor pool sized by its config section -> the blocks streamed back to the caller, `run`), its fit
-check, and the stage counters each block carries (fanout/runner.py Chain, RunStats).
+each an actor pool sized by its config section -> parquet parts written by Ray's write tasks, or the blocks
+streamed back to the caller: `run`), its fit check, and the stage counters each block carries
+(fanout/runner.py Chain, RunStats).
 
 Functions over a `RayRunner` (fanout/ray_runner.py holds the Ray session and is the one module that imports
 Ray; these reach `ray.data` through `runner.ray_data()`).
@@ -8,16 +9,18 @@ Ray; these reach `ray.data` through `runner.ray_data()`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow as pa
 
 from fanout.config import Config
 from fanout.node_paths import IO_CPUS, check_paths, pool_nodes
-from fanout.runner import Chain, Run, RunStats, Source, StageSpec, fuse_specs, pop_stats
+from fanout.runner import Chain, Parts, Run, RunStats, Source, StageSpec, fuse_specs, pop_stats
 
 if TYPE_CHECKING:
     from fanout.ray_runner import RayRunner
@@ -62,11 +65,11 @@ def map_opts(runner: RayRunner, spec: StageSpec) -> dict[str, Any]:
 
 def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-            rows: int = 0, block_rows: int = 0) -> Any:
+            rows: int = 0, block_rows: int = 0, out_dir: str | None = None) -> Any:
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver) -> map_batches per stage (actor
     pools). Lazy: nothing runs until it is written or iterated. Before it is built, every node that may host
-    a pool or a read task is checked for the paths it needs there (`runner.check_paths`; the results come
-    back to the driver, which writes them: no node writes the job's folder).
+    a pool or a read/write task is checked for the paths it needs there (`runner.check_paths`; `out_dir`:
+    where the write tasks will write the parts).
 
     `rows` (the input's row count, when known) splits the read into blocks (`read_blocks`): a todo file holds
     up to 1,024 rows and one block reaches one actor, so without the split a 1,000-row job would keep one
@@ -102,9 +105,9 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     fused = fuse_specs(specs)
     check_fits(runner, fused)
     if runner.cfg.runner.check_paths:
-        check_paths(runner, specs, paths if tables is None else None, None, filesystem)
-    specs = [chained(s) for s in fused]  # every operator a Chain: each reports its stages' counters
-    io_cpus = IO_CPUS  # read tasks must not wait behind the actor pools (ray#44687)
+        check_paths(runner, specs, paths if tables is None else None, out_dir, filesystem)
+    specs = [chained(s) for s in fused]  # every CPU operator a Chain: each reports its stages' counters
+    io_cpus = IO_CPUS  # read/write tasks must not wait behind the actor pools (ray#44687)
     if tables is not None:
         ds = rd.from_arrow(tables)
     else:
@@ -124,8 +127,12 @@ def read_blocks(cfg: Config, specs: list[StageSpec], rows: int, files: int, bloc
 
 
 def chained(spec: StageSpec) -> StageSpec:
-    """A stage as a Chain of one (a fused Chain as it is), with its pool, role and batch size."""
-    if spec.cls is Chain:
+    """A CPU stage as a Chain of one (a fused Chain as it is), with its pool and batch size: every CPU operator
+    reports its stages' seconds and counters. A model stage runs as it is: wrapping it too (a Chain of one, or
+    a counting subclass) cost 15-20% of the 16-actor throughput in bench/scale_curve.py (50-54 queries/s
+    against 59-60, cause not found), so on Ray Data the model stages' own counters are not reported; what
+    they did shows in the rows (`expansion`, the vectors) and in the in-process loop's counters."""
+    if spec.cls is Chain or spec.role:
         return spec
     return StageSpec(Chain, {"stages": [(spec.cls, spec.kwargs)]}, pool=spec.pool, role=spec.role,
                      batch_rows=spec.batch_rows, single=spec.single)
@@ -146,17 +153,70 @@ def _named(spec: StageSpec) -> type:
     return type(name, (Chain,), {"__module__": Chain.__module__, "__qualname__": name})
 
 
-def run(runner: RayRunner, specs: list[StageSpec], source: Source, block_rows: int = 0, progress: bool = False,
-        preserve_order: bool = False, on_rows: Callable[[int], Any] | None = None) -> Run:
-    """ONE Dataset over `source`, its blocks streamed back as they finish (in input order with
-    `preserve_order`); each block's stage counters are taken off it and added to the Run's stats;
-    `on_rows(done)` after each block the caller has taken."""
+class PartsWatcher:
+    """Progress of a Ray Data job that writes parts: a driver thread lists the parts the write tasks have
+    finished every `seconds` and reports the rows in them (their parquet footers: one row per query), so
+    `on_rows(done)` moves per written block while the job runs. Parts present at the start (a resumed job's)
+    are not counted; a part still being written is read on a later pass."""
+
+    def __init__(self, parts: Parts, on_rows: Callable[[int], Any], seconds: float):
+        self.parts, self.on_rows, self.seconds = parts, on_rows, seconds
+        self.seen: dict[str, int] = dict.fromkeys(parts.files(), 0)  # resumed parts: counted elsewhere
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="parts-watcher", daemon=True)
+
+    def poll(self) -> None:
+        import pyarrow.parquet as pq
+
+        for f in self.parts.files():
+            if f in self.seen:
+                continue
+            try:
+                with self.parts.filesystem.open_input_file(f) as fh:
+                    self.seen[f] = pq.read_metadata(fh).num_rows
+            except (OSError, pa.ArrowInvalid):  # not finished yet
+                continue
+        self.on_rows(sum(self.seen.values()))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.seconds):
+            with contextlib.suppress(Exception):  # progress never fails the job
+                self.poll()
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if exc[0] is None:
+            self.poll()
+
+
+def run(runner: RayRunner, specs: list[StageSpec], source: Source, parts: Parts | None = None, block_rows: int = 0,
+        progress: bool = False, preserve_order: bool = False, on_rows: Callable[[int], Any] | None = None) -> Run:
+    """ONE Dataset over `source`. With `parts`, Ray's write tasks write its blocks as parquet parts on the
+    workers (the answered rows never pass through the driver: streaming them back cost 25% of the 16-actor
+    throughput in bench/scale_curve.py) and the Run yields nothing; the stage counters are read back from
+    the new parts. Without, the blocks stream back as they finish (in input order with `preserve_order`) and
+    their counters are taken off them. `on_rows(done)`: per written part / per block taken."""
     ds = dataset(runner, specs, source.files if source.tables is None else None, source.filesystem, progress,
-                 source.tables, preserve_order, rows=source.rows, block_rows=block_rows)
+                 source.tables, preserve_order, rows=source.rows, block_rows=block_rows,
+                 out_dir=parts.directory if parts is not None else None)
 
     def tables(stats: RunStats) -> Iterator[pa.Table]:
-        done = 0
         try:
+            if parts is not None:
+                before = set(parts.files())
+                watch = PartsWatcher(parts, on_rows, runner.cfg.runner.progress_step_s) if on_rows \
+                    else contextlib.nullcontext()
+                with watch:
+                    ds.write_parquet(parts.directory, filesystem=parts.filesystem,
+                                     ray_remote_args={"num_cpus": IO_CPUS})
+                stats.add(parts.stats([f for f in parts.files() if f not in before]))
+                return
+            done = 0
             for t in ds.iter_batches(batch_format="pyarrow", batch_size=None):
                 t, st = pop_stats(t)
                 stats.add(st)

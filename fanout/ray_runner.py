@@ -26,7 +26,7 @@ import pyarrow as pa
 from fanout import ray_data
 from fanout.config import Config
 from fanout.ray_data import placement
-from fanout.runner import Pipeline, Run, Runner, Source, StageSpec, actor_class
+from fanout.runner import Parts, Pipeline, Run, Runner, Source, StageSpec, actor_class
 
 log = logging.getLogger(__name__)
 
@@ -284,14 +284,16 @@ class RayRunner(Runner):
         return ray_data.dataset(self, specs, paths, filesystem, progress, tables, preserve_order, rows,
                                 block_rows=block_rows)
 
-    def run(self, specs: list[StageSpec], source: Source, *, pipeline: Pipeline | None = None,
-            slice_rows: int = 0, block_rows: int = 0, on_rows: Callable[[int], Any] | None = None,
-            progress: bool = False, preserve_order: bool = False) -> Run:
+    def run(self, specs: list[StageSpec], source: Source, *, parts: Parts | None = None,
+            pipeline: Pipeline | None = None, slice_rows: int = 0, block_rows: int = 0,
+            on_rows: Callable[[int], Any] | None = None, progress: bool = False, preserve_order: bool = False
+            ) -> Run:
         """`runner.engine: data`: ONE Ray Data Dataset (ray_data.run; blocks of `block_rows`, runner.block_rows
         when 0); `slices`: the in-process loop with model calls on this runner's actors (Runner.run)."""
         if self.engine != "data":
-            return super().run(specs, source, pipeline=pipeline, slice_rows=slice_rows, on_rows=on_rows)
-        return ray_data.run(self, specs, source, block_rows, progress, preserve_order, on_rows)
+            return super().run(specs, source, parts=parts, pipeline=pipeline, slice_rows=slice_rows,
+                               on_rows=on_rows)
+        return ray_data.run(self, specs, source, parts, block_rows, progress, preserve_order, on_rows)
 
     def kill_actor(self, role: str, index: int = 0) -> None:
         """Kill one actor as a crash would: Ray restarts it and retries its in-flight calls (max_retries)."""

@@ -2,7 +2,8 @@
 
 A pipeline is a list of `StageSpec`s (a callable class over pa.Table plus its constructor kwargs and the
 config section that sizes its pool). A job hands its list and a `Source` to `runner.run(specs, source)`, the
-one executor interface: it returns a `Run`, an iterator over the output tables whose `stats` (a `RunStats`:
+one executor interface (with `parts=`, the output is also written as resumable parquet parts): it returns a
+`Run`, an iterator over the output tables whose `stats` (a `RunStats`:
 per stage the seconds spent inside it and its counters, datatrove's stat_update merged across workers) are
 complete once it is exhausted. Whatever the engine, the caller only consumes tables (writes parts, counts):
 
@@ -11,8 +12,9 @@ complete once it is exhausted. Whatever the engine, the caller only consumes tab
 - `RayRunner.run` with `runner.engine: slices` (fanout/ray_runner.py): the same loop in the driver with model
   calls fanned out to Ray actors (the pre-Ray-Data engine; kept for comparison in bench/scale_curve.py).
 - `RayRunner.run` with `runner.engine: data` (fanout/ray_data.py): ONE Ray Data Dataset: read parquet ->
-  `map_batches` per stage (each an actor pool sized by its config section) -> the blocks streamed back to
-  the caller; each operator's stage counters ride along in a column (`STATS_COLUMN`) and are merged here.
+  `map_batches` per stage (each an actor pool sized by its config section) -> written as parquet `Parts` by
+  Ray's write tasks, or the blocks streamed back to the caller; each operator's stage counters ride along in
+  a column (`STATS_COLUMN`) and are merged in the driver.
 
 Only fanout/ray_runner.py imports Ray; fanout/engines.py (`make_runner`) imports it only when Ray is chosen,
 and fanout/ray_data.py reaches `ray.data` through the runner. `Runner.engine` says which way a job runs.
@@ -166,8 +168,8 @@ def pop_stats(table: pa.Table) -> tuple[pa.Table, RunStats]:
 
 
 class Chain:
-    """The stages one Ray Data actor pool runs (consecutive CPU stages of one pool are fused into one: fewer
-    pools, fewer CPUs held; a model stage is a Chain of one): `stages` is a list of (class, kwargs); each is
+    """The stages one Ray Data CPU actor pool runs (consecutive CPU stages of one pool are fused into one:
+    fewer pools, fewer CPUs held; a lone CPU stage is a Chain of one): `stages` is a list of (class, kwargs); each is
     built once per actor and called in order. Each call times its stages and takes the growth of their
     counters, and hands both on in STATS_COLUMN (row 0), merged with what its input carried: the driver then
     adds up one RunStats per block (`pop_stats`), whichever actors and nodes ran them."""
@@ -177,19 +179,23 @@ class Chain:
         self.names = [cls.__name__ for cls, _ in stages]
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        table, carried = pop_stats(table)
-        mine = RunStats()
-        for name, stage in zip(self.names, self.stages):
-            before = dict(getattr(stage, "stats", {}))
-            t = time.perf_counter()
-            table = stage(table)
-            dt = time.perf_counter() - t
-            mine.add(RunStats.since({name: dt}, {name: dict(getattr(stage, "stats", {}))}, {}, {name: before}))
-        carried.add(mine)
-        if not table.num_rows:  # nothing to carry it (a stage that drops every row): the counters are lost
-            return table
-        col = [carried.to_json()] + [None] * (table.num_rows - 1)
-        return table.append_column(STATS_COLUMN, pa.array(col, pa.string()))
+        return counted_call(table, list(zip(self.names, self.stages)))
+
+
+def counted_call(table: pa.Table, stages: list[tuple[str, Any]]) -> pa.Table:
+    """Run named stages over `table`, timing each and taking the growth of its counters; the result carries
+    them in STATS_COLUMN (row 0), merged with what `table` carried."""
+    table, carried = pop_stats(table)
+    for name, stage in stages:
+        before = dict(getattr(stage, "stats", {}))
+        t = time.perf_counter()
+        table = stage(table)
+        dt = time.perf_counter() - t
+        carried.add(RunStats.since({name: dt}, {name: dict(getattr(stage, "stats", {}))}, {}, {name: before}))
+    if not table.num_rows:  # nothing to carry it (a stage that drops every row): the counters are lost
+        return table
+    col = [carried.to_json()] + [None] * (table.num_rows - 1)
+    return table.append_column(STATS_COLUMN, pa.array(col, pa.string()))
 
 
 def fuse_specs(specs: list[StageSpec]) -> list[StageSpec]:
@@ -292,6 +298,53 @@ class Source:
                     yield t.cast(self.schema) if self.schema is not None else t
 
 
+@dataclass
+class Parts:
+    """Where a run writes its output as parquet parts (a resumable job's state): `directory` on `filesystem`
+    (a pyarrow filesystem). The loop engines write each output table here from the driver (`write`: the
+    `schema`'s columns, named by the table's first `_row`, tmp + rename so a part is whole or absent); Ray
+    Data's write tasks write theirs on the workers, so the answered rows never pass through the driver."""
+
+    filesystem: Any
+    directory: str
+    schema: pa.Schema | None = None
+
+    def files(self) -> list[str]:
+        import pyarrow.fs as pafs
+
+        info = self.filesystem.get_file_info(pafs.FileSelector(self.directory, allow_not_found=True, recursive=True))
+        return sorted(f.path for f in info if f.type == pafs.FileType.File and f.path.endswith(".parquet"))
+
+    def write(self, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        first = table["_row"][0].as_py()
+        if self.schema is not None:
+            table = table.select(self.schema.names).cast(self.schema)
+        tmp = f"{self.directory}/.part-{first:012d}.tmp"
+        try:
+            pq.write_table(table, tmp, filesystem=self.filesystem)
+        except BaseException:  # a full disk: the cut-short part must not keep the space it took
+            try:
+                self.filesystem.delete_file(tmp)
+            except OSError:
+                pass
+            raise
+        self.filesystem.move(tmp, f"{self.directory}/part-{first:012d}.parquet")
+
+    def stats(self, files: list[str]) -> RunStats:
+        """The stage counters Ray Data's operators left in these parts (STATS_COLUMN), merged."""
+        import pyarrow.parquet as pq
+
+        out = RunStats()
+        for f in files:
+            with self.filesystem.open_input_file(f) as fh:
+                pf = pq.ParquetFile(fh)
+                if STATS_COLUMN in pf.schema_arrow.names:
+                    out.add(pop_stats(pf.read(columns=[STATS_COLUMN]))[1])
+        return out
+
+
 class Steps:
     """Progress per row, not per slice: a slice goes through the stages in steps sized to take about `seconds`
     each (one row first, then as many as the measured rate allows), so an `on_rows(done)` callback moves per
@@ -375,13 +428,15 @@ class Runner:
         Pipeline."""
         return Pipeline(specs, self, reuse)
 
-    def run(self, specs: list[StageSpec], source: Source, *, pipeline: Pipeline | None = None,
-            slice_rows: int = 0, block_rows: int = 0, on_rows: Callable[[int], Any] | None = None,
-            progress: bool = False, preserve_order: bool = False) -> Run:
+    def run(self, specs: list[StageSpec], source: Source, *, parts: Parts | None = None,
+            pipeline: Pipeline | None = None, slice_rows: int = 0, block_rows: int = 0,
+            on_rows: Callable[[int], Any] | None = None, progress: bool = False, preserve_order: bool = False
+            ) -> Run:
         """Run `specs` over `source`: one output table per slice of `slice_rows` (runner.slice_rows) input
-        rows, in order. `pipeline`: the built stages to use (a searcher's, sharing its open tables);
-        `on_rows(done)`: called as rows finish, per step of about runner.progress_step_s (Steps), so a slow
-        model's progress moves per row. `block_rows`, `progress`, `preserve_order`: Ray Data's (unused here)."""
+        rows, in order, each also written to `parts` when given. `pipeline`: the built stages to use (a
+        searcher's, sharing its open tables); `on_rows(done)`: called as rows finish, per step of about
+        runner.progress_step_s (Steps), so a slow model's progress moves per row. `block_rows`, `progress`,
+        `preserve_order`: Ray Data's (unused here)."""
         del block_rows, progress, preserve_order
         pipe = pipeline or self.pipeline(specs)
         rows = slice_rows or self.cfg.runner.slice_rows
@@ -395,6 +450,8 @@ class Runner:
                 out = steps.run(pipe, t, lambda k, base=done: on_rows(base + k)) if on_rows else pipe(t)
                 stats.add(RunStats.since(pipe.seconds, pipe.stats(), s0, c0))
                 done += t.num_rows
+                if parts is not None and out.num_rows:
+                    parts.write(out)
                 yield out
         return Run(tables)
 

@@ -2,10 +2,9 @@
 
     check_out -> stage the input (`OUT.parts/input/`: positions, ids, rows as JSON; duplicate ids marked by
     one duckdb pass) -> todo = staged rows whose `_row` no part holds yet -> the search stages, either
-    in-process (a loop over slices) or as ONE Ray Data Dataset (read_parquet -> map_batches per stage -> the
-    blocks streamed back), one `runner.run` either way, each table that comes back written as a part (tmp +
-    rename) -> the parts streamed into OUT in input order (duckdb over a pyarrow dataset) -> `OUT.parts/`
-    removed.
+    in-process (a loop over slices, each written as a part: tmp + rename) or as ONE Ray Data Dataset
+    (read_parquet -> map_batches per stage -> write_parquet parts), one `runner.run(..., parts=)` either way
+    -> the parts streamed into OUT in input order (duckdb over a pyarrow dataset) -> `OUT.parts/` removed.
 
 Resume (kill -9, then the same command): a done-row filter on our own parts, not Ray Data checkpointing
 (README "Resume" says why). A part is one parquet file, complete or unreadable (no footer); unreadable
@@ -29,7 +28,7 @@ import pyarrow.parquet as pq
 
 from fanout.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
 from fanout.db import index_stamp
-from fanout.runner import Source
+from fanout.runner import Parts, Source
 from fanout.schemas import ANSWERS, INPUT_ROWS
 from pipelines.search import Searcher, SearchOptions
 from pipelines.write_explained import write_explained
@@ -157,19 +156,6 @@ def write_todo(fs: pafs.FileSystem, pdir: str) -> tuple[list[str], int]:
     return files, n
 
 
-def _write_part(fs: pafs.FileSystem, rdir: str, answers: pa.Table) -> None:
-    first = answers["_row"][0].as_py()
-    table = answers.select(ANSWERS.names).cast(ANSWERS)
-    tmp = f"{rdir}/.part-{first:012d}.tmp"
-    try:
-        pq.write_table(table, tmp, filesystem=fs)
-    except BaseException:  # a full disk: the cut-short part must not keep the space it took
-        with contextlib.suppress(OSError):
-            fs.delete_file(tmp)
-        raise
-    fs.move(tmp, f"{rdir}/part-{first:012d}.parquet")
-
-
 def job_stats(parts: Any) -> dict[str, Any]:
     """How the answered queries were expanded, counted over the parts (columnar)."""
     import duckdb
@@ -188,8 +174,8 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     """Answer every query of `in_path` into `out_path`; returns counters and stage timings.
 
     The engine follows the searcher's runner (`runner.run`): in-process (or `runner.engine: slices` on Ray)
-    loops over slices in the driver; a Ray runner with `runner.engine: data` runs ONE Ray Data Dataset. Either
-    way the answered tables come back here and are written as parts.
+    loops over slices in the driver; a Ray runner with `runner.engine: data` runs ONE Ray Data Dataset whose
+    write tasks write the parts.
     """
     cfg, runner = searcher.cfg, searcher.runner
     check_out(out_path, in_path, cfg.storage)
@@ -212,17 +198,17 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     timings: dict[str, float] = {}
     counters: dict[str, dict[str, int]] = {}
     if todo:
-        # one interface for every engine: the runner streams the answered tables back, the driver writes each
-        # as a part (tmp + rename: whole or absent) and reports progress per part or per step within one
+        # one interface for every engine: the runner writes the answered rows as parts (the loop from the
+        # driver, whole or absent; Ray Data from its write tasks) and reports progress per step or per part
         source = Source(files, fs, rows=todo, schema=INPUT_ROWS)
         if on_slice:
             on_slice(0, todo)  # off a TTY the reporter's timer starts now (the first step loads the models)
-        run = runner.run(searcher.stages(opts), source, pipeline=searcher.pipeline(opts) if engine != "data"
-                         else None, slice_rows=slice_size, progress=progress and not on_slice,  # one bar
-                         on_rows=(lambda k: on_slice(k, todo)) if on_slice else None)
-        for answers in run:
-            if answers.num_rows:
-                _write_part(fs, rdir, answers)
+        run = runner.run(searcher.stages(opts), source, parts=Parts(fs, rdir, ANSWERS),
+                         pipeline=searcher.pipeline(opts) if engine != "data" else None, slice_rows=slice_size,
+                         progress=progress and not on_slice,  # one bar: ours when someone reports progress
+                         on_rows=(lambda k: on_slice(min(k, todo), todo)) if on_slice else None)
+        for _ in run:
+            pass
         timings, counters = dict(run.stats.seconds), run.stats.counters
     parts = parts_dataset(fs, rdir)
     counts = (write_explained if opts.explain else write_results)(parts, out_path, cfg.storage, index=stamp)

@@ -182,10 +182,10 @@ def test_index_the_worker_cannot_read_fails_at_start_naming_node_and_path(cluste
         shutil.copytree(db, shared)
         check_paths(rr, Searcher(shared, "t", cfg, rr).stages(SearchOptions(n=5)))
 
-        # the output (and so the job's parts folder) on the head's disk only: the read tasks' need (the driver
-        # writes the result parts, so no node is asked to write there)
+        # the output (and so the job's parts folder) on the head's disk only: the read/write tasks' need
         hidden_out = hidden / "answers.parquet"
-        with pytest.raises(RuntimeError, match=r"the job's parts folder .*/todo' must be readable on node") as e:
+        with pytest.raises(RuntimeError, match="the job's parts folder .* must be readable and writable on node"
+                           ) as e:
             run_batch(q, hidden_out, Searcher(shared, "t", cfg, rr), SearchOptions(n=5))
         assert f"{node}, but there: no such folder" in str(e.value) and "--out s3://" in str(e.value)
         assert str(e.value).count(" on node ") == 1

@@ -80,9 +80,10 @@ def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, r
     b = run_batch(q, tmp_path / "ray.jsonl", Searcher(fake_db, "t", fake_cfg, ray_runner), opts,
                   on_slice=lambda done, total: seen.append((done, total)))
     assert a["engine"] == "loop" and b["engine"] == "data"
-    # every stage has its own timing, measured in the actors and carried back with the blocks (RunStats)
+    # every CPU stage has its own timing, measured in the actors and carried back in the parts (RunStats); the
+    # model stages run unwrapped on Ray Data (fanout/ray_data.py chained says why)
     timed = b["timings"]
-    assert set(timed) == set(a["timings"]) and timed["Retrieve"] > 0 and "WriteCaches" in timed, timed
+    assert set(timed) == set(a["timings"]) - {"EmbedVariants"} and timed["Retrieve"] > 0, timed
     assert seen[0] == (0, 302) and seen[-1] == (302, 302) and seen == sorted(seen)
     assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
     assert a["errors"] == b["errors"] == 3 and a["queries"] == b["queries"] == 302
@@ -111,14 +112,14 @@ def test_every_model_stage_on_ray_data_equals_in_process(tmp_path, fake_db, fake
         a = run_batch(q, tmp_path / "inproc.jsonl", Searcher(fake_db, "t", cfg, r), opts)
     b = run_batch(q, tmp_path / "ray.jsonl", Searcher(fake_db, "t", cfg, ray_runner), opts)
     assert b["engine"] == "data" and a["expansion"].get("model", 0) > 0
-    assert {"ExpandQueries", "RerankCandidates"} <= set(b["timings"]), b["timings"]
+    assert {"LookupExpansions", "LookupRerank"} <= set(b["timings"]), b["timings"]
     assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
     assert a["expansion"] == b["expansion"] and a["queries"] == b["queries"] == 42
-    # the stages' counters, summed over every Ray Data actor, are the in-process loop's (but the texts embedded:
-    # EmbedVariants embeds a text once per batch, and the two engines cut the input into other batches)
-    emb_a, emb_b = a["stages"].pop("EmbedVariants"), b["stages"].pop("EmbedVariants")
-    assert b["stages"] == a["stages"], (a["stages"], b["stages"])
-    assert 0 < emb_b["embedded"] <= a["stages"]["LookupVectors"]["texts"] and 0 < emb_a["embedded"]
+    # the CPU stages' counters, summed over every Ray Data actor (carried in the parts), are the in-process
+    # loop's; the model stages' own are reported in-process only (fanout/ray_data.py chained says why)
+    model = {"ExpandQueries", "EmbedVariants", "RerankCandidates"}
+    assert b["stages"] == {k: v for k, v in a["stages"].items() if k not in model}, (a["stages"], b["stages"])
+    assert a["stages"]["ExpandQueries"]["model"] == a["expansion"]["model"] > 0
 
 
 def _fanout_ray_dirs() -> set[str]:
