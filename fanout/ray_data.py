@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from fanout.config import Config
 from fanout.node_paths import IO_CPUS, check_paths, pool_nodes
-from fanout.runner import Chain, Parts, Run, RunStats, Source, StageSpec, fuse_specs, pop_stats
+from fanout.runner import Chain, StageSpec, fuse_specs
+from fanout.runs import Parts, Run, RunStats, Source, pop_stats
 
 if TYPE_CHECKING:
     from fanout.ray_runner import RayRunner

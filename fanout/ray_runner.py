@@ -26,7 +26,8 @@ import pyarrow as pa
 from fanout import ray_data
 from fanout.config import Config
 from fanout.ray_data import placement
-from fanout.runner import Parts, Pipeline, Run, Runner, Source, StageSpec, actor_class
+from fanout.runner import Pipeline, Runner, StageSpec, actor_class
+from fanout.runs import Parts, Run, Source
 
 log = logging.getLogger(__name__)
 

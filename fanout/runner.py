@@ -3,9 +3,9 @@
 A pipeline is a list of `StageSpec`s (a callable class over pa.Table plus its constructor kwargs and the
 config section that sizes its pool). A job hands its list and a `Source` to `runner.run(specs, source)`, the
 one executor interface (with `parts=`, the output is also written as resumable parquet parts): it returns a
-`Run`, an iterator over the output tables whose `stats` (a `RunStats`:
-per stage the seconds spent inside it and its counters, datatrove's stat_update merged across workers) are
-complete once it is exhausted. Whatever the engine, the caller only consumes tables (writes parts, counts):
+`Run`, an iterator over the output tables whose `stats` (a `RunStats`: per stage the seconds spent inside it
+and its counters, datatrove's stat_update merged across workers) are complete once it is exhausted
+(fanout/runs.py). Whatever the engine, the caller only consumes tables (writes parts, counts):
 
 - `Runner.run`: the in-process loop over `Runner.pipeline(specs)` (single queries, MCP, tests, small batches);
   model stages call `runner.map(role, table)` on actors held by the runner (one instance per role).
@@ -22,7 +22,6 @@ and fanout/ray_data.py reaches `ray.data` through the runner. `Runner.engine` sa
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ from typing import Any, Self
 import pyarrow as pa
 
 from fanout.config import Config
+from fanout.runs import Parts, Run, RunStats, Source, Steps, counted_call
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +72,16 @@ def actor_class(role: str, backend: str = "llama") -> type:
 def model_identity(cfg: Config, role: str, provision: bool = True) -> tuple[str, str]:
     """(file name, sha256) of a role's model, without loading it; the fake backend names itself.
 
-    `provision=False`: never download or assemble a missing model (ModelError instead).
+    `provision=False`: never download or assemble a missing model: a recipe the manifest pins is identified
+    without its file (`pinned_identity`), anything else must be present (ModelError instead).
     """
     if cfg.models.backend == "fake":
         dim = f"-dim{cfg.fake.dim}" if role == "embedder" else ""
         return f"fake-{role}", f"fake-{role}-v1{dim}"
-    from fanout.models import file_sha256, resolve_model
+    from fanout.models import file_sha256, pinned_identity, resolve_model
 
+    if not provision and (pin := pinned_identity(getattr(cfg.models, role))):
+        return pin
     path = resolve_model(getattr(cfg.models, role), Path(cfg.models.cache_dir) if cfg.models.cache_dir else None,
                          provision=provision)
     return path.name, file_sha256(path)
@@ -88,6 +91,20 @@ def model_id(cfg: Config, role: str, provision: bool = True) -> str:
     """Cache identity of a role's model: file name and hash prefix (no model load)."""
     name, sha = model_identity(cfg, role, provision)
     return f"{name}@{sha[:16]}"
+
+
+def model_key(cfg: Config, role: str, required: bool = True) -> str | None:
+    """A role's cache identity for a stage that only looks its cache up: from the manifest's pin when it
+    has one (no model file on this node), else from the file, provisioned only when `required` (the job
+    runs the model anyway); None when the file is absent and not required."""
+    from fanout.models import ModelError
+
+    try:
+        return model_id(cfg, role, provision=False)
+    except ModelError:
+        if not required:
+            return None
+        return model_id(cfg, role)
 
 
 def _batches(table: pa.Table, size: int) -> list[pa.Table]:
@@ -118,55 +135,6 @@ class StageSpec:
         return self.cls.__name__
 
 
-STATS_COLUMN = "_stage_stats"  # a Ray Data block's stage counters (JSON RunStats) on some rows, null on the rest
-
-
-@dataclass
-class RunStats:
-    """What a run's stages report, as data: per stage the seconds spent inside it and its counters (each
-    stage's `stats` dict), summed over every batch and every worker (datatrove's stat_update, merged)."""
-
-    seconds: dict[str, float] = field(default_factory=dict)
-    counters: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def add(self, other: RunStats) -> None:
-        for k, v in other.seconds.items():
-            self.seconds[k] = self.seconds.get(k, 0.0) + v
-        for name, c in other.counters.items():
-            mine = self.counters.setdefault(name, {})
-            for k, v in c.items():
-                mine[k] = mine.get(k, 0) + v
-
-    def to_json(self) -> str:
-        return json.dumps({"seconds": self.seconds, "counters": self.counters})
-
-    @classmethod
-    def from_json(cls, text: str) -> RunStats:
-        d = json.loads(text)
-        return cls(dict(d.get("seconds", {})), {k: dict(v) for k, v in d.get("counters", {}).items()})
-
-    @classmethod
-    def since(cls, seconds: dict[str, float], counters: dict[str, dict[str, Any]], seconds0: dict[str, float],
-              counters0: dict[str, dict[str, Any]]) -> RunStats:
-        """The difference between two snapshots of cumulative timers and counters (numbers only)."""
-        out = cls({k: v - seconds0.get(k, 0.0) for k, v in seconds.items()})
-        for name, c in counters.items():
-            before = counters0.get(name, {})
-            out.counters[name] = {k: v - before.get(k, 0) for k, v in c.items()
-                                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return out
-
-
-def pop_stats(table: pa.Table) -> tuple[pa.Table, RunStats]:
-    """`table` without its STATS_COLUMN, and the RunStats its rows carried (empty when it has none)."""
-    out = RunStats()
-    if STATS_COLUMN not in table.column_names:
-        return table, out
-    for text in table.column(STATS_COLUMN).drop_null().to_pylist():
-        out.add(RunStats.from_json(text))
-    return table.drop_columns([STATS_COLUMN]), out
-
-
 class Chain:
     """The stages one Ray Data CPU actor pool runs (consecutive CPU stages of one pool are fused into one:
     fewer pools, fewer CPUs held; a lone CPU stage is a Chain of one): `stages` is a list of (class, kwargs); each is
@@ -180,22 +148,6 @@ class Chain:
 
     def __call__(self, table: pa.Table) -> pa.Table:
         return counted_call(table, list(zip(self.names, self.stages)))
-
-
-def counted_call(table: pa.Table, stages: list[tuple[str, Any]]) -> pa.Table:
-    """Run named stages over `table`, timing each and taking the growth of its counters; the result carries
-    them in STATS_COLUMN (row 0), merged with what `table` carried."""
-    table, carried = pop_stats(table)
-    for name, stage in stages:
-        before = dict(getattr(stage, "stats", {}))
-        t = time.perf_counter()
-        table = stage(table)
-        dt = time.perf_counter() - t
-        carried.add(RunStats.since({name: dt}, {name: dict(getattr(stage, "stats", {}))}, {}, {name: before}))
-    if not table.num_rows:  # nothing to carry it (a stage that drops every row): the counters are lost
-        return table
-    col = [carried.to_json()] + [None] * (table.num_rows - 1)
-    return table.append_column(STATS_COLUMN, pa.array(col, pa.string()))
 
 
 def fuse_specs(specs: list[StageSpec]) -> list[StageSpec]:
@@ -269,113 +221,6 @@ class Pipeline:
     def run(self, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
         for t in tables:
             yield self(t)
-
-
-@dataclass
-class Source:
-    """What a run reads: parquet `files` (on `filesystem`; `rows` in all when known; each table cast to
-    `schema` when given) or `tables` the driver holds."""
-
-    files: list[str] = field(default_factory=list)
-    filesystem: Any = None
-    rows: int = 0
-    schema: pa.Schema | None = None
-    tables: list[pa.Table] | None = None
-
-    def read(self, rows: int) -> Iterator[pa.Table]:
-        """The input as tables of at most `rows` rows (a held table is sliced; a file is read in batches)."""
-        import pyarrow.parquet as pq
-
-        if self.tables is not None:
-            for t in self.tables:
-                for i in range(0, t.num_rows, rows):
-                    yield t.slice(i, rows)
-            return
-        for f in self.files:
-            with (self.filesystem.open_input_file(f) if self.filesystem else open(f, "rb")) as fh:
-                for b in pq.ParquetFile(fh).iter_batches(batch_size=rows):
-                    t = pa.Table.from_batches([b])
-                    yield t.cast(self.schema) if self.schema is not None else t
-
-
-@dataclass
-class Parts:
-    """Where a run writes its output as parquet parts (a resumable job's state): `directory` on `filesystem`
-    (a pyarrow filesystem). The loop engines write each output table here from the driver (`write`: the
-    `schema`'s columns, named by the table's first `_row`, tmp + rename so a part is whole or absent); Ray
-    Data's write tasks write theirs on the workers, so the answered rows never pass through the driver."""
-
-    filesystem: Any
-    directory: str
-    schema: pa.Schema | None = None
-
-    def files(self) -> list[str]:
-        import pyarrow.fs as pafs
-
-        info = self.filesystem.get_file_info(pafs.FileSelector(self.directory, allow_not_found=True, recursive=True))
-        return sorted(f.path for f in info if f.type == pafs.FileType.File and f.path.endswith(".parquet"))
-
-    def write(self, table: pa.Table) -> None:
-        import pyarrow.parquet as pq
-
-        first = table["_row"][0].as_py()
-        if self.schema is not None:
-            table = table.select(self.schema.names).cast(self.schema)
-        tmp = f"{self.directory}/.part-{first:012d}.tmp"
-        try:
-            pq.write_table(table, tmp, filesystem=self.filesystem)
-        except BaseException:  # a full disk: the cut-short part must not keep the space it took
-            try:
-                self.filesystem.delete_file(tmp)
-            except OSError:
-                pass
-            raise
-        self.filesystem.move(tmp, f"{self.directory}/part-{first:012d}.parquet")
-
-    def stats(self, files: list[str]) -> RunStats:
-        """The stage counters Ray Data's operators left in these parts (STATS_COLUMN), merged."""
-        import pyarrow.parquet as pq
-
-        out = RunStats()
-        for f in files:
-            with self.filesystem.open_input_file(f) as fh:
-                pf = pq.ParquetFile(fh)
-                if STATS_COLUMN in pf.schema_arrow.names:
-                    out.add(pop_stats(pf.read(columns=[STATS_COLUMN]))[1])
-        return out
-
-
-class Steps:
-    """Progress per row, not per slice: a slice goes through the stages in steps sized to take about `seconds`
-    each (one row first, then as many as the measured rate allows), so an `on_rows(done)` callback moves per
-    query when queries are slow (a local LLM's seconds each) and per step when they are fast."""
-
-    def __init__(self, seconds: float):
-        self.seconds, self.rate = seconds, 0.0  # rate: rows per second, measured
-
-    def run(self, pipe: Callable[[pa.Table], pa.Table], table: pa.Table, on_rows: Callable[[int], Any]) -> pa.Table:
-        out, i = [], 0
-        while i < table.num_rows:
-            k = max(1, int(self.rate * self.seconds)) if self.rate else 1
-            t = time.perf_counter()
-            out.append(pipe(table.slice(i, k)))
-            k = min(k, table.num_rows - i)
-            self.rate = k / max(time.perf_counter() - t, 1e-6)
-            i += k
-            on_rows(i)
-        return pa.concat_tables(out, promote_options="permissive") if out else pipe(table)
-
-
-class Run:
-    """One run of a stage list: iterate it for the output tables (in input order on the loop engines, as
-    blocks finish on Ray Data); `stats` (RunStats) is complete once it is exhausted."""
-
-    def __init__(self, tables: Callable[[RunStats], Iterator[pa.Table]]):
-        self.stats = RunStats()
-        self._it = tables(self.stats)
-
-    def __iter__(self) -> Iterator[pa.Table]:
-        return self._it
 
 
 class Runner:

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from fanout.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
 from fanout.db import index_stamp
-from fanout.runner import Parts, Source
+from fanout.runs import Parts, Source
 from fanout.schemas import ANSWERS, INPUT_ROWS
 from pipelines.search import Searcher, SearchOptions
 from pipelines.write_explained import write_explained

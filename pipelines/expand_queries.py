@@ -25,8 +25,7 @@ from fanout.agent_fields import count_languages, language_code
 from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
 from fanout.db import Collection
-from fanout.models import ModelError
-from fanout.runner import Runner, model_id
+from fanout.runner import Runner, model_key
 from fanout.schemas import VARIANT, set_column
 from fanout.text import detect_lang
 from pipelines.lanes import fetch_chunks, fts_page_lists
@@ -36,17 +35,6 @@ log = logging.getLogger(__name__)
 SOURCES = ("agent", "probe_skip", "cache", "model", "fallback", "none")
 # what LookupExpansions hands the model stage for a query left to generate (null on every other row)
 PROMPT_COLUMNS = {"_kb_lang": pa.string(), "_titles": pa.list_(pa.string()), "_grounding": pa.list_(pa.string())}
-
-
-def expander_model(cfg: Config, generate: bool) -> str | None:
-    """The expander's cache identity; None when its file is absent and nothing may be generated (then no
-    cached expansion of it can be checked either)."""
-    try:
-        return model_id(cfg, "expander", provision=generate)
-    except ModelError:
-        if generate:
-            raise
-        return None
 
 
 def expand_context(col: Collection, cfg: Config) -> tuple[str | None, list[str]]:
@@ -94,10 +82,9 @@ class LookupExpansions:
     `expansion` null and its prompt columns (PROMPT_COLUMNS) when `generate`: ExpandQueries, the model stage
     after this one, fills it in; without `generate` it keeps only the original (`none`)."""
 
-    def __init__(self, cfg: Config, db: str, collection: str, generate: bool = False,
-                 expander_model: str | None = None):
-        """`expander_model`: the expander's cache identity as the driver resolved it ("" = no model file; the
-        compositions pass it, so a CPU node never needs the model); resolved here on first use when None."""
+    def __init__(self, cfg: Config, db: str, collection: str, generate: bool = False, model: str | None = None):
+        """`model`: the expander's cache identity as the driver resolved it ("": none, no cached expansion can
+        be checked; the compositions pass it, so a CPU node never needs the model); resolved here when None."""
         self.cfg = cfg
         self.generate = generate
         self.kinds = set(cfg.expand.use_kinds)  # the cache keeps every line; only these are searched
@@ -105,14 +92,8 @@ class LookupExpansions:
         self.col = Collection(db, collection, cfg)
         self.caches = Caches(self.col, "", cfg.models.embed_prompt, memory_rows=cfg.cache.memory_rows) \
             if cfg.cache.enabled else None
-        self._model = expander_model
+        self.model = (model_key(cfg, "expander", generate) if model is None else model) or None
         self.stats: dict[str, int] = {k: 0 for k in SOURCES if k not in ("model", "fallback")} | {"to_model": 0}
-
-    @property
-    def model(self) -> str | None:
-        if self._model is None:
-            self._model = expander_model(self.cfg, self.generate) or ""
-        return self._model or None
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.select([c for c in ("qid", "query", "intent", "variants", "error") if c in batch.column_names]
@@ -187,7 +168,7 @@ class ExpandQueries:
         self.cfg = cfg
         self.kinds = set(cfg.expand.use_kinds)
         self.version = prompt_key(cfg.expand)
-        self.model = expander_model(cfg, True)
+        self.model = model_key(cfg, "expander")
         self.runner = runner or Runner(cfg)
         self.stats: dict[str, int] = {"model": 0, "fallback": 0}
 

@@ -27,11 +27,12 @@ import pyarrow.compute as pc
 from fanout import storage
 from fanout.batch_io import filesystem
 from fanout.config import Config
-from fanout.runner import Runner, Source, StageSpec, model_identity
+from fanout.runner import Runner, StageSpec, model_identity, model_key
+from fanout.runs import Source
 from fanout.schemas import INPUT_ROWS
 from pipelines.batch import stage_input, write_todo
 from pipelines.clean_fields import CleanFields
-from pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions, expander_model
+from pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions
 from pipelines.parse_queries import ParseQueries
 from pipelines.retrieve_variants import EmbedVariants, LookupVectors
 from pipelines.write_caches import writer_spec
@@ -56,7 +57,7 @@ def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
     return [
         StageSpec(ParseQueries, {"cfg": cfg}),
         # the cache and the prompt's inputs, in the CPU pool; the expander's identity resolved in the driver
-        StageSpec(LookupExpansions, {**ix, "generate": True, "expander_model": expander_model(cfg, True)}),
+        StageSpec(LookupExpansions, {**ix, "generate": True, "model": model_key(cfg, "expander")}),
         StageSpec(ExpandQueries, {"cfg": cfg}, pool="expander", role="expander"),
         # the vectors a search will look up are those of the variants as field hygiene leaves them
         *([StageSpec(CleanFields, ix)] if cfg.clean.enabled and cfg.expand.precompute_vectors else []),

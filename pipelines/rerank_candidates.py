@@ -19,7 +19,7 @@ import pyarrow as pa
 from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
 from fanout.db import Collection
-from fanout.runner import Runner, model_id
+from fanout.runner import Runner, model_key
 from fanout.schemas import CANDIDATE, set_column
 from pipelines.passages import best_passage, query_keys, snippet  # noqa: F401  (re-exported)
 
@@ -60,13 +60,13 @@ class LookupRerank:
     `_rerank` (null: not cached). Read here, so the reranker's pool holds only the model (no index, no
     lancedb); RerankCandidates then scores only the pairs still null."""
 
-    def __init__(self, cfg: Config, db: str, collection: str, rerank_model: str | None = None):
-        """`rerank_model`: the reranker's cache identity as the driver resolved it (the compositions pass it, so
-        a CPU node never needs the model file); resolved here when None."""
+    def __init__(self, cfg: Config, db: str, collection: str, model: str | None = None):
+        """`model`: the reranker's cache identity as the driver resolved it (the compositions pass it, so a CPU
+        node never needs the model file); resolved here when None."""
         self.cfg = cfg
         self.caches = Caches(Collection(db, collection, cfg), "", cfg.models.embed_prompt,
                              memory_rows=cfg.cache.memory_rows) if cfg.cache.enabled else None
-        self.model = (rerank_model or model_id(cfg, "reranker")) if self.caches else None
+        self.model = (model or model_key(cfg, "reranker")) if self.caches else None
         self.stats: dict[str, int] = {"pairs": 0, "cached": 0}
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -94,7 +94,7 @@ class RerankCandidates:
     def __init__(self, cfg: Config, runner: Runner | None = None):
         self.cfg = cfg
         self.runner = runner or Runner(cfg)
-        self.model = model_id(cfg, "reranker")
+        self.model = model_key(cfg, "reranker")
         self.stats: dict[str, int] = {"scored": 0}
 
     def __call__(self, batch: pa.Table) -> pa.Table:

@@ -26,10 +26,10 @@ from fanout.batch_io import rows_table
 from fanout.config import Config
 from fanout.db import Collection
 from fanout.integrity import IndexStateError
-from fanout.runner import Pipeline, Runner, StageSpec, model_id, model_identity
+from fanout.runner import Pipeline, Runner, StageSpec, model_identity, model_key
 from fanout.schemas import ERRORS, RESULTS, VARIANTS
 from pipelines.clean_fields import CleanFields
-from pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions, expander_model
+from pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions
 from pipelines.format_results import FormatResults
 from pipelines.parse_queries import ParseQueries
 from pipelines.probe_bm25 import ProbeBM25
@@ -77,7 +77,7 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         StageSpec(ParseQueries, {"cfg": cfg, "filter": opts.filter}),
         StageSpec(ProbeBM25, ix),
         # model identities (cache keys) are resolved here, in the driver, so a CPU node never needs a model file
-        StageSpec(LookupExpansions, {**ix, "generate": expand, "expander_model": expander_model(cfg, expand) or ""}),
+        StageSpec(LookupExpansions, {**ix, "generate": expand, "model": model_key(cfg, "expander", expand) or ""}),
     ]
     if expand:  # generate the expansions the cache misses: the only stage that needs the expander
         specs.append(StageSpec(ExpandQueries, {"cfg": cfg}, pool="expander", role="expander"))
@@ -95,7 +95,7 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         StageSpec(Retrieve, {**ix, "keep": keep, "rerank": rerank, "explain": opts.explain}),
     ]
     if rerank:
-        specs += [StageSpec(LookupRerank, {**ix, "rerank_model": model_id(cfg, "reranker")}),
+        specs += [StageSpec(LookupRerank, {**ix, "model": model_key(cfg, "reranker")}),
                   StageSpec(RerankCandidates, {"cfg": cfg}, pool="reranker", role="reranker")]
     specs += [
         StageSpec(FormatResults, {"n": opts.n, "min_score": opts.min_score, "explain": opts.explain}),

