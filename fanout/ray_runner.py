@@ -344,10 +344,11 @@ def _reload_auth_settings() -> None:
 def local_cpus(cfg: Config) -> float:
     """Logical CPUs a private local Ray advertises: this machine's cores, or what every configured pool
     asks for together (all model roles + four retrieval pools, one before and after each model stage of a
-    search with expansion and rerank on, + the writer + read/write tasks), whichever is more. Ray's CPUs are a reservation count, not a limit: on one machine the pools share the cores anyway
-    and each model's `n_threads` decides its real use, so a 2-core box must not refuse a pipeline whose
-    pools ask 2.25 (embedder 1 + expander .5 + reranker .5 + ...). A cluster (ray_address) keeps what its
-    nodes advertise, and check_fits still fails fast there."""
+    search with expansion and rerank on, + the writer + read/write tasks), whichever is more. Ray's CPUs are
+    a reservation count, not a limit: on one machine the pools share the cores anyway and each model's
+    `n_threads` decides its real use, so a 2-core box must not refuse a pipeline whose pools ask 3.2
+    (embedder 1 + expander .5 + reranker .5 + ...). A cluster (ray_address) keeps what its nodes advertise,
+    and check_fits still fails fast there."""
     roles = ("embedder", "expander", "reranker")
     want = sum(getattr(cfg, r).count * getattr(cfg, r).num_cpus for r in roles)
     want += 4 * cfg.retriever.count * cfg.retriever.num_cpus + cfg.writer.num_cpus + 0.2
