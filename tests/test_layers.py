@@ -120,3 +120,19 @@ def test_a_model_stage_holds_no_index():
             "print(sorted(m for m in ('lancedb', 'pandas', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_lancedb_import_defers_the_namespace_client():
+    """`import fanout` first (as every fanout process does) leaves the REST namespace client's API modules
+    unimported by `import lancedb` (fanout/imports.py), and they still load when asked for."""
+    import subprocess
+    import sys
+    import tempfile
+
+    code = ("import sys, fanout, lancedb; db = lancedb.connect(sys.argv[1]); db.create_table('t', [{'a': 1}]); "
+            "print('lance_namespace_urllib3_client.api' in sys.modules, db.open_table('t').count_rows()); "
+            "from lance_namespace_urllib3_client import ApiClient; "
+            "print('lance_namespace_urllib3_client.api' in sys.modules, ApiClient.__name__)")
+    with tempfile.TemporaryDirectory() as d:
+        out = subprocess.run([sys.executable, "-c", code, d], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "1", "True", "ApiClient"], out.stdout + out.stderr
