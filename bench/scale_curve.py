@@ -80,7 +80,7 @@ def _job(engine: str, rows: list[dict], cfg, db: str, work: Path, name: str, rr)
     return time.perf_counter() - t0, cpu_s() - c0, st
 
 
-def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed: int) -> dict:
+def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed: int, label: str = "") -> dict:
     """One engine at one actor count, three jobs in one runner: a 1-query warm-up (a driver's first job
     also starts Ray Data's own actors), the n-query job, then a 1-query job again: its wall and driver CPU
     are the fixed cost every job pays (pools starting, planning, teardown), subtracted from the n-query
@@ -94,7 +94,7 @@ def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed
         wall, cpu, _ = _job(engine, queries(n, seed), ecfg, db, work, f"{engine}-{actors}-n", rr)
         w1, c1, _ = _job(engine, queries(1, seed + 2000), ecfg, db, work, f"{engine}-{actors}-one", rr)
     net = max(wall - w1, 1e-9)
-    return {"engine": engine, "actors": actors, "queries": n, "wall_s": wall, "fixed_s": w1, "qps": n / wall,
+    return {"engine": label or engine, "actors": actors, "queries": n, "wall_s": wall, "fixed_s": w1, "qps": n / wall,
             "net_qps": n / net, "driver_cpu_per_1k": 1000 * max(cpu - c1, 0.0) / n}
 
 
@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sleep", type=float, default=0.05, help="fake embedder seconds per text")  # 16 actors:
     # 107 queries/s ideal, whose CPU stages (~5 ms CPU/query here) need about half of one of the 2 cores
     ap.add_argument("--engines", default="slices,data")
+    ap.add_argument("--model-blocks-per-actor", default="", help="data engine: runner.model_blocks_per_actor values to run "
+                    "side by side, e.g. 0,8 (default: the config's)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -126,9 +128,14 @@ def main(argv: list[str] | None = None) -> int:
         cluster = LoopbackCluster(head_cpus=2, worker_cpus=max(4, 0.1 * max(counts) + 1),
                                   worker_resources={"models": 1000}, object_store_mb=256).start()
         cfg = cfg.replace(runner={"ray_address": cluster.address})
+        variants = [(e, None) for e in args.engines.split(",") if e != "data" or not args.model_blocks_per_actor]
+        if "data" in args.engines.split(",") and args.model_blocks_per_actor:
+            variants += [("data", int(v)) for v in args.model_blocks_per_actor.split(",")]
         for actors in counts:
-            for engine in args.engines.split(","):
-                rows.append(run(engine, actors, cfg, db, work, args.per_actor, seed=actors))
+            for engine, mbr in variants:
+                vcfg = cfg if mbr is None else cfg.replace(runner={"model_blocks_per_actor": mbr})
+                rows.append(run(engine, actors, vcfg, db, work, args.per_actor, seed=actors,
+                                label="" if mbr is None else f"data, model_blocks_per_actor {mbr}"))
                 r = rows[-1]
                 print(f"  {engine:6} {actors:2} actors: {r['queries']} queries in {r['wall_s']:.1f}s (fixed {r['fixed_s']:.1f}s)", flush=True)
     finally:

@@ -430,6 +430,13 @@ class RunnerConfig:
     # query 6.85 ms at 256, 8.88 at 64, 10.72 at 32 (the old block: one retriever batch); 512 and 1,024 were
     # within that bench's noise of 256 (6.5-15 ms) and give fewer blocks to spread over actors
     block_rows: int = 256
+    # before each model pool the blocks are cut (a streaming repartition) so that each of its actors gets
+    # about this many (0 = keep the read blocks; never larger than them): a pool of N actors given the read's
+    # 2N blocks spread them 1-4 per actor, so a 16-actor job waited on its busiest actor. bench/scale_curve.py,
+    # 16 fake embedders, 1,920 queries: rows per actor 64-224 -> 112-136, 53.6 -> 70.7 queries/s (README
+    # "Scale-out"). Small blocks cost CPU per block (query_cost: 16-row blocks everywhere +3 ms a query), so
+    # they are cut only as fine as the actor count needs; a 1-actor pool keeps the read blocks
+    model_blocks_per_actor: int = 8
     # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
     # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)
     progress_step_s: float = 1.0
@@ -445,4 +452,6 @@ class RunnerConfig:
         _check(self.local_ray_min_cores >= 1, f"runner.local_ray_min_cores must be >= 1, got {self.local_ray_min_cores}")
         _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
         _check(self.block_rows >= 1, f"runner.block_rows must be >= 1, got {self.block_rows}")
+        _check(self.model_blocks_per_actor >= 0,
+               f"runner.model_blocks_per_actor must be >= 0 (0 = off), got {self.model_blocks_per_actor}")
         _check(self.progress_step_s > 0, f"runner.progress_step_s must be > 0, got {self.progress_step_s}")

@@ -109,14 +109,30 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
         check_paths(runner, specs, paths if tables is None else None, out_dir, filesystem)
     specs = [chained(s) for s in fused]  # every CPU operator a Chain: each reports its stages' counters
     io_cpus = IO_CPUS  # read/write tasks must not wait behind the actor pools (ray#44687)
+    blocks = None
     if tables is not None:
         ds = rd.from_arrow(tables)
     else:
         blocks = read_blocks(runner.cfg, specs, rows, len(paths), block_rows) if rows else None
         ds = rd.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus, override_num_blocks=blocks)
+    read_rows = -(-rows // blocks) if rows and blocks else 0  # rows per read block
     for spec in specs:
+        if cut := model_block_rows(runner.cfg, spec, rows, read_rows):  # a model pool: blocks spread evenly
+            ds = ds.repartition(target_num_rows_per_block=cut)
         ds = ds.map_batches(_named(spec), **map_opts(runner, spec))
     return ds
+
+
+def model_block_rows(cfg: Config, spec: StageSpec, rows: int, read_rows: int) -> int:
+    """Rows per block to cut the input of model stage `spec` into (`runner.model_blocks_per_actor` blocks per
+    actor of its pool), 0 when the read blocks are already that small, the stage is not a model stage, or the
+    row count is unknown."""
+    per_actor = cfg.runner.model_blocks_per_actor
+    if not spec.role or not per_actor or not rows or not read_rows:
+        return 0
+    actors = 1 if spec.single else getattr(cfg, spec.pool).count
+    cut = max(1, -(-rows // (actors * per_actor)))
+    return cut if cut < read_rows else 0
 
 
 def read_blocks(cfg: Config, specs: list[StageSpec], rows: int, files: int, block_rows: int = 0) -> int:
