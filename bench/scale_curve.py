@@ -7,8 +7,8 @@ latency, not by this machine's 2 cores: each query carries a rephrasing and an e
 embed), caches are off (every run embeds everything), and the number of queries grows with the actors
 (`--per-actor` each) so every run does the same work per actor. Each run first answers a 1-query job in the
 same runner (a warm-up), then the n queries, then 1 query again: every job pays a fixed cost (pools
-starting, planning, teardown: ~20-40 s per job on a 2-core Zen1, mostly each actor process importing
-lancedb), which the last 1-query job measures; the table prints the raw rate and the rate net of that
+starting, planning, teardown: 16-19 s for a 16-actor job on 2 cores in 2026-12, mostly each actor process
+starting Python and importing Ray Data), which the last 1-query job measures; the table prints the raw rate and the rate net of that
 cost, with the driver CPU per query net of it; scaling is judged on the net figures. Every query's three
 texts are unique (no dedupe inside a batch), so the ideal rate per actor is 1 / (3 x sleep). Both engines run on the same cluster in the
 same invocation, interleaved per actor count:
