@@ -433,9 +433,10 @@ class RunnerConfig:
     # before each model pool the blocks are cut (a streaming repartition) so that each of its actors gets
     # about this many (0 = keep the read blocks; never larger than them): a pool of N actors given the read's
     # 2N blocks spread them 1-4 per actor, so a 16-actor job waited on its busiest actor. bench/scale_curve.py,
-    # 16 fake embedders, 1,920 queries: rows per actor 64-224 -> 112-136, 53.6 -> 70.7 queries/s (README
-    # "Scale-out"). Small blocks cost CPU per block (query_cost: 16-row blocks everywhere +3 ms a query), so
-    # they are cut only as fine as the actor count needs; a 1-actor pool keeps the read blocks
+    # 16 fake embedders, 1,920 queries: rows per actor 64-224 -> 112-136, 50.9 -> 77.0 queries/s net; 8, 16
+    # and 32 per actor the same within noise (README "Scale-out"). Small blocks cost CPU per block
+    # (query_cost: 16-row blocks everywhere +3 ms a query), so they are cut only as fine as the actor count
+    # needs; a 1-actor pool keeps the read blocks
     model_blocks_per_actor: int = 8
     # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
     # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)

@@ -307,7 +307,7 @@ class RayRunner(Runner):
                     self._ray.kill(h)
         self._pools.clear()
         if self._owns and self._ray.is_initialized():
-            if self._tmp:  # our private local Ray: its side processes hold nothing a later run reads
+            if self.private:  # our private local Ray: its side processes hold nothing a later run reads
                 _kill_side_processes(self._ray)
             self._ray.shutdown()
         for k, v in self._env_before.items():  # the private Ray's token settings end with it
@@ -360,13 +360,14 @@ def _kill_side_processes(ray: Any) -> None:
     procs = getattr(node, "all_processes", None)
     if not isinstance(procs, dict):
         return
-    for kind in SIDE_PROCESSES:
-        for info in procs.get(kind) or []:
-            proc = getattr(info, "process", None)
-            with contextlib.suppress(Exception):
-                if proc is not None and proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=1)
+    side = [getattr(info, "process", None) for kind in SIDE_PROCESSES for info in procs.get(kind) or []]
+    side = [p for p in side if p is not None and p.poll() is None]
+    for proc in side:  # all killed first, then reaped
+        with contextlib.suppress(Exception):
+            proc.kill()
+    for proc in side:
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=1)
 
 
 def local_cpus(cfg: Config) -> float:
