@@ -273,11 +273,17 @@ class RetrieveConfig:
     # reads the two columns itself. Results are identical; the memory path costs ~1.1 ms less CPU per call
     # (bench/query_cost.py, issue 23). 0 turns it off.
     rowid_map_rows: int = 2_000_000
+    # who runs a full-text call: `lance` calls Lance itself (pylance, pinned to the Lance release lancedb embeds:
+    # identical lists, tests/test_fts_rowids.py), ~20% less CPU a call than `lancedb`'s query builder on its
+    # asyncio loop (1.74 -> 1.39 ms a call on the benchmark's English index; bench/query_cost.py, issue 23)
+    fts_engine: Literal["lance", "lancedb"] = "lance"
 
     def validate(self) -> None:
         _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")
         _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
         _check(self.rowid_map_rows >= 0, f"retrieve.rowid_map_rows must be >= 0 (0: off), got {self.rowid_map_rows}")
+        _check(self.fts_engine in ("lance", "lancedb"),
+               f"retrieve.fts_engine must be 'lance' or 'lancedb', got {self.fts_engine!r}")
 
 
 @dataclass(frozen=True)

@@ -48,3 +48,31 @@ def test_rowid_map_off_above_its_limit(tmp_path, fake_cfg, fake_runner):
     col.refresh()
     assert col.row_keys(("path", "chunk_id")) is None
     assert fts_page_lists(col, TEXTS, small)[0]
+
+
+def test_lance_engine_gives_lancedbs_lists(tmp_path, fake_cfg, fake_runner):
+    """retrieve.fts_engine: Lance called directly (pylance, the Lance release lancedb embeds) returns exactly
+    lancedb's rows and scores: with and without prefilters, row-id map on and off."""
+    db = tmp_path / "db"
+    index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
+    wheres = [None, "path LIKE 'Sync/%'", None, "path LIKE 'Sync/%'", None, None, None]
+    for rows in (2_000_000, 0):
+        lance_cfg = fake_cfg.replace(retrieve={"rowid_map_rows": rows, "fts_engine": "lance"})
+        db_cfg = fake_cfg.replace(retrieve={"rowid_map_rows": rows, "fts_engine": "lancedb"})
+        fast, plain = Collection(str(db), "t", lance_cfg), Collection(str(db), "t", db_cfg)
+        fast.refresh()
+        plain.refresh()
+        assert fast._lance_chunks() is not None and plain._lance_chunks() is None
+        for w in (None, wheres):
+            got = fast.fts_search_many(TEXTS, ["body_en", "title_en", "body_ru"], [1.0, 2.0, 1.0], 10,
+                                       ["path", "chunk_id"], w)
+            want = plain.fts_search_many(TEXTS, ["body_en", "title_en", "body_ru"], [1.0, 2.0, 1.0], 10,
+                                         ["path", "chunk_id"], w)
+            assert [t.to_pylist() for t in got] == [t.to_pylist() for t in want]
+            assert got[0].num_rows and (got[3].num_rows or w) and not got[5].num_rows
+            assert fts_page_lists(fast, TEXTS, lance_cfg, w) == fts_page_lists(plain, TEXTS, db_cfg, w)
+        # k=1 with a filter that excludes the best hit: a prefilter still finds the filter's best row
+        # (a filter applied after the top 1 would return nothing)
+        one = [fast.fts_search_many(["internal links sync"], ["body_en"], [1.0], 1, ["path"], [f"path NOT LIKE '{p}%'"])
+               for p in ("Linking/", "Sync/")]
+        assert all(t[0].num_rows == 1 for t in one)
