@@ -16,6 +16,8 @@ same invocation, interleaved per actor count:
 - `slices`: the pre-Ray-Data runner: the driver runs every stage for 64-query slices, one after another;
   only the embedder calls fan out over the model actors.
 - `data`: ONE Ray Data Dataset: every stage is an actor pool; the embedder pool has N actors.
+- `inproc`: the in-process loop (no Ray), one embedder whatever N: run only at the first actor count, as the
+  baseline the `x in-process` column divides by (a job of Q queries takes about Q / rate + fixed there).
 
 The head node (2 logical CPUs) runs the driver and the CPU pools; the worker node advertises `models` and
 enough logical CPUs for 16 embedder actors at num_cpus 0.1 (they sleep; the real limit is the 2 cores).
@@ -86,8 +88,11 @@ def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed
     are the fixed cost every job pays (pools starting, planning, teardown), subtracted from the n-query
     job's to give the net rate and the marginal driver CPU per query, which is what scaling is about."""
     n = per_actor * actors
-    ecfg = cfg.replace(embedder={"count": actors}, runner={"engine": engine})
-    with RayRunner(ecfg) as rr:
+    if engine == "inproc":  # the plain loop, no Ray: one embedder in this process
+        ecfg = cfg.replace(embedder={"count": 1}, runner={"ray_address": "", "mode": "inproc"})
+    else:
+        ecfg = cfg.replace(embedder={"count": actors}, runner={"engine": engine})
+    with (Runner(ecfg) if engine == "inproc" else RayRunner(ecfg)) as rr:
         if engine == "slices":  # the slice runner creates its pool on first use: start it before timing
             rr.actor_handles("embedder")
         _job(engine, queries(1, seed + 1000), ecfg, db, work, f"{engine}-{actors}-warm", rr)
@@ -133,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             variants += [("data", int(v)) for v in args.model_blocks_per_actor.split(",")]
         for actors in counts:
             for engine, mbr in variants:
+                if engine == "inproc" and actors != counts[0]:
+                    continue
                 vcfg = cfg if mbr is None else cfg.replace(runner={"model_blocks_per_actor": mbr})
                 rows.append(run(engine, actors, vcfg, db, work, args.per_actor, seed=actors,
                                 label="" if mbr is None else f"data, model_blocks_per_actor {mbr}"))
@@ -145,14 +152,23 @@ def main(argv: list[str] | None = None) -> int:
     base = {r["engine"]: r["net_qps"] for r in rows if r["actors"] == counts[0]}
     print(f"\nfake embedder {args.sleep * 1000:.0f} ms/text, 3 texts/query, {args.per_actor} queries/actor, "
           f"caches off; 2-node loopback cluster on {os.cpu_count()} cores\n")
+    loop = base.get("inproc")
     print("| engine | model actors | queries | wall s | fixed s (1-query job) | queries/s (wall) | "
-          "queries/s (net of fixed) | speed-up (net) | efficiency | driver CPU s / 1k q (net) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "queries/s (net of fixed) | speed-up (net) | efficiency | x in-process (net) | "
+          "driver CPU s / 1k q (net) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         up = r["net_qps"] / base[r["engine"]]
+        vs = f"{r['net_qps'] / loop:.2f}x" if loop else "-"
         print(f"| {r['engine']} | {r['actors']} | {r['queries']} | {r['wall_s']:.1f} | {r['fixed_s']:.1f} | "
-              f"{r['qps']:.1f} | {r['net_qps']:.1f} | {up:.2f}x | {up / (r['actors'] / counts[0]):.2f} | "
+              f"{r['qps']:.1f} | {r['net_qps']:.1f} | {up:.2f}x | {up / (r['actors'] / counts[0]):.2f} | {vs} | "
               f"{r['driver_cpu_per_1k']:.2f} |")
+    if loop:
+        inproc = next(r for r in rows if r["engine"] == "inproc")
+        for r in rows:
+            if r["engine"] != "inproc":
+                print(f"- 10,000 queries, {r['engine']} with {r['actors']} model actors: ~{10_000 / r['net_qps'] + r['fixed_s']:.0f} s"
+                      f" against ~{10_000 / loop + inproc['fixed_s']:.0f} s in-process (net rate x 10,000 + fixed)")
     ideal = 1 / (3 * args.sleep)
     print(f"\nideal per actor: {ideal:.1f} queries/s (3 texts x {args.sleep * 1000:.0f} ms); "
           "efficiency = net speed-up / (actors / first actor count); goal >= 0.8 to 16 actors, driver <= 1 s / 1k")
