@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 from loopback import LoopbackCluster
+from query_cost import overrides
 
 from fanout.config import load_config
 from fanout.ray_runner import RayRunner
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default="slices,data")
     ap.add_argument("--model-blocks-per-actor", default="", help="data engine: runner.model_blocks_per_actor values to run "
                     "side by side, e.g. 0,8 (default: the config's)")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL:SEC.KEY=VAL[,...]",
+                    help="data engine: run again with config values changed (repeatable), as bench/query_cost.py")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -135,14 +138,17 @@ def main(argv: list[str] | None = None) -> int:
         cfg = cfg.replace(runner={"ray_address": cluster.address})
         variants = [(e, None) for e in args.engines.split(",") if e != "data" or not args.model_blocks_per_actor]
         if "data" in args.engines.split(",") and args.model_blocks_per_actor:
-            variants += [("data", int(v)) for v in args.model_blocks_per_actor.split(",")]
+            variants += [("data", ("", {"runner": {"model_blocks_per_actor": int(v)}}))
+                         for v in args.model_blocks_per_actor.split(",")]
+        variants += [("data", overrides(spec)) for spec in args.also]
         for actors in counts:
-            for engine, mbr in variants:
+            for engine, extra in variants:
                 if engine == "inproc" and actors != counts[0]:
                     continue
-                vcfg = cfg if mbr is None else cfg.replace(runner={"model_blocks_per_actor": mbr})
-                rows.append(run(engine, actors, vcfg, db, work, args.per_actor, seed=actors,
-                                label="" if mbr is None else f"data, model_blocks_per_actor {mbr}"))
+                vcfg = cfg if extra is None else cfg.replace(**extra[1])
+                label = "" if extra is None else extra[0] or "data, model_blocks_per_actor " + str(
+                    extra[1]["runner"]["model_blocks_per_actor"])
+                rows.append(run(engine, actors, vcfg, db, work, args.per_actor, seed=actors, label=label))
                 r = rows[-1]
                 print(f"  {engine:6} {actors:2} actors: {r['queries']} queries in {r['wall_s']:.1f}s (fixed {r['fixed_s']:.1f}s)", flush=True)
     finally:
