@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -242,6 +243,9 @@ class Collection:
             import lance
         except ImportError:
             return None
+        # pylance warns at every later fork; fanout never forks, and Ray starts its processes with
+        # subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
+        warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
         tbl = self.table(self.chunks_name)
         version = int(tbl.version)
         return self.memo(("lance_chunks", version), lambda: lance.dataset(
