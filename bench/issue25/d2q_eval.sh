@@ -4,7 +4,7 @@
 # the index (every vector reused); then `fanout eval` with no fields, the strong agent's, the weak rule set's
 # and the 1.5B's, and the paired difference on per-query nDCG@5 with a 95% bootstrap interval.
 #
-#   bash bench/issue25/d2q_eval.sh BENCH DB QUESTIONS.jsonl WORK [LANG]
+#   [SET='section.key=value'] bash bench/issue25/d2q_eval.sh BENCH DB QUESTIONS.jsonl WORK [LANG]
 #   (BENCH: ../shared/eval/obsidian-help; DB: the benchmark index folder; QUESTIONS: doc2query.py's output
 #    for LANG's corpus; WORK: a scratch folder outside the project; needs out/weak/weak-LANG.json from
 #    weak_fields.py and out/exp15/exp15all-LANG.json from export_expansions.py)
@@ -21,6 +21,7 @@ for side in off on; do
   corpus=$BENCH/corpus; [ $side = on ] && corpus=$WORK/corpus
   .venv/bin/fanout index "$corpus/$LANG_" --db "$WORK/db-$side" -c "bench-$LANG_" --rebuild | tail -1
   ev=(.venv/bin/fanout eval --bench "$BENCH" --corpus "$corpus" --db "$WORK/db-$side" --langs "$LANG_")
+  [ -n "${SET:-}" ] && ev+=(--set "$SET")  # e.g. SET='retrieve.lanes=["fts","vec","alias","title_vec"]'
   "${ev[@]}" --modes hybrid,fields --out "$WORK/ev-$side-strong" >/dev/null
   "${ev[@]}" --modes fields --fields "out/weak/weak-$LANG_.json" --out "$WORK/ev-$side-weak" >/dev/null
   "${ev[@]}" --modes fields --fields "out/exp15/exp15all-$LANG_.json" --out "$WORK/ev-$side-exp15" >/dev/null
