@@ -243,9 +243,11 @@ class Collection:
             import lance
         except ImportError:
             return None
-        # pylance warns at every later fork; fanout never forks, and Ray starts its processes with
-        # subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
-        warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
+        if not _LANCE_QUIET:  # once per process
+            # pylance warns at every later fork; fanout never forks, and Ray starts its processes with
+            # subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
+            warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
+            _LANCE_QUIET.append(True)
         tbl = self.table(self.chunks_name)
         version = int(tbl.version)
         return self.memo(("lance_chunks", version), lambda: lance.dataset(
@@ -528,6 +530,7 @@ def _empty(columns: list[str]) -> pa.Table:
 
 
 _POOL: list[Any] = []
+_LANCE_QUIET: list[bool] = []
 
 
 def _fts_pool():
