@@ -9,7 +9,6 @@ cut to the searched dimension here.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -17,7 +16,6 @@ import os
 import re
 import shutil
 import threading
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +27,6 @@ import pyarrow as pa
 
 from fanout import storage
 from fanout.integrity import IndexStateError, bad_vector_rows, describe_error, parse_manifest, rebuild_hint
-from fanout.text import nfc
 from fanout.vectors import has_vector_index, truncate_vectors, vector_dims
 
 if TYPE_CHECKING:
@@ -211,85 +208,11 @@ class Collection:
     # -- search ---------------------------------------------------------------------------------------
     def fts_search_many(self, queries: list[str], columns: list[str], boosts: list[float], k: int,
                         select: list[str], wheres: list[str | None] | None = None) -> list[pa.Table]:
-        """One full-text search per query; `wheres[i]` is query i's prefilter (fanout/filters.py), None for none.
+        """One full-text search per query (`select` + `_score` each); `wheres[i]` is query i's prefilter
+        (fanout/filters.py). The engines (Lance directly, or lancedb's query builder): fanout/fts.py."""
+        from fanout.fts import search_many
 
-        With `retrieve.fts_engine: lance` (the default) each search is one call into Lance itself (pylance, the
-        same Lance release lancedb embeds, so the same index, tokenizer and BM25: identical lists, tested), about
-        20% less CPU a call than lancedb's query builder and its asyncio loop; `lancedb` runs them as lancedb
-        queries gathered on lancedb's loop (async gather is ~2x faster than a loop there)."""
-        if not queries:  # no connection for nothing (a warm interactive query pays ~25 ms for one)
-            return []
-        queries = [nfc(q) if q else q for q in queries]  # the FTS columns hold NFC text (write_index)
-        wheres = wheres or [None] * len(queries)
-        with self.guard(self.chunks_name):
-            keys = self.row_keys(tuple(select)) if set(select) <= {"path", "chunk_id"} else None
-            ds = self._lance_chunks()
-            if ds is not None:
-                return self._fts_lance(ds, queries, columns, boosts, k, select, wheres, keys)
-            handle = getattr(self.table(self.chunks_name), "_table", None)  # the sync table's AsyncTable
-            if handle is not None and hasattr(handle, "query"):
-                from lancedb.background_loop import LOOP
-
-                # on lancedb's own loop, with the open (pinned) table: no new loop, connection or open per call
-                return LOOP.run(self._fts_many(queries, columns, boosts, k, select, wheres, handle, keys))
-            return asyncio.run(self._fts_many(queries, columns, boosts, k, select, wheres))
-
-    def _lance_chunks(self):
-        """The chunks table's pinned version opened as a Lance dataset (memo), or None: `retrieve.fts_engine`
-        is `lancedb`, or pylance is not installed."""
-        if self.cfg is not None and self.cfg.retrieve.fts_engine != "lance":
-            return None
-        try:
-            import lance
-        except ImportError:
-            return None
-        if not _LANCE_QUIET:  # once per process
-            # pylance warns at every later fork; fanout never forks, and Ray starts its processes with
-            # subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
-            warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
-            _LANCE_QUIET.append(True)
-        tbl = self.table(self.chunks_name)
-        version = int(tbl.version)
-        return self.memo(("lance_chunks", version), lambda: lance.dataset(
-            tbl.uri, version=version, storage_options=self.storage_options or None))
-
-    def _fts_lance(self, ds, queries, columns, boosts, k, select, wheres, keys) -> list[pa.Table]:
-        from lance.query import MultiMatchQuery
-
-        want = ["_score"] if keys is not None else [*select, "_score"]
-
-        def one(q: str, where: str | None) -> pa.Table | None:
-            if not q.strip():
-                return None
-            # lancedb prefilters a full-text query's `where`; Lance must be told (its default filters after)
-            return ds.to_table(full_text_query=MultiMatchQuery(q, columns, boosts=boosts), columns=want,
-                               with_row_id=keys is not None, limit=k, filter=where, prefilter=True if where else None)
-
-        # a few threads (Lance releases the GIL): the calls overlap, the wall drops ~30%, the CPU stays
-        res = list(_fts_pool().map(one, queries, wheres)) if len(queries) > 1 else [one(queries[0], wheres[0])]
-        if keys is not None:
-            out = self._take_keys([t if t is not None else _empty(["_rowid"]) for t in res], keys, select)
-            if out is not None:
-                return out
-            return self._fts_lance(ds, queries, columns, boosts, k, select, wheres, None)
-        return [t.select([*select, "_score"]) if t is not None else _empty(select) for t in res]
-
-    @staticmethod
-    def _take_keys(res: list[pa.Table], keys: tuple[np.ndarray, pa.Table], select: list[str]) -> list[pa.Table] | None:
-        """Row-id results -> `select` columns from the pinned version's rows in memory (None: an id is not
-        there, never expected on a pinned version: the caller reads the columns instead)."""
-        ids, cols = keys
-        out = []
-        for t in res:
-            if not t.num_rows:
-                out.append(_empty(select))
-                continue
-            want = t["_rowid"].to_numpy()
-            pos = np.minimum(np.searchsorted(ids, want), len(ids) - 1)
-            if not (ids[pos] == want).all():
-                return None
-            out.append(cols.take(pa.array(pos)).append_column("_score", t["_score"]))
-        return out
+        return search_many(self, queries, columns, boosts, k, select, wheres)
 
     def row_keys(self, columns: tuple[str, ...]) -> tuple[np.ndarray, pa.Table] | None:
         """The pinned chunks version's `columns` in `_rowid` order with its sorted row ids (memo; None above
@@ -309,32 +232,6 @@ class Collection:
 
         with self.guard(self.chunks_name):
             return self.memo(("row_keys", columns), build)
-
-    async def _fts_many(self, queries, columns, boosts, k, select, wheres, tbl=None, keys=None) -> list[pa.Table]:
-        import lancedb
-        from lancedb.query import MultiMatchQuery
-
-        if keys is not None:  # ask for row ids only; the columns come from the pinned version's rows in memory
-            res = await self._fts_many(queries, columns, boosts, k, ["_rowid"], wheres, tbl)
-            out = self._take_keys(res, keys, select)
-            if out is None:  # never expected on a pinned version: read the columns
-                return await self._fts_many(queries, columns, boosts, k, ["path", "chunk_id"], wheres, None)
-            return out
-        if tbl is None:
-            db = await lancedb.connect_async(self.db_dir, storage_options=self.storage_options or None)
-            tbl = await db.open_table(self.chunks_name)
-            if version := self._pinned.get(self.chunks_name):  # the same version as every other read
-                await tbl.checkout(version)
-
-        async def one(q: str, where: str | None) -> pa.Table:
-            if not q.strip():
-                return _empty(select)
-            query = tbl.query().nearest_to_text(MultiMatchQuery(q, columns, boosts=boosts))
-            if where:
-                query = query.where(where)
-            return await query.select(select).limit(k).to_arrow()
-
-        return list(await asyncio.gather(*(one(q, w) for q, w in zip(queries, wheres))))
 
     def vector_search_many(self, vectors: list[list[float]], k: int, select: list[str],
                            where: str | None = None) -> pa.Table:
@@ -523,25 +420,3 @@ def pin_batch(col: Collection, batch: pa.Table) -> None:
         return
     versions = [json.loads(t) for t in tags]
     col.pin(max(versions, key=lambda v: sorted(v.values())))
-
-
-def _empty(columns: list[str]) -> pa.Table:
-    return pa.table({c: pa.array([], pa.string()) for c in columns})
-
-
-_POOL: list[Any] = []
-_LANCE_QUIET: list[bool] = []
-
-
-def _fts_pool():
-    """The process's full-text call threads (min(4, cores)), made on first use."""
-    if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with _POOL_LOCK:
-            if not _POOL:
-                _POOL.append(ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="fanout-fts"))
-    return _POOL[0]
-
-
-_POOL_LOCK = threading.Lock()

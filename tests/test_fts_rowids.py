@@ -6,6 +6,7 @@ from __future__ import annotations
 from conftest import write_vault
 
 from fanout.db import Collection
+from fanout.fts import lance_chunks
 from pipelines.index import index_vault
 from pipelines.lanes import fts_page_lists
 
@@ -62,7 +63,7 @@ def test_lance_engine_gives_lancedbs_lists(tmp_path, fake_cfg, fake_runner):
         fast, plain = Collection(str(db), "t", lance_cfg), Collection(str(db), "t", db_cfg)
         fast.refresh()
         plain.refresh()
-        assert fast._lance_chunks() is not None and plain._lance_chunks() is None
+        assert lance_chunks(fast) is not None and lance_chunks(plain) is None
         for w in (None, wheres):
             got = fast.fts_search_many(TEXTS, ["body_en", "title_en", "body_ru"], [1.0, 2.0, 1.0], 10,
                                        ["path", "chunk_id"], w)
