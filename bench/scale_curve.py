@@ -136,19 +136,20 @@ def main(argv: list[str] | None = None) -> int:
         cluster = LoopbackCluster(head_cpus=2, worker_cpus=max(4, 0.1 * max(counts) + 1),
                                   worker_resources={"models": 1000}, object_store_mb=256).start()
         cfg = cfg.replace(runner={"ray_address": cluster.address})
-        variants = [(e, None) for e in args.engines.split(",") if e != "data" or not args.model_blocks_per_actor]
-        if "data" in args.engines.split(",") and args.model_blocks_per_actor:
-            variants += [("data", ("", {"runner": {"model_blocks_per_actor": int(v)}}))
-                         for v in args.model_blocks_per_actor.split(",")]
-        variants += [("data", overrides(spec)) for spec in args.also]
+        engines = args.engines.split(",")
+        also = list(args.also)
+        if "data" in engines and args.model_blocks_per_actor:  # the config's value gives way to these
+            engines.remove("data")
+            also += [f"data, model_blocks_per_actor {v}:runner.model_blocks_per_actor={v}"
+                     for v in args.model_blocks_per_actor.split(",")]
+        variants = [(e, None) for e in engines] + [("data", overrides(spec)) for spec in also]
         for actors in counts:
             for engine, extra in variants:
                 if engine == "inproc" and actors != counts[0]:
                     continue
                 vcfg = cfg if extra is None else cfg.replace(**extra[1])
-                label = "" if extra is None else extra[0] or "data, model_blocks_per_actor " + str(
-                    extra[1]["runner"]["model_blocks_per_actor"])
-                rows.append(run(engine, actors, vcfg, db, work, args.per_actor, seed=actors, label=label))
+                rows.append(run(engine, actors, vcfg, db, work, args.per_actor, seed=actors,
+                                label="" if extra is None else extra[0]))
                 r = rows[-1]
                 print(f"  {engine:6} {actors:2} actors: {r['queries']} queries in {r['wall_s']:.1f}s (fixed {r['fixed_s']:.1f}s)", flush=True)
     finally:

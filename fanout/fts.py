@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 _POOL: list[Any] = []
 _POOL_LOCK = threading.Lock()
-_LANCE_QUIET: list[bool] = []
+# pylance warns at every fork once it is imported; fanout never forks, and Ray starts its processes with
+# subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
+warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
 
 
 def search_many(col: Collection, queries: list[str], columns: list[str], boosts: list[float], k: int,
@@ -51,7 +53,7 @@ def search_many(col: Collection, queries: list[str], columns: list[str], boosts:
 
             # on lancedb's own loop, with the open (pinned) table: no new loop, connection or open per call
             return LOOP.run(_lancedb_many(col, queries, columns, boosts, k, select, wheres, handle, keys))
-        return asyncio.run(_lancedb_many(col, queries, columns, boosts, k, select, wheres))
+        return asyncio.run(_lancedb_many(col, queries, columns, boosts, k, select, wheres, None, keys))
 
 
 def lance_chunks(col: Collection):
@@ -63,11 +65,6 @@ def lance_chunks(col: Collection):
         import lance
     except ImportError:
         return None
-    if not _LANCE_QUIET:  # once per process
-        # pylance warns at every later fork; fanout never forks, and Ray starts its processes with
-        # subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
-        warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
-        _LANCE_QUIET.append(True)
     tbl = col.table(col.chunks_name)
     version = int(tbl.version)
     return col.memo(("lance_chunks", version), lambda: lance.dataset(

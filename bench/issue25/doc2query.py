@@ -42,18 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="at most this many pages (0: all)")
     ap.add_argument("--chars", type=int, default=1200, help="characters of each page shown to the model")
     ap.add_argument("--n", type=int, default=3, help="questions per page")
-    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
 
-    from actors._llama import load_backends, model_path
+    from actors._llama import load_llama, model_path
     from fanout.config import load_config
 
-    load_backends()
-    from llama_cpp import Llama
-
     cfg = load_config("local-1.5b")
-    llm = Llama(model_path=str(model_path(cfg, "expander")), n_ctx=2048, n_threads=args.threads,
-                n_threads_batch=args.threads, verbose=False)
+    llm = load_llama(model_path(cfg, "expander"), cfg.expander, "expander")  # the expander's own settings
     pages = sorted(p for p in args.vault.rglob("*.md") if p.is_file())
     if args.limit:
         pages = pages[:args.limit]
