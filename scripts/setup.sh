@@ -31,14 +31,43 @@ LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGM
 -DGGML_CPU_VARIANTS_ONLY=$VARIANTS \
 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DGGML_OPENMP=ON"
 # FANOUT_GGML_CUDA=1 adds llama.cpp's CUDA backend to the same runtime-dispatch wheel (libggml-cuda.so in bin/,
-# loaded beside the CPU variant): nvcc from the system ($CUDACXX, PATH or /usr/local/cuda); CUDA architectures from
-# FANOUT_CUDA_ARCHS (default 80;90: A100, H100/H200). Without it a role with n_gpu_layers != 0 refuses to start.
+# loaded beside the CPU variant). nvcc from $CUDACXX, or from PATH or /usr/local/cuda when its toolkit has
+# cuBLAS; else CUDA 13.0 from PyPI: NVIDIA's nvidia-cuda-nvcc/-runtime/-cublas/-cccl/-crt and nvidia-nvvm
+# wheels share one toolkit tree (nvidia/cu13) that set-up installs once into $CACHE/cuda-13.0 (~1 GB unpacked;
+# compiling needs no GPU), plus the unversioned .so links CMake looks for, lib64 (nvcc's profile) and a
+# libcuda.so.1 stub to link against (the wheels have no driver stub; the node's driver provides libcuda at run
+# time). The wheel then needs libcudart.so.13 and libcublas.so.13 on the GPU node (a CUDA 13 runtime, or the
+# same PyPI packages on LD_LIBRARY_PATH) and a driver >= 580. Architectures from FANOUT_CUDA_ARCHS (default
+# 80;90: A100, H100/H200; 90-real alone halves the compile). Without the backend a role with n_gpu_layers != 0
+# refuses to start (actors/_llama.py check_gpu_offload).
+CUDA_PYPI=13.0
 if [ "${FANOUT_GGML_CUDA:-0}" = 1 ]; then
   NVCC=${CUDACXX:-$(command -v nvcc || true)}
   [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+  # a system nvcc whose toolkit lacks cuBLAS (an image with the compiler alone) cannot build ggml-cuda
+  if [ -n "$NVCC" ] && [ -z "${CUDACXX:-}" ]; then
+    root=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
+    ls "$root"/include/cublas_v2.h "$root"/targets/*/include/cublas_v2.h >/dev/null 2>&1 \
+      || { say "$NVCC's toolkit ($root) has no cuBLAS: using PyPI's CUDA $CUDA_PYPI instead"; NVCC=; }
+  fi
   if [ -z "$NVCC" ]; then
-    say "FANOUT_GGML_CUDA=1 needs the CUDA toolkit's nvcc: install it (e.g. apt-get install nvidia-cuda-toolkit, or"
-    say "NVIDIA's CUDA 12 toolkit under /usr/local/cuda) or point CUDACXX at nvcc, then rerun"; exit 1
+    TK=$CACHE/cuda-$CUDA_PYPI/nvidia/cu13
+    if [ ! -x "$TK/bin/nvcc" ] || [ ! -e "$TK/lib/stubs/libcuda.so" ]; then
+      say "installing the CUDA $CUDA_PYPI toolkit from PyPI into $CACHE/cuda-$CUDA_PYPI (no usable nvcc here)"
+      "$PYTHON" -m pip install -q --no-deps --upgrade --target "$CACHE/cuda-$CUDA_PYPI" \
+        "nvidia-cuda-nvcc==$CUDA_PYPI.*" "nvidia-cuda-runtime==$CUDA_PYPI.*" "nvidia-cublas==$CUDA_PYPI.*" \
+        "nvidia-cuda-cccl==$CUDA_PYPI.*" "nvidia-cuda-crt==$CUDA_PYPI.*" "nvidia-nvvm==$CUDA_PYPI.*"
+      for l in cudart cublas cublasLt; do ln -sf "lib$l.so.13" "$TK/lib/lib$l.so"; done
+      ln -sfn lib "$TK/lib64"  # nvcc.profile links from lib64
+      mkdir -p "$TK/lib/stubs"
+      # the stub defines every driver function cuda.h declares (as NVIDIA's own stubs do), so the linker
+      # records libcuda.so.1 as needed and ggml-cuda's cuMem*/cuDevice* calls bind to the driver at load time
+      "${CC:-cc}" -E -P -x c -I"$TK/include" "$TK/include/cuda.h" | grep -oE '\bcu[A-Z][A-Za-z0-9_]*[[:space:]]*\(' \
+        | tr -d ' (' | sort -u | sed 's/.*/void &(void) {}/' \
+        | "${CC:-cc}" -shared -x c - -Wl,-soname,libcuda.so.1 -o "$TK/lib/stubs/libcuda.so"
+    fi
+    NVCC=$TK/bin/nvcc
+    export CUDAToolkit_ROOT=$TK
   fi
   export CUDACXX=$NVCC
   LLAMA_CMAKE_ARGS="$LLAMA_CMAKE_ARGS -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${FANOUT_CUDA_ARCHS:-80;90}"
