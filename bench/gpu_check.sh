@@ -1,73 +1,75 @@
 #!/usr/bin/env bash
-# GPU check, one short prepared script for a lent GPU machine (no build there: the CUDA wheel is built
-# beforehand with `FANOUT_GGML_CUDA=1 bash scripts/setup.sh` on a machine with nvcc, and carried along).
+# GPU check: the model roles' throughput CPU vs GPU in one table (bench/gpu_check.py: embedding, the 1.5B
+# expander, rerank of 40), and proof that the CUDA backend really offloads.
 #
-#   bash bench/gpu_check.sh [SECONDS_PER_ROW]     # prints one table; exit 1 when the GPU backend is absent
+#   bash bench/gpu_check.sh [SECONDS_PER_ROW]              # a GPU node set up with FANOUT_GGML_CUDA=1 (real models)
+#   bash bench/gpu_check.sh --bundle DIR                   # here: pack what a bare GPU machine needs into DIR
+#   bash bench/gpu_check.sh --from DIR [SECONDS_PER_ROW]   # there: install DIR, rebuild the models, measure
 #
-# Rows: embedding throughput (chunks/s, embeddinggemma, 300-token chunks) with n_gpu_layers 0 vs -1;
-# the 1.5B expander's queries/s (the agent's three fields, greedy) CPU vs GPU; rerank of the top 40 passages
-# of one query (pairs/s) CPU vs GPU; and the refusal when a GPU is asked of a CPU-only process
-# (actors/_llama.py check_gpu_offload). Each row runs at most SECONDS_PER_ROW (default 60).
+# --bundle (on the machine that built the wheel; no GPU needed): the newest CUDA llama-cpp-python wheel in
+# set-up's wheel cache (`FANOUT_GGML_CUDA=1 bash scripts/setup.sh` builds it; FANOUT_CUDA_ARCHS=90-real keeps
+# it to the H100/H200's code), its one dependency the GPU image lacks (diskcache), and the local-1.5b profile's
+# three models as GGUF skeletons (bench/gguf_skeleton.py: header and tokenizer, ~1 MB each compressed): a lent
+# GPU machine takes 64 MiB and downloads nothing. --from (on that machine, with its own python3, which has
+# numpy, pyarrow and PyYAML): installs the wheels into /tmp, rebuilds the models with synthetic weights (same
+# shapes and quantization: the same work per token), finds the CUDA 13 runtime and cuBLAS the wheel links to,
+# and runs the table with generation capped near the real 1.5B's length. Exit 1 when no GPU backend loads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIMIT=${1:-60}
+CACHE=${FANOUT_CACHE:-$HOME/.cache/fanout}
+MODELS="embeddinggemma-300m-Q8_0 qwen2.5-coder-1.5b-instruct-q4_k_m qwen2.5-coder-0.5b-instruct-q4_k_m"
+
+if [ "${1:-}" = --bundle ]; then
+  dir=${2:?--bundle DIR}
+  wheel=$(grep -l 'GGML_CUDA=ON' "$CACHE"/wheels/llama-*/BUILD_FLAGS 2>/dev/null | xargs -r ls -t | head -n1 || true)
+  [ -n "$wheel" ] || { echo "no CUDA wheel in $CACHE/wheels: run FANOUT_GGML_CUDA=1 bash scripts/setup.sh first"; exit 1; }
+  rm -rf "$dir"; mkdir -p "$dir/wheels" "$dir/models"
+  cp "$(dirname "$wheel")"/llama_cpp_python-*.whl "$dir/wheels/"
+  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: -d "$dir/wheels" \
+    "diskcache==$(.venv/bin/python -c 'from importlib.metadata import version; print(version("diskcache"))')"
+  for m in $MODELS; do
+    .venv/bin/python bench/gguf_skeleton.py strip "$CACHE/models/$m.gguf" "$dir/models/$m.skel"
+    xz -T0 -6 "$dir/models/$m.skel"
+  done
+  du -sh "$dir"; ls -la "$dir"/*
+  exit 0
+fi
+
 PY=${PY:-.venv/bin/python}
+ARGS=()
+if [ "${1:-}" = --from ]; then
+  dir=${2:?--from DIR}; shift 2
+  PY=python3
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/fanout-site "$dir"/wheels/*.whl
+  export PYTHONPATH=/tmp/fanout-site:$PWD
+  # the CUDA 13 runtime and cuBLAS the wheel's libggml-cuda.so needs: the system toolkit or NVIDIA's PyPI packages
+  site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib "$site/nvidia/cu13/lib" \
+           "$site"/nvidia/*/lib; do
+    [ -e "$d/libcublas.so.13" ] || [ -e "$d/libcudart.so.13" ] && export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  done
+  mkdir -p /tmp/fanout-models
+  spec=
+  for m in $MODELS; do
+    xz -dc "$dir/models/$m.skel.xz" > "/tmp/fanout-models/$m.skel"
+    "$PY" bench/gguf_skeleton.py fill "/tmp/fanout-models/$m.skel" "/tmp/fanout-models/$m.gguf"
+  done
+  spec="embedder=/tmp/fanout-models/embeddinggemma-300m-Q8_0.gguf"
+  spec="$spec,expander=/tmp/fanout-models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+  spec="$spec,reranker=/tmp/fanout-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+  # synthetic weights never stop early: 64 tokens is near the real 1.5B's ~53 (en) / ~70 (ru) per query
+  ARGS=(--models "$spec" --expander-max-tokens 64)
+fi
+LIMIT=${1:-20}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || { echo "no GPU visible"; exit 1; }
-ls "$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).resolve().parent.parent / "bin")')"/libggml-cuda*.so \
-  >/dev/null 2>&1 || { echo "this llama-cpp-python wheel has no CUDA backend: build it with FANOUT_GGML_CUDA=1"; exit 1; }
-"$PY" - "$LIMIT" <<'EOF'
+bin=$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).resolve().parent.parent / "bin")')
+ls "$bin"/libggml-cuda*.so >/dev/null 2>&1 \
+  || { echo "this llama-cpp-python wheel has no CUDA backend ($bin): build it with FANOUT_GGML_CUDA=1"; exit 1; }
+"$PY" - <<'EOF' || { echo "the CUDA backend did not load (driver, libcudart.so.13 / libcublas.so.13 on LD_LIBRARY_PATH?)"; exit 1; }
 import sys
-import time
-
-import pyarrow as pa
-
-from actors._llama import backend_info, load_backends
-from fanout.config import load_config
-
-limit = float(sys.argv[1])
+from actors._llama import load_backends
 load_backends()
-import llama_cpp  # noqa: E402
-
-print("GPU offload supported:", llama_cpp.llama_supports_gpu_offload(), "| CPU variant:", backend_info()["variant"])
-base = load_config("local-1.5b")
-text = ("Sync keeps your notes up to date across devices. Open Settings, choose Sync, sign in and pick a remote "
-        "vault; conflicts are merged per file and the version history keeps deleted notes for a year. ") * 6
-rows = []
-
-
-def timed(label, gpu, fn, unit):
-    t0, n = time.perf_counter(), 0
-    while time.perf_counter() - t0 < limit:
-        n += fn()
-    rows.append((label, "GPU" if gpu else "CPU", n / (time.perf_counter() - t0), unit))
-
-
-for gpu in (False, True):
-    layers = -1 if gpu else 0
-    cfg = base.replace(embedder={"n_gpu_layers": layers}, expander={"n_gpu_layers": layers},
-                       reranker={"n_gpu_layers": layers})
-    from actors.embedder import Embedder
-    emb = Embedder(cfg)
-    batch = pa.table({"text": [text] * 32, "role": ["document"] * 32})
-    timed("embed 32 chunks/call", gpu, lambda: (emb(batch), 32)[1], "chunks/s")
-    del emb
-    from actors.expander import QueryExpander
-    exp = QueryExpander(cfg)
-    q = pa.table({"qid": ["q1"], "query": ["how do I restore a deleted note"], "intent": pa.array([None], pa.string())})
-    timed("1.5B expander, one query", gpu, lambda: (exp(q), 1)[1], "queries/s")
-    del exp
-    from actors.reranker import Reranker
-    rr = Reranker(cfg)
-    pairs = pa.table({"query": ["restore a deleted note"] * 40, "intent": pa.array([None] * 40, pa.string()),
-                      "passage": [f"{text[:400]} ({i})" for i in range(40)]})
-    timed("rerank top 40 of one query", gpu, lambda: (rr(pairs), 40)[1], "pairs/s")
-    del rr
-
-print("\n| row | device | rate | unit |\n|---|---|---|---|")
-for label, dev, rate, unit in rows:
-    print(f"| {label} | {dev} | {rate:.2f} | {unit} |")
-for label in dict.fromkeys(r[0] for r in rows):
-    cpu = next(r[2] for r in rows if r[0] == label and r[1] == "CPU")
-    gpu = next(r[2] for r in rows if r[0] == label and r[1] == "GPU")
-    print(f"{label}: GPU / CPU = {gpu / max(cpu, 1e-9):.1f}x")
+import llama_cpp
+sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)
 EOF
+"$PY" bench/gpu_check.py --seconds "$LIMIT" "${ARGS[@]}"

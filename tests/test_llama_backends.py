@@ -160,6 +160,33 @@ def test_gpu_layers_without_a_gpu_backend_fail_with_what_was_asked_and_the_fix()
         Embedder(cfg)
 
 
+
+@pytest.mark.model
+def test_gguf_skeleton_rebuilds_a_model_of_the_same_shape(tmp_path):
+    """bench/gguf_skeleton.py (the GPU check's models): header kept byte for byte, weights synthetic but valid."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gguf_skeleton as gs
+
+    from fanout.config import load_config
+
+    cfg = load_config("local")
+    real = _llama.model_path(cfg, "embedder")
+    skel, synth = tmp_path / "e.skel", tmp_path / "e.gguf"
+    gs.strip(real, skel)
+    assert skel.stat().st_size < real.stat().st_size / 20  # metadata and tokenizer only
+    gs.fill(skel, synth)
+    assert synth.stat().st_size == real.stat().st_size
+    with open(real, "rb") as f:
+        assert synth.read_bytes()[:skel.stat().st_size] == f.read(skel.stat().st_size)
+    assert gs.read_layout(skel.read_bytes()) == gs.read_layout(synth.read_bytes()[:skel.stat().st_size])
+    from actors.embedder import Embedder
+
+    emb = Embedder(cfg.replace(models={"embedder": str(synth)}))
+    v = emb.embed_texts(["Sync keeps your notes the same on every device."])
+    assert v.shape == (1, 768) and np.isfinite(v).all()
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        gs.read_layout(b"PK\x03\x04" + bytes(60))
+
 def test_cpu_variants_setup_builds_cover_each_cpu_and_keep_a_fallback():
     """scripts/cpu_variants.py: the best two variants the CPU can run plus x64; AMX only where granted."""
     sys.path.insert(0, str(ROOT / "scripts"))

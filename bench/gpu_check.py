@@ -1,0 +1,179 @@
+"""The model roles' throughput with n_gpu_layers 0 against -1 in one process, one table (run by gpu_check.sh).
+
+    python bench/gpu_check.py [--seconds 20] [--devices cpu,gpu] [--models embedder=P,expander=P,reranker=P]
+
+Rows: embedding (32 chunks of ~300 tokens per call), the 1.5B expander (one query per call, each query new so
+llama.cpp's prompt cache cannot skip its prompt; titles in the prompt as the local-1.5b profile has them) and
+rerank of 40 passages for one query. Each row runs for --seconds after one warm-up call. Besides the rate
+per call, llama.cpp's own counters give prompt (batch) and generation tokens per second, and the generated
+tokens per call: with --models pointing at synthetic weights (bench/gguf_skeleton.py) generation runs to
+max_tokens, so --expander-max-tokens caps it near the real model's length and the token rates carry over. CPU rows use every core of the node
+(n_threads = cores), the GPU rows the same threads with every layer offloaded; a GPU row first checks that
+llama.cpp reports GPU offload (actors/_llama.py check_gpu_offload refuses otherwise) and reads the GPU
+memory in use after the load (nvidia-smi) as evidence that the weights are there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from actors._llama import backend_info, load_backends
+from fanout.config import load_config
+
+TEXT = ("Sync keeps your notes up to date across devices. Open Settings, choose Sync, sign in and pick a remote "
+        "vault; conflicts are merged per file and the version history keeps deleted notes for a year. ") * 6
+VECTORS: dict[str, object] = {}  # device -> two embeddings, compared CPU vs GPU at the end
+SCORES: dict[str, list] = {}  # device -> eight rerank scores
+TITLES = [p.stem for p in sorted((Path(__file__).resolve().parent.parent / "samples" / "vault").rglob("*.md"))]
+
+
+def gpu_mem_mib() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             check=False, capture_output=True, text=True, timeout=20).stdout.strip()
+        return f"{out} MiB"
+    except (OSError, subprocess.SubprocessError):
+        return "n/a"
+
+
+def perf(llm):
+    import llama_cpp
+
+    return llama_cpp.llama_perf_context(llm._ctx.ctx)
+
+
+def timed(label: str, device: str, llm, call, unit: str, seconds: float, rows: list[dict]) -> None:
+    """Run call() (returns units done) for `seconds` after one warm-up; record rates and token counters."""
+    import llama_cpp
+
+    call()
+    llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
+    t0, n, calls = time.perf_counter(), 0, 0
+    while time.perf_counter() - t0 < seconds:
+        n += call()
+        calls += 1
+    wall = time.perf_counter() - t0
+    p = perf(llm)
+    rows.append({"row": label, "device": device, "rate": n / wall, "unit": unit, "calls": calls,
+                 "pp_tps": p.n_p_eval / (p.t_p_eval_ms / 1e3) if p.t_p_eval_ms else 0.0,
+                 "tg_tps": p.n_eval / (p.t_eval_ms / 1e3) if p.t_eval_ms else 0.0,
+                 "pp_per_call": p.n_p_eval / max(calls, 1), "tg_per_call": p.n_eval / max(calls, 1),
+                 "gpu_mem": gpu_mem_mib() if device == "GPU" else ""})
+    r = rows[-1]
+    print(f"  {label} [{device}]: {r['rate']:.2f} {unit} ({calls} calls in {wall:.1f} s; prompt "
+          f"{r['pp_tps']:.0f} tok/s, generation {r['tg_tps']:.1f} tok/s; GPU memory {r['gpu_mem'] or '-'})",
+          flush=True)
+
+
+def embed_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
+    from actors.embedder import Embedder
+
+    emb = Embedder(cfg)
+    VECTORS[device] = emb.embed_texts([TEXT, "restore a deleted note"])  # the same weights on both devices
+    chunks = pa.table({"text": [TEXT] * 32, "role": ["document"] * 32})
+    timed("embed, 32 chunks per call", device, emb.llm, lambda: (emb(chunks), 32)[1], "chunks/s", seconds, rows)
+
+
+def expand_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
+    from actors.expander import QueryExpander
+
+    exp = QueryExpander(cfg)
+    seq = iter(range(10**9))
+
+    def one() -> int:  # a new query each call: the shared prefix (system prompt, titles) is reused, as in a batch
+        i = next(seq)
+        exp(pa.table({"qid": [f"q{i}"], "query": [f"how do I restore a deleted note, case {i}"],
+                      "kb_lang": ["en"], "titles": [TITLES]}))
+        return 1
+
+    timed("1.5B expander, one query per call", device, exp.llm, one, "queries/s", seconds, rows)
+
+
+def rerank_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
+    from actors.reranker import Reranker
+
+    rr = Reranker(cfg)
+    seq = iter(range(10**9))
+    SCORES[device] = rr(pa.table({"query": ["restore a deleted note"] * 8,
+                                  "passage": [f"{TEXT[:300]} ({j})" for j in range(8)]})).column("_rerank").to_pylist()
+
+    def forty() -> int:
+        i = next(seq)
+        rr(pa.table({"query": [f"restore a deleted note {i}"] * 40,
+                     "passage": [f"{TEXT[:400]} ({j})" for j in range(40)]}))
+        return 40
+
+    timed("rerank, top 40 of one query per call", device, rr.llm, forty, "pairs/s", seconds, rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--devices", default="cpu,gpu", help="cpu,gpu (default) or one of them")
+    ap.add_argument("--models", default="", help="role=path,...: GGUF files instead of the profile's")
+    ap.add_argument("--profile", default="local-1.5b")
+    ap.add_argument("--expander-max-tokens", type=int, default=0,
+                    help="cap generation (synthetic weights never stop early: the real 1.5B writes ~53 (en) / ~70 "
+                         "(ru) tokens per query, the bench index's 236 cached expansions)")
+    ap.add_argument("--out", default=os.environ.get("OUT", ""), help="folder for gpu_check.md (default $OUT)")
+    args = ap.parse_args()
+
+    load_backends()
+    import llama_cpp
+
+    info = backend_info()
+    print(f"GPU offload supported: {llama_cpp.llama_supports_gpu_offload()} | CPU variant: {info.get('variant')}"
+          f" | cores: {os.cpu_count()}", flush=True)
+    base = load_config(args.profile)
+    models = dict(kv.split("=", 1) for kv in args.models.split(",") if kv)
+    if models:
+        base = base.replace(models=models)
+    if args.expander_max_tokens:
+        base = base.replace(expand={"max_tokens": args.expander_max_tokens})
+    threads = os.cpu_count() or 1
+    rows: list[dict] = []
+    for device in [d.strip().upper() for d in args.devices.split(",") if d.strip()]:
+        layers = -1 if device == "GPU" else 0
+        cfg = base.replace(**{role: {"n_gpu_layers": layers, "n_threads": threads}
+                              for role in ("embedder", "expander", "reranker")})
+        for role_rows in (embed_rows, expand_rows, rerank_rows):
+            role_rows(cfg, device, args.seconds, rows)  # each model freed before the next loads
+
+    head = ("| row | device | rate | unit | prompt tok/s | generation tok/s | prompt tok/call | generated tok/call "
+            "| GPU memory after load |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['row']} | {r['device']} | {r['rate']:.2f} | {r['unit']} | {r['pp_tps']:.0f} | "
+                     f"{r['tg_tps']:.1f} | {r['pp_per_call']:.0f} | {r['tg_per_call']:.0f} | {r['gpu_mem']} |")
+    for label in dict.fromkeys(r["row"] for r in rows):
+        by = {r["device"]: r for r in rows if r["row"] == label}
+        if "CPU" in by and "GPU" in by:
+            c, g = by["CPU"], by["GPU"]
+            lines.append(f"\n{label}: GPU / CPU = {g['rate'] / max(c['rate'], 1e-9):.1f}x per call, prompt "
+                         f"{g['pp_tps'] / max(c['pp_tps'], 1e-9):.1f}x, generation "
+                         f"{g['tg_tps'] / max(c['tg_tps'], 1e-9):.1f}x")
+    if {"CPU", "GPU"} <= VECTORS.keys():
+        import numpy as np
+
+        cos = (VECTORS["CPU"] * VECTORS["GPU"]).sum(axis=1)
+        diff = max(abs(a - b) for a, b in zip(SCORES["CPU"], SCORES["GPU"]))
+        lines.append(f"\nsame weights, CPU against GPU: embedding cosine {np.round(cos, 5).tolist()}; "
+                     f"rerank scores differ by at most {diff:.4f}")
+    table = "\n".join(lines)
+    print("\n" + table)
+    if args.out:
+        Path(args.out, "gpu_check.md").write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
