@@ -254,6 +254,13 @@ def backend_info() -> dict[str, Any]:
     return info
 
 
+def _bindir() -> Path:
+    """The wheel's folder of dynamic ggml backends (bin/ beside the llama_cpp package)."""
+    import llama_cpp
+
+    return Path(llama_cpp.__file__).resolve().parent.parent / "bin"
+
+
 class GPUBackendMissing(RuntimeError):
     """A role asks for GPU offload (`n_gpu_layers != 0`) and no GPU backend is loaded in this process."""
 
@@ -267,17 +274,34 @@ def check_gpu_offload(acfg: ActorConfig, role: str) -> None:
 
     if llama_cpp.llama_supports_gpu_offload():
         return
-    pkg = Path(llama_cpp.__file__).resolve().parent
-    gpu_libs = sorted(p.name for n in _NON_CPU_BACKENDS for p in (pkg.parent / "bin").glob(f"libggml-{n}*.so"))
+    bindir = _bindir()
+    gpu_libs = sorted(p.name for n in _NON_CPU_BACKENDS for p in bindir.glob(f"libggml-{n}*.so"))
     info = {k: v for k, v in _BACKENDS.items() if k != "lib"}
     cpu = ", ".join(info.get("variants", [])) or "built in"
-    found = (f"the wheel has {', '.join(gpu_libs)} but it did not load (no GPU or no driver on this node?)"
-             if gpu_libs else f"the llama-cpp-python wheel has CPU backends only ({cpu})")
+    if gpu_libs:
+        found = f"the wheel has {', '.join(gpu_libs)} but it did not load ({_load_error(bindir / gpu_libs[0])})"
+        fix = ("give this process the NVIDIA driver (libcuda.so.1) and CUDA 13's libcudart.so.13 and "
+               "libcublas.so.13 (the CUDA toolkit's lib64, or PyPI's nvidia-cuda-runtime and nvidia-cublas, on "
+               "LD_LIBRARY_PATH)")
+    else:
+        found = f"the llama-cpp-python wheel has CPU backends only ({cpu})"
+        fix = ("build the CUDA backend with `FANOUT_GGML_CUDA=1 bash scripts/setup.sh` (nvcc from the system or "
+               "CUDA 13 from PyPI; no GPU needed to build)")
     raise GPUBackendMissing(
         f"{role}.n_gpu_layers is {acfg.n_gpu_layers} (offload to a GPU) but no GPU backend is loaded: {found}; "
-        f"CPU variant in use: {info.get('variant', '?')}. Build the CUDA backend with `FANOUT_GGML_CUDA=1 bash "
-        f"scripts/setup.sh` on a node with the CUDA toolkit (nvcc) and a driver, or set {role}.n_gpu_layers: 0 "
-        f"to run this role on the CPU")
+        f"CPU variant in use: {info.get('variant', '?')}. Either {fix}, or set {role}.n_gpu_layers: 0 to run "
+        f"this role on the CPU")
+
+
+def _load_error(lib: Path) -> str:
+    """Why the dynamic loader refuses a backend library (a missing dependency, an unresolved symbol)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(str(lib), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as exc:
+        return str(exc)
+    return "it loads, yet ggml registered no GPU device: is a GPU visible to this process (CUDA_VISIBLE_DEVICES)?"
 
 
 def load_llama(path: Path, acfg: ActorConfig, role: str = "model", **kwargs: Any):

@@ -161,6 +161,20 @@ def test_gpu_layers_without_a_gpu_backend_fail_with_what_was_asked_and_the_fix()
 
 
 
+def test_a_gpu_backend_that_does_not_load_is_named_with_the_loaders_reason(tmp_path, monkeypatch):
+    """A CUDA wheel on a node without the driver or the CUDA 13 libraries: the error quotes the loader."""
+    import llama_cpp
+
+    (tmp_path / "libggml-cuda.so").write_text("not a shared object")
+    monkeypatch.setattr(_llama, "_bindir", lambda: tmp_path)
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: False)
+    from fanout.config import load_config
+
+    acfg = load_config("local").replace(reranker={"n_gpu_layers": 8}).reranker
+    with pytest.raises(_llama.GPUBackendMissing, match=r"reranker.n_gpu_layers is 8 .*the wheel has libggml-cuda.so "
+                       r"but it did not load \(.*(invalid ELF|file too short).*\).*libcublas.so.13.*n_gpu_layers: 0"):
+        _llama.check_gpu_offload(acfg, "reranker")
+
 @pytest.mark.model
 def test_gguf_skeleton_rebuilds_a_model_of_the_same_shape(tmp_path):
     """bench/gguf_skeleton.py (the GPU check's models): header kept byte for byte, weights synthetic but valid."""
