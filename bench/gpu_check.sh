@@ -10,9 +10,9 @@
 # set-up's wheel cache, built in a scratch checkout so this one keeps its CPU wheel:
 #   FANOUT_GGML_CUDA=1 FANOUT_CUDA_ARCHS=90-real FANOUT_GGML_VARIANTS=x64,haswell,zen4 FANOUT_SETUP_SKIP_MODELS=1 \
 #     bash scripts/setup.sh        # 27 min on 2 cores; 90-real: H100/H200 code only; CPU variants for any x86 host
-# its one dependency the GPU image lacks (diskcache), and the local-1.5b profile's
-# three models as GGUF skeletons (bench/gguf_skeleton.py: header and tokenizer, ~1 MB each compressed): a lent
-# GPU machine takes 64 MiB and downloads nothing. --from (on that machine, with its own python3, which has
+# then its one dependency the GPU image lacks (diskcache) and the local-1.5b profile's three models as GGUF
+# skeletons (bench/gguf_skeleton.py: header and tokenizer, ~1.3 MB each compressed); 61 MB in all, as a lent GPU
+# machine takes 64 MiB and downloads nothing. --from (on that machine, with its own python3, which has
 # numpy, pyarrow and PyYAML): installs the wheels into /tmp, rebuilds the models with synthetic weights (same
 # shapes and quantization: the same work per token), finds the CUDA 13 runtime and cuBLAS the wheel links to,
 # and runs the table with generation capped near the real 1.5B's length. Exit 1 when no GPU backend loads.
@@ -59,7 +59,6 @@ if [ "${1:-}" = --from ]; then
     fi
   done
   mkdir -p /tmp/fanout-models
-  spec=
   for m in $MODELS; do
     xz -dc "$dir/models/$m.skel.xz" > "/tmp/fanout-models/$m.skel"
     "$PY" bench/gguf_skeleton.py fill "/tmp/fanout-models/$m.skel" "/tmp/fanout-models/$m.gguf"
