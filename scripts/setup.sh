@@ -137,13 +137,15 @@ if [ -z "$(wheel)" ]; then
   ) 9>"$CACHE/locks/llama-wheel.lock"
 fi
 WHEEL=$(wheel)
+# installed from this path with these bytes (a wheel rebuilt in place, e.g. after a toolkit fix, is reinstalled)
 installed=$("$PY" - <<'EOF' 2>/dev/null || true
 import json
 from importlib.metadata import distribution
-print(json.loads(distribution("llama-cpp-python").read_text("direct_url.json") or "{}").get("url", ""))
+d = json.loads(distribution("llama-cpp-python").read_text("direct_url.json") or "{}")
+print(d.get("url", ""), d.get("archive_info", {}).get("hash", ""))
 EOF
 )
-if [ "$installed" != "file://$WHEEL" ]; then
+if [ "$installed" != "file://$WHEEL sha256=$(sha256sum "$WHEEL" | cut -d' ' -f1)" ]; then
   say "installing $WHEEL"
   "$PY" -m pip install -q --force-reinstall --no-deps "$WHEEL"  # its dependencies come with step 3
 fi
