@@ -2,15 +2,16 @@
 
     python bench/gpu_check.py [--seconds 20] [--devices cpu,gpu] [--models embedder=P,expander=P,reranker=P]
 
-Rows: embedding (32 chunks of ~300 tokens per call), the 1.5B expander (one query per call, each query new so
-llama.cpp's prompt cache cannot skip its prompt; titles in the prompt as the local-1.5b profile has them) and
-rerank of 40 passages for one query. Each row runs for --seconds after one warm-up call. Besides the rate
-per call, llama.cpp's own counters give prompt (batch) and generation tokens per second, and the generated
+Rows: embedding (32 chunks of ~250 tokens per call), the 1.5B expander (one query per call, each query new;
+the shared prefix, system prompt and titles as the local-1.5b profile has them, is reused as in a batch) and
+rerank of 40 passages for one query; `--roles qembed` adds query vectors (3 short texts per query) and
+`--embed-batches` the embedder at other decode sizes. Each row runs for --seconds after one warm-up call.
+Besides the rate per call, llama.cpp's own counters give prompt (batch) and generation tokens per second and
 tokens per call: with --models pointing at synthetic weights (bench/gguf_skeleton.py) generation runs to
-max_tokens, so --expander-max-tokens caps it near the real model's length and the token rates carry over. CPU rows use every core of the node
-(n_threads = cores), the GPU rows the same threads with every layer offloaded; a GPU row first checks that
-llama.cpp reports GPU offload (actors/_llama.py check_gpu_offload refuses otherwise) and reads the GPU
-memory in use after the load (nvidia-smi) as evidence that the weights are there.
+max_tokens, so --expander-max-tokens caps it near the real model's length. CPU rows use every core of the
+node (n_threads = cores), GPU rows offload every layer (actors/_llama.py check_gpu_offload refuses when no
+GPU backend loaded) and read the GPU memory in use (nvidia-smi): evidence that the weights are there. At the
+end the same weights' embeddings and rerank scores are compared, CPU against GPU.
 """
 
 from __future__ import annotations
@@ -191,9 +192,9 @@ def main() -> int:
         by = {r["device"]: r for r in rows if r["row"] == label}
         if "CPU" in by and "GPU" in by:
             c, g = by["CPU"], by["GPU"]
+            gen = f", generation {g['tg_tps'] / c['tg_tps']:.1f}x" if c["tg_tps"] > 0 else ""
             lines.append(f"\n{label}: GPU / CPU = {g['rate'] / max(c['rate'], 1e-9):.1f}x per call, prompt "
-                         f"{g['pp_tps'] / max(c['pp_tps'], 1e-9):.1f}x, generation "
-                         f"{g['tg_tps'] / max(c['tg_tps'], 1e-9):.1f}x")
+                         f"{g['pp_tps'] / max(c['pp_tps'], 1e-9):.1f}x{gen}")
     if {"CPU", "GPU"} <= VECTORS.keys():
         import numpy as np
 
