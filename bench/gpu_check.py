@@ -57,17 +57,19 @@ def timed(label: str, device: str, llm, call, unit: str, seconds: float, rows: l
     import llama_cpp
 
     call()
-    llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
+    if llm is not None:  # None: the call decodes in a context of its own (rerank.parallel), no counters
+        llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
     t0, n, calls = time.perf_counter(), 0, 0
     while time.perf_counter() - t0 < seconds:
         n += call()
         calls += 1
     wall = time.perf_counter() - t0
-    p = perf(llm)
+    p = perf(llm) if llm is not None else None
     rows.append({"row": label, "device": device, "rate": n / wall, "unit": unit, "calls": calls,
-                 "pp_tps": p.n_p_eval / (p.t_p_eval_ms / 1e3) if p.t_p_eval_ms else 0.0,
-                 "tg_tps": p.n_eval / (p.t_eval_ms / 1e3) if p.t_eval_ms else 0.0,
-                 "pp_per_call": p.n_p_eval / max(calls, 1), "tg_per_call": p.n_eval / max(calls, 1),
+                 "pp_tps": p.n_p_eval / (p.t_p_eval_ms / 1e3) if p and p.t_p_eval_ms else 0.0,
+                 "tg_tps": p.n_eval / (p.t_eval_ms / 1e3) if p and p.t_eval_ms else 0.0,
+                 "pp_per_call": p.n_p_eval / max(calls, 1) if p else 0.0,
+                 "tg_per_call": p.n_eval / max(calls, 1) if p else 0.0,
                  "gpu_mem": gpu_mem_mib() if device == "GPU" else ""})
     r = rows[-1]
     print(f"  {label} [{device}]: {r['rate']:.2f} {unit} ({calls} calls in {wall:.1f} s; prompt "
@@ -125,8 +127,10 @@ def rerank_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
 
     rr = Reranker(cfg)
     seq = iter(range(10**9))
-    SCORES[device] = rr(pa.table({"query": ["restore a deleted note"] * 8,
-                                  "passage": [f"{TEXT[:300]} ({j})" for j in range(8)]})).column("_rerank").to_pylist()
+    n = cfg.rerank.parallel
+    SCORES[device if n == 1 else f"{device}, {n} in parallel"] = rr(pa.table({
+        "query": ["restore a deleted note"] * 8,
+        "passage": [f"{TEXT[:300]} ({j})" for j in range(8)]})).column("_rerank").to_pylist()
 
     def forty() -> int:
         i = next(seq)
@@ -134,7 +138,8 @@ def rerank_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
                      "passage": [f"{TEXT[:400]} ({j})" for j in range(40)]}))
         return 40
 
-    timed("rerank, top 40 of one query per call", device, rr.llm, forty, "pairs/s", seconds, rows)
+    label = "rerank, top 40 of one query per call" + (f", {n} passages per decode" if n > 1 else "")
+    timed(label, device, rr.llm if n == 1 else None, forty, "pairs/s", seconds, rows)
 
 
 def main() -> int:
@@ -148,6 +153,7 @@ def main() -> int:
     ap.add_argument("--embed-batches", default="",
                     help="N:B,... extra embedding rows with n_ctx = n_batch = N tokens per decode and B texts per "
                          "embed() call (the local profile: 512:8); how a GPU wants the embedder configured")
+    ap.add_argument("--rerank-parallel", default="", help="N,...: extra rerank rows with rerank.parallel = N")
     ap.add_argument("--expander-max-tokens", type=int, default=0,
                     help="cap generation (synthetic weights never stop early: the real 1.5B writes ~53 (en) / ~70 "
                          "(ru) tokens per query, the bench index's 236 cached expansions)")
@@ -175,6 +181,8 @@ def main() -> int:
         roles = {"embed": embed_rows, "qembed": query_embed_rows, "expand": expand_rows, "rerank": rerank_rows}
         for role in args.roles.split(","):
             roles[role.strip()](cfg, device, args.seconds, rows)  # each model freed before the next loads
+        for n in filter(None, args.rerank_parallel.split(",")):
+            rerank_rows(cfg.replace(rerank={"parallel": int(n)}), device, args.seconds, rows)
         for spec in filter(None, args.embed_batches.split(",")):
             nb, bs = (int(x) for x in spec.split(":"))
             ecfg = cfg.replace(embedder={"n_ctx": nb, "n_batch": nb, "n_ubatch": nb, "batch_size": bs})
@@ -200,9 +208,11 @@ def main() -> int:
 
         cos = (VECTORS["CPU"] * VECTORS["GPU"]).sum(axis=1)
         lines.append(f"\nsame weights, CPU against GPU: embedding cosine {np.round(cos, 5).tolist()}")
-    if {"CPU", "GPU"} <= SCORES.keys():
-        diff = max(abs(a - b) for a, b in zip(SCORES["CPU"], SCORES["GPU"]))
-        lines.append(f"same weights, CPU against GPU: rerank scores differ by at most {diff:.4f}")
+    import itertools
+
+    for a, b in itertools.combinations(SCORES, 2):  # the same eight pairs scored each way: same weights
+        diff = max(abs(x - y) for x, y in zip(SCORES[a], SCORES[b]))
+        lines.append(f"same weights, rerank scores {a} against {b}: differ by at most {diff:.4f}")
     table = "\n".join(lines)
     print("\n" + table)
     if args.out:

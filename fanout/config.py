@@ -86,6 +86,7 @@ class Config:
         self.retrieve.validate()
         self.expand.validate()
         self.clean.validate()
+        self.rerank.validate()
         self.cache.validate()
         self.serve.validate()
         from fanout.schemas import LANE_KINDS

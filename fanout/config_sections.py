@@ -320,6 +320,12 @@ class RerankConfig:
     passage_tokens: int = 160  # best passage per page sent to the reranker
     blend: tuple[float, float, float] = (0.75, 0.60, 0.40)  # fused-rank weight for ranks 1-3, 4-10, 11+
     instruction: str = "Given a search query, retrieve relevant passages that answer the query"
+    # passages of one query decoded together as parallel sequences (actors/reranker.py ParallelScorer); 1 = one
+    # by one, the scores the benchmark measured. For a GPU (bench/gpu_check.sh --rerank-parallel)
+    parallel: int = 1
+
+    def validate(self) -> None:
+        _check(self.parallel >= 1, f"rerank.parallel must be >= 1, got {self.parallel}")
 
 
 @dataclass(frozen=True)

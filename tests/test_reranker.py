@@ -60,6 +60,20 @@ def test_prefix_reuse_equals_full_evaluation(reranker: Reranker) -> None:
 
 
 @pytest.mark.slow
+def test_parallel_sequences_score_like_one_by_one(reranker: Reranker) -> None:
+    # rerank.parallel decodes a query's passages together in a context of its own; on the CPU a quantized
+    # model's logits move a little with how tokens are split into decode calls (up to ~0.07 in the score,
+    # bench/model_calls.py --part split), on a GPU the two paths agree within 0.0005 (bench/gpu_check.sh)
+    par = Reranker(reranker.cfg.replace(rerank={"parallel": 3}))
+    for q, good, bad in PAIRS:
+        docs = [good, bad, good[:70], bad]  # more passages than sequences: a second group reuses the prefix
+        one, together = reranker.score(q, docs), par.score(q, docs)
+        assert together == pytest.approx(one, abs=0.07), (q, one, together)
+    assert par.stats["tokens_evaluated"] > 0
+    with pytest.raises(ValueError, match="rerank.parallel must be >= 1"):
+        reranker.cfg.replace(rerank={"parallel": 0})
+
+@pytest.mark.slow
 def test_batch_call_dedupes_pairs_and_keeps_columns(reranker: Reranker) -> None:
     q, good, bad = PAIRS[1]
     batch = pa.table({"query": [q, q, q], "passage": [good, bad, good], "intent": [None, None, None],
