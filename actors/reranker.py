@@ -171,6 +171,7 @@ class ParallelScorer:
         p.n_seq_max, p.kv_unified = n_seq, True
         p.n_threads = p.n_threads_batch = n_threads
         self.n_seq, self._lib = n_seq, llama_cpp  # kept for __del__: no imports while Python shuts down
+        self._llm = llm  # the weights must outlive this context: freed only after __del__ frees it
         self.ctx = llama_cpp.llama_init_from_model(llm._model.model, p)
         if not self.ctx:
             raise RuntimeError(f"rerank.parallel {n_seq}: llama.cpp could not make a context of {p.n_ctx} tokens")
