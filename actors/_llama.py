@@ -209,8 +209,7 @@ def load_backends() -> None:
 
     import llama_cpp
 
-    pkg = Path(llama_cpp.__file__).resolve().parent
-    libdir, bindir = pkg / "lib", pkg.parent / "bin"
+    libdir, bindir = Path(llama_cpp.__file__).resolve().parent / "lib", _bindir()
     variants = sorted(bindir.glob("libggml-cpu-*.so"))
     forced = os.environ.get("FANOUT_GGML_CPU", "")
     _BACKENDS.update(variants=[_variant_name(v) for v in variants], forced=forced, variant="built-in",
