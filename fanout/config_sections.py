@@ -273,17 +273,26 @@ class RetrieveConfig:
     # reads the two columns itself. Results are identical; the memory path costs ~1.1 ms less CPU per call
     # (bench/query_cost.py, issue 23). 0 turns it off.
     rowid_map_rows: int = 2_000_000
-    # who runs a full-text call: `lance` calls Lance itself (pylance, pinned to the Lance release lancedb embeds:
-    # identical lists, tests/test_fts_rowids.py), ~20% less CPU a call than `lancedb`'s query builder on its
-    # asyncio loop (1.74 -> 1.39 ms a call on the benchmark's English index; bench/query_cost.py, issue 23)
-    fts_engine: Literal["lance", "lancedb"] = "lance"
+    # who runs a full-text call: `memory` computes Lance's BM25 in numpy over postings built once per index
+    # version with Lance's tokenizer (fanout/fts_memory.py: the same lists and scores, bit for bit; prefiltered
+    # queries and indexes it does not reproduce go to Lance); `lance` calls Lance itself (pylance, pinned to the
+    # Lance release lancedb embeds: identical lists, tests/test_fts_rowids.py); `lancedb` its query builder on
+    # its asyncio loop. CPU a call on the benchmark's English index: memory ~0.1, lance ~1.4, lancedb ~1.7 ms
+    # (bench/query_cost.py, issue 23)
+    fts_engine: Literal["memory", "lance", "lancedb"] = "memory"
+    # the memory engine's postings are built per process and index version once it has sent this many queries
+    # per chunk through Lance: a build costs ~0.1-0.15 ms of CPU a chunk per language (Lance's tokenizer on
+    # every text), a Lance call ~1.4 ms (5 ms at 60,000 chunks), so a one-off search of a large index is not
+    # held up and a batch builds at once (0.1 = break-even; 0 builds at the first call; bench/query_cost.py)
+    fts_memory_after: float = 0.1
 
     def validate(self) -> None:
         _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")
         _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
         _check(self.rowid_map_rows >= 0, f"retrieve.rowid_map_rows must be >= 0 (0: off), got {self.rowid_map_rows}")
-        _check(self.fts_engine in ("lance", "lancedb"),
-               f"retrieve.fts_engine must be 'lance' or 'lancedb', got {self.fts_engine!r}")
+        _check(self.fts_memory_after >= 0, f"retrieve.fts_memory_after must be >= 0, got {self.fts_memory_after}")
+        _check(self.fts_engine in ("memory", "lance", "lancedb"),
+               f"retrieve.fts_engine must be 'memory', 'lance' or 'lancedb', got {self.fts_engine!r}")
 
 
 @dataclass(frozen=True)

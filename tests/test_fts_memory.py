@@ -1,0 +1,118 @@
+"""The `memory` full-text engine (fanout/fts_memory.py) against Lance itself: the same rows, order and scores
+bit for bit (float32), ties, repeated query words and several columns with boosts included; indexes it does not
+reproduce (rows deleted or added after the index was built) are left to Lance."""
+
+from __future__ import annotations
+
+import random
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import write_vault
+from lance.query import MultiMatchQuery
+from test_fts_rowids import TEXTS
+
+from fanout import fts
+from fanout.db import Collection
+from fanout.fts_memory import memory_column, search
+from pipelines.index import index_vault
+from pipelines.lanes import fts_page_lists
+
+WORDS = ["sync", "notes", "vault", "links", "graph", "the", "a", "plugin", "plugins", "settings", "backup", "linking",
+         "canvas", "search", "searching", "théme", "theme", "файлы", "файл", "заметки"]
+FTS = {"with_position": False, "base_tokenizer": "simple", "language": "English", "stem": True,
+       "remove_stop_words": True, "ascii_folding": True, "lower_case": True}
+
+
+class _Col:  # what memory_column needs of a Collection (its name, for the debug line)
+    name = "t"
+
+
+def _dataset(tmp_path, n: int = 300, seed: int = 3):
+    rnd = random.Random(seed)
+    # short texts from a small vocabulary: many equal scores (ties) and repeated words; some empty or all
+    # stop words (documents Lance does not count)
+    body = [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(0, 12))) for _ in range(n)]
+    title = [rnd.choice(["", "the a", "Sync", "Graph view", "Plugins and settings"]) for _ in range(n)]
+    ds = lance.write_dataset(pa.table({"body": body, "title": title}), str(tmp_path / "t.lance"))
+    for c in ("body", "title"):
+        ds.create_scalar_index(c, "INVERTED", **FTS)
+    return lance.dataset(str(tmp_path / "t.lance")), rnd
+
+
+def _lance(ds, q, cols, boosts, k):
+    t = ds.to_table(full_text_query=MultiMatchQuery(q, cols, boosts=boosts), columns=["_score"], with_row_id=True,
+                    limit=k)
+    return t["_rowid"].to_pylist(), t["_score"].to_numpy()
+
+
+def test_memory_bm25_equals_lance_bit_for_bit(tmp_path):
+    ds, rnd = _dataset(tmp_path)
+    ids = np.sort(ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy())
+    mem = [memory_column(_Col(), ds, c, ids) for c in ("body", "title")]
+    assert all(m is not None for m in mem)
+    queries = [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 6))) for _ in range(150)]
+    queries += ["sync sync notes", "plugins plugin", "the a", "zzzz", "Théme файлы"]
+    for k in (1, 5, 20):
+        for cols, boosts in ((["body"], [1.0]), (["body", "title"], [1.0, 2.0])):
+            for q in queries:
+                want_ids, want_scores = _lance(ds, q, cols, boosts, k)
+                pos, scores = search([mem[("body", "title").index(c)] for c in cols], boosts, q, k)
+                assert [int(ids[p]) for p in pos] == want_ids, (q, k, cols)
+                assert scores.dtype == np.float32 and np.array_equal(scores, want_scores), (q, k, cols)
+
+
+def test_an_index_older_than_the_rows_is_left_to_lance(tmp_path):
+    ds, _ = _dataset(tmp_path, n=40)
+    ds.delete("title = 'Sync'")  # the index still counts the deleted rows (N, avgdl)
+    ds = lance.dataset(str(tmp_path / "t.lance"))
+    ids = np.sort(ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy())
+    assert memory_column(_Col(), ds, "body", ids) is None
+    ds.insert(pa.table({"body": ["sync notes"], "title": ["Sync"]}))  # rows the index has not seen
+    ds = lance.dataset(str(tmp_path / "t.lance"))
+    ids = np.sort(ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy())
+    assert memory_column(_Col(), ds, "title", ids) is None
+
+
+@pytest.mark.parametrize("k", [1, 10, 60])
+def test_memory_engine_serves_fanouts_lists_without_calling_lance(tmp_path, fake_cfg, fake_runner, monkeypatch, k):
+    db = tmp_path / "db"
+    index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
+    mem_cfg = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 0})
+    lance_cfg = fake_cfg.replace(retrieve={"fts_engine": "lance"})
+    mem, ref = Collection(str(db), "t", mem_cfg), Collection(str(db), "t", lance_cfg)
+    mem.refresh()
+    ref.refresh()
+    cols, boosts = ["body_en", "body_ru", "title_en", "title_ru", "heading_en", "heading_ru"], [1, 1, 2, 2, 1, 1]
+    texts = [*TEXTS, "sync sync notes the", "заметки заметок"]
+    wheres = [None, "path LIKE 'Sync/%'"] * (len(texts) // 2) + [None] * (len(texts) % 2)
+    want = [t.to_pylist() for t in ref.fts_search_many(texts, cols, boosts, k, ["path", "chunk_id"], wheres)]
+    calls = []
+    real = fts._lance_many
+    monkeypatch.setattr(fts, "_lance_many", lambda ds, qs, *a: calls.append(qs) or real(ds, qs, *a))
+    got = [t.to_pylist() for t in mem.fts_search_many(texts, cols, boosts, k, ["path", "chunk_id"], wheres)]
+    assert got == want and any(got)
+    assert calls == [[fts.nfc(t) for t, w in zip(texts, wheres) if w]]  # only the prefiltered queries
+    assert fts_page_lists(mem, texts, mem_cfg) == fts_page_lists(ref, texts, lance_cfg)
+
+
+def test_the_postings_are_built_once_enough_queries_have_gone_to_lance(tmp_path, fake_cfg, fake_runner, monkeypatch):
+    """retrieve.fts_memory_after: a one-off search of a large index is not held up by a build it would not pay
+    back; once the process has sent that many queries per chunk through Lance, the postings are built."""
+    db = tmp_path / "db"
+    index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
+    cfg = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 0.5})
+    col = Collection(str(db), "t", cfg)
+    col.refresh()
+    rows = len(col.row_keys(("path", "chunk_id"))[0])
+    calls = []
+    real = fts._lance_many
+    monkeypatch.setattr(fts, "_lance_many", lambda ds, qs, *a: calls.append(len(qs)) or real(ds, qs, *a))
+    first = col.fts_search_many(["sync notes"], ["body_en"], [1.0], 5, ["path"])
+    assert calls == [1]  # not built for one query
+    col.fts_search_many(["sync"] * (rows // 2), ["body_en"], [1.0], 5, ["path"])  # reaches 0.5 per chunk
+    assert calls == [1]  # ... so this call was served from memory
+    assert [t.to_pylist() for t in col.fts_search_many(["sync notes"], ["body_en"], [1.0], 5, ["path"])] == \
+        [t.to_pylist() for t in first]
