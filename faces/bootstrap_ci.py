@@ -33,10 +33,13 @@ def bootstrap_mean(
     seed: int = DEFAULT_SEED,
     level: float = 0.95,
 ) -> tuple[float, float, float]:
-    """Return ``(mean, low, high)``: the percentile bootstrap interval of the mean of ``values``."""
+    """Return ``(mean, low, high)``: the percentile bootstrap interval of the mean of ``values`` (NaN bounds
+    when ``n_boot`` < 1: `--n-boot 0` turns the intervals off)."""
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return float("nan"), float("nan"), float("nan")
+    if n_boot < 1:
+        return float(x.mean()), float("nan"), float("nan")
     means = _boot_means(x, n_boot, seed)
     tail = (1.0 - level) / 2.0 * 100.0
     low, high = np.percentile(means, [tail, 100.0 - tail])
@@ -73,7 +76,9 @@ def set_intervals(
 
 
 def format_interval(low: float, high: float, digits: int = 2) -> str:
-    """Format a signed interval as ``"+0.04 to +0.16"``."""
+    """Format a signed interval as ``"+0.04 to +0.16"`` (``"-"`` without one: `--n-boot 0`)."""
+    if np.isnan(low) or np.isnan(high):
+        return "-"
     return f"{low:+.{digits}f} to {high:+.{digits}f}"
 
 
@@ -104,13 +109,13 @@ def paired_diff(
     for name in sorted(diffs, key=set_key):
         d = np.asarray(diffs[name])
         mean, low, high = bootstrap_mean(d, n_boot, seed, level)
-        boots = _boot_means(d, n_boot, seed)
+        boots = _boot_means(d, n_boot, seed) if n_boot >= 1 else np.full(1, np.nan)
         out[name] = {
             "n": int(d.size),
             "mean_diff": mean,
             "low": low,
             "high": high,
             "interval": format_interval(low, high),
-            "p_le_zero": float((boots <= 0).mean()),
+            "p_le_zero": float((boots <= 0).mean()) if n_boot >= 1 else float("nan"),
         }
     return out

@@ -7,6 +7,7 @@ Summary rows are dicts with ``system``, ``set``, ``ndcg_5``, ``recall_10`` and o
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ def _frac(x: float) -> str:
 def format_cell(row: Row) -> str:
     """Return ``"0.726 (.931)"``, with ``" [.690–.760]"`` after nDCG@5 when an interval is given."""
     ci = ""
-    if row.get("low") is not None and row.get("high") is not None:
+    if row.get("low") is not None and row.get("high") is not None and not math.isnan(row["low"] + row["high"]):
         ci = f" [{_frac(row['low'])}–{_frac(row['high'])}]"
     return f"{row['ndcg_5']:.3f}{ci} ({_frac(row['recall_10'])})"
 

@@ -154,6 +154,8 @@ def test_bootstrap_mean_seeded() -> None:
     assert low < mean < high and mean == pytest.approx(0.5)
     assert bc.bootstrap_mean([0.3] * 10, n_boot=100) == pytest.approx((0.3, 0.3, 0.3))
     assert all(math.isnan(v) for v in bc.bootstrap_mean([], n_boot=10))
+    mean, low, high = bc.bootstrap_mean([0.2, 0.4], n_boot=0)  # --n-boot 0: no intervals, the mean stays
+    assert mean == pytest.approx(0.3) and math.isnan(low) and math.isnan(high)
 
 
 def test_set_intervals_and_paired_diff() -> None:
