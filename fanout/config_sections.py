@@ -280,11 +280,12 @@ class RetrieveConfig:
     # its asyncio loop. CPU a call on the benchmark's English index: memory ~0.1, lance ~1.4, lancedb ~1.7 ms
     # (bench/query_cost.py, issue 23)
     fts_engine: Literal["memory", "lance", "lancedb"] = "memory"
-    # the memory engine's postings are built per process and index version once it has sent this many queries
-    # per chunk through Lance: a build costs ~0.1-0.15 ms of CPU a chunk per language (Lance's tokenizer on
-    # every text), a Lance call ~1.4 ms (5 ms at 60,000 chunks), so a one-off search of a large index is not
-    # held up and a batch builds at once (0.1 = break-even; 0 builds at the first call; bench/query_cost.py)
-    fts_memory_after: float = 0.1
+    # the memory engine's postings are built per process and index version once its Lance calls on that version
+    # have cost this many times the build's estimated CPU (~0.06 ms a chunk and column; a Lance call costs
+    # ~1.4 ms on the sample and benchmark indexes, 5 ms at 60,000 chunks): a batch builds after its first call,
+    # a one-off search of a large index is not held up, and 1.0 never spends more than twice the cheaper choice
+    # (the ski-rental rule; 0 builds at the first call). fanout/fts.py memory_columns
+    fts_memory_after: float = 1.0
 
     def validate(self) -> None:
         _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")

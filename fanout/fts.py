@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +51,15 @@ def search_many(col: Collection, queries: list[str], columns: list[str], boosts:
         keys = col.row_keys(tuple(select)) if set(select) <= {"path", "chunk_id"} else None
         ds = lance_chunks(col)
         if ds is not None and keys is not None and col.cfg is not None and col.cfg.retrieve.fts_engine == "memory":
-            mem = memory_columns(col, ds, columns, keys[0], len(queries))
+            mem = memory_columns(col, ds, columns, keys[0])
             if mem is not None:
                 return _memory_many(ds, mem, queries, columns, boosts, k, select, wheres, keys)
+            spent = col.memo(("fts_lance_cpu", int(ds.version)), lambda: [0.0])
+            t = time.process_time()
+            try:
+                return _lance_many(ds, queries, columns, boosts, k, select, wheres, keys)
+            finally:
+                spent[0] += time.process_time() - t
         if ds is not None:
             return _lance_many(ds, queries, columns, boosts, k, select, wheres, keys)
         handle = getattr(col.table(col.chunks_name), "_table", None)  # the sync table's AsyncTable
@@ -79,18 +86,19 @@ def lance_chunks(col: Collection):
         tbl.uri, version=version, storage_options=col.storage_options or None))
 
 
-def memory_columns(col: Collection, ds, columns: list[str], ids: np.ndarray, queries: int) -> list | None:
+def memory_columns(col: Collection, ds, columns: list[str], ids: np.ndarray) -> list | None:
     """The `memory` engine's postings of `columns` (memo per pinned version), None when one of them is not
-    served from memory (fanout/fts_memory.py says why) or not built yet: they are built once this process has
-    sent `retrieve.fts_memory_after` queries per chunk of this version (`queries`: this call's), so a
-    one-off search of a large index never waits for a build it would not pay back."""
-    from fanout.fts_memory import memory_column
+    served from memory (fanout/fts_memory.py says why) or not built yet. They are built once this process's
+    Lance calls on this version have cost `retrieve.fts_memory_after` times what the build is estimated to
+    cost (BUILD_S_PER_CELL a chunk and column): a one-off search of a large index never waits for a build it
+    would not pay back, a batch builds after its first call, and it never spends more than twice the cheaper
+    of the two choices (1.0: the ski-rental rule)."""
+    from fanout.fts_memory import BUILD_S_PER_CELL, memory_column
 
     version = int(ds.version)
     if not all(("fts_memory", version, c) in col.derived for c in columns):
-        seen = col.memo(("fts_memory_seen", version), lambda: [0])
-        seen[0] += queries
-        if seen[0] < len(ids) * col.cfg.retrieve.fts_memory_after:
+        spent = col.memo(("fts_lance_cpu", version), lambda: [0.0])
+        if spent[0] < col.cfg.retrieve.fts_memory_after * len(ids) * len(columns) * BUILD_S_PER_CELL:
             return None
     out = [col.memo(("fts_memory", version, c), lambda c=c: memory_column(col, ds, c, ids)) for c in columns]
     return None if any(m is None for m in out) else out

@@ -98,21 +98,25 @@ def test_memory_engine_serves_fanouts_lists_without_calling_lance(tmp_path, fake
     assert fts_page_lists(mem, texts, mem_cfg) == fts_page_lists(ref, texts, lance_cfg)
 
 
-def test_the_postings_are_built_once_enough_queries_have_gone_to_lance(tmp_path, fake_cfg, fake_runner, monkeypatch):
+def test_the_postings_are_built_once_lance_calls_have_cost_as_much(tmp_path, fake_cfg, fake_runner, monkeypatch):
     """retrieve.fts_memory_after: a one-off search of a large index is not held up by a build it would not pay
-    back; once the process has sent that many queries per chunk through Lance, the postings are built."""
+    back; once the process's Lance calls on the version have cost what the build would, the postings are built."""
     db = tmp_path / "db"
     index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
-    cfg = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 0.5})
-    col = Collection(str(db), "t", cfg)
-    col.refresh()
-    rows = len(col.row_keys(("path", "chunk_id"))[0])
     calls = []
     real = fts._lance_many
     monkeypatch.setattr(fts, "_lance_many", lambda ds, qs, *a: calls.append(len(qs)) or real(ds, qs, *a))
-    first = col.fts_search_many(["sync notes"], ["body_en"], [1.0], 5, ["path"])
-    assert calls == [1]  # not built for one query
-    col.fts_search_many(["sync"] * (rows // 2), ["body_en"], [1.0], 5, ["path"])  # reaches 0.5 per chunk
-    assert calls == [1]  # ... so this call was served from memory
-    assert [t.to_pylist() for t in col.fts_search_many(["sync notes"], ["body_en"], [1.0], 5, ["path"])] == \
-        [t.to_pylist() for t in first]
+    never = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 1e9})
+    col = Collection(str(db), "t", never)
+    col.refresh()
+    for _ in range(3):
+        first = col.fts_search_many(["sync notes"], ["body_en"], [1.0], 5, ["path"])
+    assert calls == [1, 1, 1]  # a build that would not pay back is never made
+    calls.clear()
+    soon = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 1e-6})
+    col = Collection(str(db), "t", soon)
+    col.refresh()
+    col.fts_search_many(["sync"], ["body_en"], [1.0], 5, ["path"])
+    again = col.fts_search_many(["sync notes"], ["body_en"], [1.0], 5, ["path"])
+    assert calls == [1]  # the first call went to Lance and paid for the build; the second one is served from memory
+    assert [t.to_pylist() for t in again] == [t.to_pylist() for t in first]
