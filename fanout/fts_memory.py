@@ -148,7 +148,7 @@ def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> Mem
     tokens = list(postings)
     lengths = np.fromiter((len(postings[x][0]) for x in tokens), np.int64, len(tokens))
     ends = np.cumsum(lengths)
-    rows = np.fromiter((p for x in tokens for p in postings[x][0]), np.int64, int(ends[-1]) if len(ends) else 0)
+    rows = np.fromiter((p for x in tokens for p in postings[x][0]), np.int32, int(ends[-1]) if len(ends) else 0)
     freq = np.fromiter((f for x in tokens for f in postings[x][1]), np.float32, len(rows))
     avgdl = np.float32(total) / np.float32(n_docs) if n_docs else np.float32(1)
     norm = K1 * (np.float32(1) - B + B * dl.astype(np.float32) / avgdl)
