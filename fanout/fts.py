@@ -22,6 +22,7 @@ import os
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 _POOL: list[Any] = []
 _POOL_LOCK = threading.Lock()
+_SHARED: OrderedDict[tuple[str, int], dict] = OrderedDict()  # (chunks table uri, version) -> memory engine state
+_SHARED_LOCK = threading.RLock()
 # pylance warns at every fork once it is imported; fanout never forks, and Ray starts its processes with
 # subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
 warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
@@ -54,7 +57,7 @@ def search_many(col: Collection, queries: list[str], columns: list[str], boosts:
             mem = memory_columns(col, ds, columns, keys[0])
             if mem is not None:
                 return _memory_many(ds, mem, queries, columns, boosts, k, select, wheres, keys)
-            spent = col.memo(("fts_lance_cpu", int(ds.version)), lambda: [0.0])
+            spent = _shared(ds)["spent"]
             t = time.process_time()
             try:
                 return _lance_many(ds, queries, columns, boosts, k, select, wheres, keys)
@@ -87,21 +90,38 @@ def lance_chunks(col: Collection):
 
 
 def memory_columns(col: Collection, ds, columns: list[str], ids: np.ndarray) -> list | None:
-    """The `memory` engine's postings of `columns` (memo per pinned version), None when one of them is not
+    """The `memory` engine's postings of `columns` on the pinned version `ds`, None when one of them is not
     served from memory (fanout/fts_memory.py says why) or not built yet. They are built once this process's
     Lance calls on this version have cost `retrieve.fts_memory_after` times what the build is estimated to
     cost (BUILD_S_PER_CELL a chunk and column): a one-off search of a large index never waits for a build it
     would not pay back, a batch builds after its first call, and it never spends more than twice the cheaper
-    of the two choices (1.0: the ski-rental rule)."""
+    of the two choices (1.0: the ski-rental rule). Shared by every Collection of the process on that version
+    (the in-process loop's ProbeBM25 and Retrieve build them once)."""
     from fanout.fts_memory import BUILD_S_PER_CELL, memory_column
 
-    version = int(ds.version)
-    if not all(("fts_memory", version, c) in col.derived for c in columns):
-        spent = col.memo(("fts_lance_cpu", version), lambda: [0.0])
-        if spent[0] < col.cfg.retrieve.fts_memory_after * len(ids) * len(columns) * BUILD_S_PER_CELL:
-            return None
-    out = [col.memo(("fts_memory", version, c), lambda c=c: memory_column(col, ds, c, ids)) for c in columns]
+    state = _shared(ds)
+    if not all(c in state for c in columns) and \
+            state["spent"][0] < col.cfg.retrieve.fts_memory_after * len(ids) * len(columns) * BUILD_S_PER_CELL:
+        return None
+    with _SHARED_LOCK:
+        for c in columns:
+            if c not in state:
+                state[c] = memory_column(col, ds, c, ids)
+    out = [state[c] for c in columns]
     return None if any(m is None for m in out) else out
+
+
+def _shared(ds) -> dict:
+    """This process's memory-engine state of one chunks table version: the Lance CPU spent on it (`spent`)
+    and the postings per column; the two versions used last are kept."""
+    key = (ds.uri, int(ds.version))
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = {"spent": [0.0]}
+            while len(_SHARED) > 2:
+                _SHARED.popitem(last=False)
+        _SHARED.move_to_end(key)
+        return _SHARED[key]
 
 
 def _memory_many(ds, mem, queries, columns, boosts, k, select, wheres, keys) -> list[pa.Table]:

@@ -113,6 +113,7 @@ def test_the_postings_are_built_once_lance_calls_have_cost_as_much(tmp_path, fak
         first = col.fts_search_many(["sync notes"], ["body_en"], [1.0], 5, ["path"])
     assert calls == [1, 1, 1]  # a build that would not pay back is never made
     calls.clear()
+    monkeypatch.setattr(fts, "_SHARED", type(fts._SHARED)())  # a fresh process's state: no Lance CPU spent yet
     soon = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 1e-6})
     col = Collection(str(db), "t", soon)
     col.refresh()
@@ -120,3 +121,18 @@ def test_the_postings_are_built_once_lance_calls_have_cost_as_much(tmp_path, fak
     again = col.fts_search_many(["sync notes"], ["body_en"], [1.0], 5, ["path"])
     assert calls == [1]  # the first call went to Lance and paid for the build; the second one is served from memory
     assert [t.to_pylist() for t in again] == [t.to_pylist() for t in first]
+
+
+def test_collections_of_one_process_share_the_postings(tmp_path, fake_cfg, fake_runner):
+    """The in-process loop's ProbeBM25 and Retrieve each open a Collection: the postings of a version are built
+    once per process, not once per Collection."""
+    db = tmp_path / "db"
+    index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
+    cfg = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 0})
+    a, b = Collection(str(db), "t", cfg), Collection(str(db), "t", cfg)
+    a.refresh()
+    b.refresh()
+    ds_a, ds_b = fts.lance_chunks(a), fts.lance_chunks(b)
+    got_a = fts.memory_columns(a, ds_a, ["body_en"], a.row_keys(("path", "chunk_id"))[0])
+    got_b = fts.memory_columns(b, ds_b, ["body_en"], b.row_keys(("path", "chunk_id"))[0])
+    assert got_a is not None and got_a[0] is got_b[0]
