@@ -18,6 +18,7 @@ pinned version's rows in memory (`Collection.row_keys`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -33,6 +34,7 @@ from fanout.text import nfc
 if TYPE_CHECKING:
     from fanout.db import Collection
 
+log = logging.getLogger(__name__)
 _POOL: list[Any] = []
 _POOL_LOCK = threading.Lock()
 _SHARED: OrderedDict[tuple[str, int], dict] = OrderedDict()  # (chunks table uri, version) -> memory engine state
@@ -106,7 +108,12 @@ def memory_columns(col: Collection, ds, columns: list[str], ids: np.ndarray) -> 
     with _SHARED_LOCK:
         for c in columns:
             if c not in state:
-                state[c] = memory_column(col, ds, c, ids)
+                try:
+                    state[c] = memory_column(col, ds, c, ids)
+                except Exception as e:  # noqa: BLE001  Lance itself still answers: a build must never fail a search
+                    log.warning("full-text column %s of %s: postings not built (%s); Lance answers its searches",
+                                c, col.name, e)
+                    state[c] = None
     out = [state[c] for c in columns]
     return None if any(m is None for m in out) else out
 

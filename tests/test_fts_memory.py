@@ -136,3 +136,22 @@ def test_collections_of_one_process_share_the_postings(tmp_path, fake_cfg, fake_
     got_a = fts.memory_columns(a, ds_a, ["body_en"], a.row_keys(("path", "chunk_id"))[0])
     got_b = fts.memory_columns(b, ds_b, ["body_en"], b.row_keys(("path", "chunk_id"))[0])
     assert got_a is not None and got_a[0] is got_b[0]
+
+
+def test_a_build_that_fails_leaves_the_searches_to_lance(tmp_path, fake_cfg, fake_runner, monkeypatch):
+    import fanout.fts_memory as fm
+
+    db = tmp_path / "db"
+    index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
+    ref = Collection(str(db), "t", fake_cfg.replace(retrieve={"fts_engine": "lance"}))
+    col = Collection(str(db), "t", fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 0}))
+    ref.refresh()
+    col.refresh()
+
+    def broken(*a):
+        raise AttributeError("an index description without field_names")
+
+    monkeypatch.setattr(fm, "memory_column", broken)
+    got = col.fts_search_many(TEXTS, ["body_en"], [1.0], 10, ["path", "chunk_id"])
+    assert [t.to_pylist() for t in got] == \
+        [t.to_pylist() for t in ref.fts_search_many(TEXTS, ["body_en"], [1.0], 10, ["path", "chunk_id"])]
