@@ -144,7 +144,8 @@ def _memory_many(ds, mem, queries, columns, boosts, k, select, wheres, keys) -> 
             out[i] = _empty(select)
             continue
         pos, score = search(mem, boosts, q, k)
-        out[i] = _empty(select) if not len(pos) else cols.take(pa.array(pos)).select(select).append_column("_score", pa.array(score, pa.float32()))
+        out[i] = _empty(select) if not len(pos) else \
+            cols.take(pa.array(pos)).select(select).append_column("_score", pa.array(score, pa.float32()))
     if filtered:  # a prefiltered query goes to Lance (its filter is SQL over the table)
         res = _lance_many(ds, [queries[i] for i in filtered], columns, boosts, k, select,
                           [wheres[i] for i in filtered], keys)

@@ -1,12 +1,13 @@
 """The `memory` full-text engine: Lance's BM25 over postings held in memory, a query's lists in numpy.
 
-Each full-text call into Lance costs ~1.4 ms of CPU whatever the table's size (query planning, its thread
-pool; bench/query_cost.py, issue 23), two a query. This engine computes the same lists without calling Lance:
-per FTS column it tokenizes the pinned version's texts ONCE with Lance's own tokenizer (`lance.tokenize`, with
-the parameters the column's index was built with, read from `index_statistics`) and keeps each token's
-postings (row position, BM25 contribution). A query is then one `lance.tokenize` per language and a few numpy
-operations per column, scored as Lance 13 scores a MultiMatch query (read from its source and checked
-against it, bit for bit, on the benchmark's ~6,000 query texts; tests/test_fts_rowids.py):
+Each full-text call into Lance costs ~1.4 ms of CPU on the sample and benchmark indexes (most of it per call: query
+planning, its thread pool) and ~5 ms at 60,000 chunks (bench/query_cost.py, issue 23), two a query. This engine
+computes the same lists without calling Lance: per FTS column it tokenizes the pinned version's texts ONCE with
+Lance's own tokenizer (`lance.tokenize`, with the parameters the column's index was built with, read from
+`index_statistics`) and keeps each token's postings (row position, BM25 contribution). A query is then one
+`lance.tokenize` per language and a few numpy operations per column, scored as Lance 13 scores a MultiMatch query
+(Lance 1.0's source, the one reachable here, corrected where 13 differs, and checked against it bit for bit, on
+~5,000 query texts over the benchmark's and the sample's indexes: bench/fts_engines.py; tests/test_fts_memory.py):
 
 - per column, BM25 with k1 = 1.2, b = 0.75 in float32: idf = ln(1 + (N - n + 0.5) / (n + 0.5)), a document's
   weight (k1 + 1) f / (f + k1 (1 - b + b dl / avgdl)); N, dl and avgdl count only documents with at least
