@@ -277,8 +277,8 @@ class RetrieveConfig:
     # version with Lance's tokenizer (fanout/fts_memory.py: the same lists and scores, bit for bit; prefiltered
     # queries and indexes it does not reproduce go to Lance); `lance` calls Lance itself (pylance, pinned to the
     # Lance release lancedb embeds: identical lists, tests/test_fts_rowids.py); `lancedb` its query builder on
-    # its asyncio loop. CPU a call on the benchmark's English index: memory ~0.1, lance ~1.4, lancedb ~1.7 ms
-    # (bench/query_cost.py, issue 23)
+    # its asyncio loop. CPU a call on the benchmark's English index: memory 0.19, lance 1.5, lancedb ~1.7 ms
+    # (bench/fts_engines.py, bench/query_cost.py; issue 23)
     fts_engine: Literal["memory", "lance", "lancedb"] = "memory"
     # the memory engine's postings are built per process and index version once its Lance calls on that version
     # have cost this many times the build's estimated CPU (~0.06 ms a chunk and column; a Lance call costs
