@@ -274,8 +274,8 @@ class RetrieveConfig:
     # (bench/query_cost.py, issue 23). 0 turns it off.
     rowid_map_rows: int = 2_000_000
     # who runs a full-text call: `memory` computes Lance's BM25 in numpy over postings built once per index
-    # version with Lance's tokenizer (fanout/fts_memory.py: the same lists and scores, bit for bit; prefiltered
-    # queries and indexes it does not reproduce go to Lance); `lance` calls Lance itself (pylance, pinned to the
+    # version with Lance's tokenizer (fanout/fts_memory.py: the same lists and scores, bit for bit, prefiltered
+    # or not; indexes it does not reproduce go to Lance); `lance` calls Lance itself (pylance, pinned to the
     # Lance release lancedb embeds: identical lists, tests/test_fts_rowids.py); `lancedb` its query builder on
     # its asyncio loop. CPU a call on the benchmark's English index: memory 0.19, lance 1.5, lancedb ~1.7 ms
     # (bench/fts_engines.py, bench/query_cost.py; issue 23)

@@ -3,8 +3,9 @@ per-language columns, on one of three engines (`retrieve.fts_engine`).
 
 - `memory` (the default): Lance's BM25 computed in numpy over postings built once per pinned version with
   Lance's own tokenizer (fanout/fts_memory.py): the same lists and scores, bit for bit, without a call into
-  Lance (~1.4 ms of CPU each). A query with a prefilter, or a column whose index this engine does not
-  reproduce, goes to Lance as below.
+  Lance (~1.4 ms of CPU each); a prefilter is evaluated by Lance once per filter and version (a row mask),
+  the search over the rows it keeps in memory. A column whose index this engine does not reproduce goes to
+  Lance as below.
 - `lance`: each search is one call into Lance itself (pylance, the Lance release lancedb embeds, pinned
   together in pyproject: the same index files, tokenizers and BM25, identical lists; tested in
   tests/test_fts_rowids.py), a few at a time on min(4, cores) threads (Lance releases the GIL). About 20% less
@@ -134,24 +135,54 @@ def _shared(ds) -> dict:
 def _memory_many(ds, mem, queries, columns, boosts, k, select, wheres, keys) -> list[pa.Table]:
     from fanout.fts_memory import search
 
-    _, cols = keys
+    ids, cols = keys
     out: list[pa.Table | None] = [None] * len(queries)
-    filtered = [i for i, w in enumerate(wheres) if w]
+    to_lance = []
     for i, q in enumerate(queries):
-        if wheres[i]:
-            continue
         if not q.strip():
             out[i] = _empty(select)
             continue
-        pos, score = search(mem, boosts, q, k)
+        allowed = None
+        if wheres[i]:
+            allowed = _allowed(ds, ids, wheres[i])
+            if allowed is None:
+                to_lance.append(i)
+                continue
+        pos, score = search(mem, boosts, q, k, allowed=allowed)
         out[i] = _empty(select) if not len(pos) else \
             cols.take(pa.array(pos)).select(select).append_column("_score", pa.array(score, pa.float32()))
-    if filtered:  # a prefiltered query goes to Lance (its filter is SQL over the table)
-        res = _lance_many(ds, [queries[i] for i in filtered], columns, boosts, k, select,
-                          [wheres[i] for i in filtered], keys)
-        for i, t in zip(filtered, res):
+    if to_lance:  # a prefilter Lance could not evaluate here: Lance answers (and says what is wrong)
+        res = _lance_many(ds, [queries[i] for i in to_lance], columns, boosts, k, select,
+                          [wheres[i] for i in to_lance], keys)
+        for i, t in zip(to_lance, res):
             out[i] = t
     return out  # type: ignore[return-value]
+
+
+def _allowed(ds, ids: np.ndarray, where: str) -> np.ndarray | None:
+    """The rows (a bool per pinned row) that pass `where`, evaluated by Lance on the pinned version once per
+    filter and version (the last 64 kept); None when Lance cannot evaluate it here."""
+    with _SHARED_LOCK:
+        return _allowed_locked(_shared(ds), ds, ids, where)
+
+
+def _allowed_locked(state: dict, ds, ids: np.ndarray, where: str) -> np.ndarray | None:
+    masks = state.setdefault("masks", OrderedDict())
+    if where not in masks:
+        try:
+            got = ds.to_table(columns=[], with_row_id=True, filter=where)["_rowid"].to_numpy()
+        except Exception:  # noqa: BLE001  the Lance call below raises it with its own message
+            return None
+        pos = np.searchsorted(ids, got)
+        if len(got) and not (ids[np.minimum(pos, len(ids) - 1)] == got).all():
+            return None
+        mask = np.zeros(len(ids), bool)
+        mask[pos] = True
+        masks[where] = mask
+        while len(masks) > 64:
+            masks.popitem(last=False)
+    masks.move_to_end(where)
+    return masks[where]
 
 
 def _lance_many(ds, queries, columns, boosts, k, select, wheres, keys) -> list[pa.Table]:

@@ -12,7 +12,8 @@ Lance's own tokenizer (`lance.tokenize`, with the parameters the column's index 
 - per column, BM25 with k1 = 1.2, b = 0.75 in float32: idf = ln(1 + (N - n + 0.5) / (n + 0.5)), a document's
   weight (k1 + 1) f / (f + k1 (1 - b + b dl / avgdl)); N, dl and avgdl count only documents with at least
   one token; a token repeated in the query counts each time, summed in query order; x the column's boost;
-- per column the top k (ties: lower row id first), then per row the best column's score, top k again.
+- per column the top k (ties: lower row id first), then per row the best column's score, top k again;
+- with a prefilter, the same over the rows it keeps (N, avgdl and idf stay the whole column's).
 
 A column is served from memory only when its index matches what was rebuilt here: one segment, no
 unindexed rows, the same document and token counts (anything else, e.g. rows deleted after the index was
@@ -53,19 +54,27 @@ class MemoryColumn:
         self.tokenize_args, self.slices, self.rows, self.contrib, self.n_rows = \
             tokenize_args, slices, rows, contrib, n_rows
 
-    def top(self, tokens: list[str], k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """(positions, scores) of this column's top k for the query's tokens, None when none matches."""
+    def top(self, tokens: list[str], k: int, allowed: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(positions, scores) of this column's top k for the query's tokens, None when none matches;
+        `allowed` (a bool per row): a prefilter, the top k of the rows it keeps (the statistics stay the
+        whole column's, as Lance's prefiltered search keeps them)."""
         hits = [self.slices[t] for t in tokens if t in self.slices]
         if not hits:
             return None
         if len(hits) == 1:
             s, e = hits[0]
-            return topk(self.rows[s:e], self.contrib[s:e], k)
-        score = np.zeros(self.n_rows, np.float32)
-        for s, e in hits:  # one float32 add per query token, in query order: Lance's sums to the bit
-            score[self.rows[s:e]] += self.contrib[s:e]
-        cand = np.flatnonzero(score)  # every contribution is > 0: the rows some token matched
-        return topk(cand, score[cand], k)
+            cand, score = self.rows[s:e], self.contrib[s:e]
+        else:
+            dense = np.zeros(self.n_rows, np.float32)
+            for s, e in hits:  # one float32 add per query token, in query order: Lance's sums to the bit
+                dense[self.rows[s:e]] += self.contrib[s:e]
+            cand = np.flatnonzero(dense)  # every contribution is > 0: the rows some token matched
+            score = dense[cand]
+        if allowed is not None:
+            keep = allowed[cand]
+            cand, score = cand[keep], score[keep]
+        return topk(cand, score, k) if len(cand) else None
 
 
 def topk(pos: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,8 +88,10 @@ def topk(pos: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
 
 
 def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int,
-           tokens: dict[tuple, list[str]] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """One MultiMatch query over `columns`: (positions, float32 scores), best first, at most k."""
+           tokens: dict[tuple, list[str]] | None = None, allowed: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """One MultiMatch query over `columns`: (positions, float32 scores), best first, at most k (of the
+    `allowed` rows when a prefilter is given)."""
     import lance
 
     tokens = {} if tokens is None else tokens
@@ -89,7 +100,7 @@ def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int,
         key = tuple(sorted(col.tokenize_args.items(), key=lambda kv: kv[0]))
         if key not in tokens:  # the body/title/heading columns of one language share one tokenize call
             tokens[key] = [t.text for t in lance.tokenize(text, **col.tokenize_args)]
-        got = col.top(tokens[key], k)
+        got = col.top(tokens[key], k, allowed)
         if got is not None:
             parts.append((got[0], got[1] * np.float32(boost)))
     if not parts:
