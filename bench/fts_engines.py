@@ -42,8 +42,8 @@ def texts_for(bench: Path, lang: str, n_random: int, seed: int = 1) -> list[str]
 
 def run(db: str, name: str, texts: list[str], k: int) -> dict:
     from fanout.config import load_config
-    from fanout.db import Collection, fts_columns
-    from pipelines.lanes import index_languages
+    from fanout.db import Collection
+    from pipelines.lanes import fts_targets
 
     base = load_config("fake")
     res, row = {}, {"collection": name, "texts": len(texts)}
@@ -51,11 +51,7 @@ def run(db: str, name: str, texts: list[str], k: int) -> dict:
         cfg = base.replace(retrieve={"fts_engine": engine, "fts_memory_after": 0})
         col = Collection(db, name, cfg)
         col.refresh()
-        present = set(index_languages(col))
-        cols = fts_columns(tuple(lg for lg in cfg.index.languages if lg in present))
-        r = cfg.retrieve
-        boost = {"body": r.fts_boost_body, "title": r.fts_boost_title, "heading": r.fts_boost_heading}
-        boosts = [boost[c.split("_", 1)[0]] for c in cols]
+        cols, boosts = fts_targets(col, cfg)
         t0 = time.process_time()
         col.fts_search_many(texts[:1], cols, boosts, k, ["path", "chunk_id"])  # opens the version (and builds)
         row[f"{engine} first call s"] = time.process_time() - t0

@@ -25,6 +25,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _POOL: list[Any] = []
 _POOL_LOCK = threading.Lock()
-_SHARED: OrderedDict[tuple[str, int], dict] = OrderedDict()  # (chunks table uri, version) -> memory engine state
+_SHARED: OrderedDict[tuple[str, int], _State] = OrderedDict()  # (chunks table uri, version) -> its state
 _SHARED_LOCK = threading.RLock()
 # pylance warns at every fork once it is imported; fanout never forks, and Ray starts its processes with
 # subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
@@ -60,12 +61,11 @@ def search_many(col: Collection, queries: list[str], columns: list[str], boosts:
             mem = memory_columns(col, ds, columns, keys[0])
             if mem is not None:
                 return _memory_many(ds, mem, queries, columns, boosts, k, select, wheres, keys)
-            spent = _shared(ds)["spent"]
-            t = time.process_time()
+            state, t = _shared(ds), time.process_time()
             try:
                 return _lance_many(ds, queries, columns, boosts, k, select, wheres, keys)
             finally:
-                spent[0] += time.process_time() - t
+                state.lance_cpu_s += time.process_time() - t
         if ds is not None:
             return _lance_many(ds, queries, columns, boosts, k, select, wheres, keys)
         handle = getattr(col.table(col.chunks_name), "_table", None)  # the sync table's AsyncTable
@@ -103,29 +103,37 @@ def memory_columns(col: Collection, ds, columns: list[str], ids: np.ndarray) -> 
     from fanout.fts_memory import BUILD_S_PER_CELL, memory_column
 
     state = _shared(ds)
-    if not all(c in state for c in columns) and \
-            state["spent"][0] < col.cfg.retrieve.fts_memory_after * len(ids) * len(columns) * BUILD_S_PER_CELL:
+    if not all(c in state.columns for c in columns) and \
+            state.lance_cpu_s < col.cfg.retrieve.fts_memory_after * len(ids) * len(columns) * BUILD_S_PER_CELL:
         return None
     with _SHARED_LOCK:
         for c in columns:
-            if c not in state:
+            if c not in state.columns:
                 try:
-                    state[c] = memory_column(col, ds, c, ids)
+                    state.columns[c] = memory_column(col, ds, c, ids)
                 except Exception as e:  # noqa: BLE001  Lance itself still answers: a build must never fail a search
                     log.warning("full-text column %s of %s: postings not built (%s); Lance answers its searches",
                                 c, col.name, e)
-                    state[c] = None
-    out = [state[c] for c in columns]
+                    state.columns[c] = None
+    out = [state.columns[c] for c in columns]
     return None if any(m is None for m in out) else out
 
 
-def _shared(ds) -> dict:
-    """This process's memory-engine state of one chunks table version: the Lance CPU spent on it (`spent`)
-    and the postings per column; the two versions used last are kept."""
+@dataclass
+class _State:
+    """This process's memory-engine state of one chunks table version."""
+
+    lance_cpu_s: float = 0.0  # CPU its Lance full-text calls have cost (weighed against a build)
+    columns: dict[str, Any] = field(default_factory=dict)  # column -> MemoryColumn, None: Lance answers it
+    masks: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)  # prefilter -> rows it keeps
+
+
+def _shared(ds) -> _State:
+    """The state of the chunks table version `ds`; the two versions used last are kept."""
     key = (ds.uri, int(ds.version))
     with _SHARED_LOCK:
         if key not in _SHARED:
-            _SHARED[key] = {"spent": [0.0]}
+            _SHARED[key] = _State()
             while len(_SHARED) > 2:
                 _SHARED.popitem(last=False)
         _SHARED.move_to_end(key)
@@ -163,26 +171,21 @@ def _allowed(ds, ids: np.ndarray, where: str) -> np.ndarray | None:
     """The rows (a bool per pinned row) that pass `where`, evaluated by Lance on the pinned version once per
     filter and version (the last 64 kept); None when Lance cannot evaluate it here."""
     with _SHARED_LOCK:
-        return _allowed_locked(_shared(ds), ds, ids, where)
-
-
-def _allowed_locked(state: dict, ds, ids: np.ndarray, where: str) -> np.ndarray | None:
-    masks = state.setdefault("masks", OrderedDict())
-    if where not in masks:
-        try:
-            got = ds.to_table(columns=[], with_row_id=True, filter=where)["_rowid"].to_numpy()
-        except Exception:  # noqa: BLE001  the Lance call below raises it with its own message
-            return None
-        pos = np.searchsorted(ids, got)
-        if len(got) and not (ids[np.minimum(pos, len(ids) - 1)] == got).all():
-            return None
-        mask = np.zeros(len(ids), bool)
-        mask[pos] = True
-        masks[where] = mask
-        while len(masks) > 64:
-            masks.popitem(last=False)
-    masks.move_to_end(where)
-    return masks[where]
+        masks = _shared(ds).masks
+        if where not in masks:
+            try:
+                got = ds.to_table(columns=[], with_row_id=True, filter=where)["_rowid"].to_numpy()
+            except Exception:  # noqa: BLE001  the Lance call below raises it with its own message
+                return None
+            pos = np.searchsorted(ids, got)
+            if len(got) and not (ids[np.minimum(pos, len(ids) - 1)] == got).all():
+                return None
+            masks[where] = np.zeros(len(ids), bool)
+            masks[where][pos] = True
+            while len(masks) > 64:
+                masks.popitem(last=False)
+        masks.move_to_end(where)
+        return masks[where]
 
 
 def _lance_many(ds, queries, columns, boosts, k, select, wheres, keys) -> list[pa.Table]:

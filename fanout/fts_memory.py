@@ -53,6 +53,7 @@ class MemoryColumn:
                  contrib: np.ndarray, n_rows: int):
         self.tokenize_args, self.slices, self.rows, self.contrib, self.n_rows = \
             tokenize_args, slices, rows, contrib, n_rows
+        self.analyzer = tuple(sorted(tokenize_args.items()))  # columns with equal ones tokenize a query alike
 
     def top(self, tokens: list[str], k: int, allowed: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -87,20 +88,18 @@ def topk(pos: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     return pos[order], score[order]
 
 
-def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int,
-           tokens: dict[tuple, list[str]] | None = None, allowed: np.ndarray | None = None
+def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, allowed: np.ndarray | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
     """One MultiMatch query over `columns`: (positions, float32 scores), best first, at most k (of the
     `allowed` rows when a prefilter is given)."""
     import lance
 
-    tokens = {} if tokens is None else tokens
+    tokens: dict[tuple, list[str]] = {}
     parts = []
     for col, boost in zip(columns, boosts):
-        key = tuple(sorted(col.tokenize_args.items(), key=lambda kv: kv[0]))
-        if key not in tokens:  # the body/title/heading columns of one language share one tokenize call
-            tokens[key] = [t.text for t in lance.tokenize(text, **col.tokenize_args)]
-        got = col.top(tokens[key], k, allowed)
+        if col.analyzer not in tokens:  # the body/title/heading columns of one language share one tokenize call
+            tokens[col.analyzer] = [t.text for t in lance.tokenize(text, **col.tokenize_args)]
+        got = col.top(tokens[col.analyzer], k, allowed)
         if got is not None:
             parts.append((got[0], got[1] * np.float32(boost)))
     if not parts:
