@@ -452,6 +452,10 @@ class RunnerConfig:
     # query 6.85 ms at 256, 8.88 at 64, 10.72 at 32 (the old block: one retriever batch); 512 and 1,024 were
     # within that bench's noise of 256 (6.5-15 ms) and give fewer blocks to spread over actors
     block_rows: int = 256
+    # a Ray Data job of at most this many queries is read by the driver (from_arrow: held in memory at once,
+    # ~1 KB a query with agent fields) instead of by read tasks, whose worker processes cost ~1 CPU-s and ~1 s
+    # of a job's start each on 2 cores (bench/query_cost.py fixed cost); larger jobs stream from the todo files
+    driver_read_rows: int = 100_000
     # before each model pool the blocks are cut (a streaming repartition) so that each of its actors gets
     # about this many (0 = keep the read blocks; never larger than them): a pool of N actors given the read's
     # 2N blocks spread them 1-4 per actor, so a 16-actor job waited on its busiest actor. bench/scale_curve.py,
@@ -475,6 +479,7 @@ class RunnerConfig:
         _check(self.local_ray_min_cores >= 1, f"runner.local_ray_min_cores must be >= 1, got {self.local_ray_min_cores}")
         _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
         _check(self.block_rows >= 1, f"runner.block_rows must be >= 1, got {self.block_rows}")
+        _check(self.driver_read_rows >= 0, f"runner.driver_read_rows must be >= 0 (0 = never), got {self.driver_read_rows}")
         _check(self.model_blocks_per_actor >= 0,
                f"runner.model_blocks_per_actor must be >= 0 (0 = off), got {self.model_blocks_per_actor}")
         _check(self.progress_step_s > 0, f"runner.progress_step_s must be > 0, got {self.progress_step_s}")

@@ -1,8 +1,8 @@
 """Start-of-job check that every node which may run a part of a Ray Data job can reach that part's paths.
 
-A job's actors and read/write tasks run on whatever node Ray places them: the retriever pool's actors
-(any node with the CPUs) and the cache writer open the index there, the read and write tasks read the
-job's todo files and write its result parts there. A path that exists only on the driver's node would
+A job's actors and read tasks run on whatever node Ray places them: the retriever pool's actors (any node
+with the CPUs) and the cache writer open the index there, the last pool's actors write the job's result
+parts there, and read tasks (a job too large for the driver to read) read its todo files there. A path that exists only on the driver's node would
 fail in an actor mid-job (or leave Ray Data retrying); this check runs one tiny task pinned to each such
 node first and fails with the node, the path, what was needed and the fix (`check_paths`).
 
@@ -23,21 +23,22 @@ from fanout.config_sections import StorageConfig
 if TYPE_CHECKING:
     from fanout.ray_runner import RayRunner
     from fanout.runner import StageSpec
+    from fanout.runs import Parts
 
-IO_CPUS = 0.1  # what a Ray Data read or write task asks for (fanout/ray_data.py): any node with that may run one
+IO_CPUS = 0.1  # what a Ray Data read task asks for (fanout/ray_data.py): any node with that may run one
 
 
 @dataclass(frozen=True)
 class Need:
-    """One path that some nodes must reach. `fs` is the job's own filesystem object (the parts, as Ray Data's
-    tasks get it); without it the path is a LanceDB location resolved on the node as a `Collection` does."""
+    """One path that some nodes must reach. `fs` is the job's own filesystem object (its todo files and parts,
+    as Ray Data's tasks and actors get it); without it the path is a LanceDB location resolved on the node as a `Collection` does."""
 
     what: str  # "the index" / "the job's parts folder"
     path: str  # a local path or URI (the index), or a path inside `fs` (the parts)
     write: bool  # must be writable there too
     who: str  # who needs it on that node, for the message
     fix: str
-    pools: tuple[tuple[str, bool], ...] = ()  # (config section, is a model pool); () = read/write tasks
+    pools: tuple[tuple[str, bool], ...] = ()  # (config section, is a model pool); () = read tasks
     probe: str = ""  # a file that must be readable (the collection's manifest, a todo file)
     fs: Any = None
 
@@ -76,9 +77,9 @@ def _local_problem(path: str, probe_path: str, write: bool) -> str:
     return ""
 
 
-def needs_of(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None, out_dir: str | None,
+def needs_of(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None, parts: Parts | None,
              filesystem: Any) -> list[Need]:
-    """The paths a job's stages and read/write tasks need, from its (unfused) stage list."""
+    """The paths a job's stages and read tasks need, from its stage list (the last stage writes `parts`)."""
     out: list[Need] = []
     uses: dict[tuple[str, str, bool], dict[str, Any]] = {}  # (db, collection, written) -> pools, stage names
     for spec in specs:
@@ -98,14 +99,17 @@ def needs_of(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None,
         who = f"{pools} ({', '.join(u['stages'])}) " + ("write the caches into it" if write else "open it") + " there"
         out.append(Need("the index", db, write, who, fix, tuple(u["pools"].items()),
                         probe=storage.join(db, f"{name}.manifest.json") if name else ""))
+    fix = ("put the job's output on a shared file system mounted at the same path on every node, or give "
+           "an object-store URI (--out s3://bucket/out.parquet)")
     if paths:
-        fix = ("put the job's output on a shared file system mounted at the same path on every node, or give "
-               "an object-store URI (--out s3://bucket/out.parquet)")
-        who = "Ray Data's read tasks (any node with CPU) read the job's todo files there"
-        if out_dir:
-            who = "Ray Data's read and write tasks (any node with CPU) read its todo files and write result parts there"
-        out.append(Need("the job's parts folder", out_dir or os.path.dirname(paths[0]), bool(out_dir),
-                        who, fix, probe=paths[0], fs=filesystem))
+        out.append(Need("the job's todo files", os.path.dirname(paths[0]), False,
+                        "Ray Data's read tasks (any node with CPU) read them there", fix, probe=paths[0],
+                        fs=filesystem))
+    if parts is not None and specs:
+        pool = "writer" if specs[-1].role else specs[-1].pool  # fanout/ray_data.py writing
+        out.append(Need("the job's parts folder", parts.directory, True,
+                        f"the {pool} pool's actors (the job's last operator) write its result parts there", fix,
+                        ((pool, False),), fs=parts.filesystem))
     return out
 
 
@@ -119,10 +123,10 @@ def pool_nodes(runner: RayRunner, pool: str, model: bool, nodes: list[dict]) -> 
 
 
 def check_paths(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None,
-                out_dir: str | None = None, filesystem: Any = None) -> None:
-    """Fail before the Dataset runs when a node that may host a pool or a read/write task cannot reach a path
-    it needs there (a RuntimeError naming the node, the path, what was needed and the fix)."""
-    needs = needs_of(runner, specs, paths, out_dir, filesystem)
+                parts: Parts | None = None, filesystem: Any = None) -> None:
+    """Fail before the Dataset runs when a node that may host a pool or a read task cannot reach a path it
+    needs there (a RuntimeError naming the node, the path, what was needed and the fix)."""
+    needs = needs_of(runner, specs, paths, parts, filesystem)
     if not needs or runner.private:  # a private local Ray runs on this machine only: it sees what we see
         return
     alive = runner.nodes()

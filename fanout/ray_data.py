@@ -1,5 +1,5 @@
 """The Ray Data engine: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
-each an actor pool sized by its config section -> parquet parts written by Ray's write tasks, or the blocks
+each an actor pool sized by its config section -> parquet parts written by the last operator's actors, or the blocks
 streamed back to the caller: `run`), its fit check, and the stage counters each block carries
 (fanout/runner.py Chain, RunStats).
 
@@ -9,19 +9,18 @@ Ray; these reach `ray.data` through `runner.ray_data()`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fanout.config import Config
 from fanout.node_paths import IO_CPUS, check_paths, pool_nodes
 from fanout.runner import Chain, StageSpec, fuse_specs
-from fanout.runs import Parts, Run, RunStats, Source, pop_stats
+from fanout.runs import WRITTEN_ROWS, Parts, Run, RunStats, Source, pop_stats
 
 if TYPE_CHECKING:
     from fanout.ray_runner import RayRunner
@@ -44,7 +43,7 @@ def check_fits(runner: RayRunner, specs: list[StageSpec]) -> None:
         if count > room:
             raise runner.placement_error(spec.pool, model=spec.role is not None)
         want += count * acfg.num_cpus
-    want += 0.2  # a read and a write task
+    want += IO_CPUS  # a read task
     if want > total_cpu + 1e-9:
         raise RuntimeError(
             f"the pipeline's actor pools ask for {want:g} CPUs together ({', '.join(_pool_list(runner.cfg, specs))})"
@@ -66,11 +65,12 @@ def map_opts(runner: RayRunner, spec: StageSpec) -> dict[str, Any]:
 
 def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-            rows: int = 0, block_rows: int = 0, out_dir: str | None = None) -> Any:
-    """ONE Dataset: read parquet `paths` (or `tables` held by the driver) -> map_batches per stage (actor
-    pools). Lazy: nothing runs until it is written or iterated. Before it is built, every node that may host
-    a pool or a read/write task is checked for the paths it needs there (`runner.check_paths`; `out_dir`:
-    where the write tasks will write the parts).
+            rows: int = 0, block_rows: int = 0, parts: Parts | None = None) -> Any:
+    """ONE Dataset: read parquet `paths` (or `tables` held by the driver, one block each) -> map_batches per
+    stage (actor pools). Lazy: nothing runs until it is iterated. With `parts`, the last operator writes
+    its answered rows there as parts and hands on only their counters and row counts (`Parts.write_block`).
+    Before it is built, every node that may host a pool or a read task is checked for the paths it needs
+    there (`runner.check_paths`).
 
     `rows` (the input's row count, when known) splits the read into blocks (`read_blocks`): a todo file holds
     up to 1,024 rows and one block reaches one actor, so without the split a 1,000-row job would keep one
@@ -103,19 +103,22 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
         logging.getLogger(name).setLevel(logging.ERROR)
     # a small job (fewer blocks than a pool has actors) is not worth a warning per pool
     warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
-    fused = fuse_specs(specs)
-    check_fits(runner, fused)
     if runner.cfg.runner.check_paths:
-        check_paths(runner, specs, paths if tables is None else None, out_dir, filesystem)
-    specs = [chained(s) for s in fused]  # every CPU operator a Chain: each reports its stages' counters
-    io_cpus = IO_CPUS  # read/write tasks must not wait behind the actor pools (ray#44687)
-    blocks = None
+        check_paths(runner, specs, paths if tables is None else None, parts, filesystem)
+    specs = [chained(s) for s in fuse_specs(specs)]  # every CPU operator a Chain: each reports its counters
+    if parts is not None:
+        specs = writing(specs, parts)
+    check_fits(runner, specs)
     if tables is not None:
-        ds = rd.from_arrow(tables)
+        # from_blocks: one block per table, metadata computed here; from_arrow runs a remote task per table for
+        # it before the job starts (a worker process's start and imports on the driver's critical path)
+        ds = rd.from_blocks(tables) if hasattr(rd, "from_blocks") else rd.from_arrow(tables)
+        read_rows = max((t.num_rows for t in tables), default=0)  # rows per block
     else:
         blocks = read_blocks(runner.cfg, specs, rows, len(paths), block_rows) if rows else None
-        ds = rd.read_parquet(paths, filesystem=filesystem, num_cpus=io_cpus, override_num_blocks=blocks)
-    read_rows = -(-rows // blocks) if rows and blocks else 0  # rows per read block
+        # read tasks must not wait behind the actor pools (ray#44687): they ask for IO_CPUS
+        ds = rd.read_parquet(paths, filesystem=filesystem, num_cpus=IO_CPUS, override_num_blocks=blocks)
+        read_rows = -(-rows // blocks) if rows and blocks else 0
     for spec in specs:
         if cut := model_block_rows(runner.cfg, spec, rows, read_rows):  # a model pool: blocks spread evenly
             ds = ds.repartition(target_num_rows_per_block=cut)
@@ -125,12 +128,14 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
 
 def model_block_rows(cfg: Config, spec: StageSpec, rows: int, read_rows: int) -> int:
     """Rows per block to cut the input of model stage `spec` into (`runner.model_blocks_per_actor` blocks per
-    actor of its pool), 0 when the read blocks are already that small, the stage is not a model stage, or the
-    row count is unknown."""
+    actor of its pool), 0 when the read blocks are already that small, the pool has one actor, the stage is
+    not a model stage, or the row count is unknown."""
     per_actor = cfg.runner.model_blocks_per_actor
     if not spec.role or not per_actor or not rows or not read_rows:
         return 0
     actors = 1 if spec.single else getattr(cfg, spec.pool).count
+    if actors == 1:  # one actor takes every block whatever their sizes; the repartition's map tasks only cost
+        return 0
     cut = max(1, -(-rows // (actors * per_actor)))
     return cut if cut < read_rows else 0
 
@@ -141,6 +146,20 @@ def read_blocks(cfg: Config, specs: list[StageSpec], rows: int, files: int, bloc
     widest = max((1 if s.single else getattr(cfg, s.pool).count for s in specs), default=1)
     want = max(-(-rows // (block_rows or cfg.runner.block_rows)), 2 * widest)
     return max(files, min(want, rows))
+
+
+def writing(specs: list[StageSpec], parts: Parts) -> list[StageSpec]:
+    """The stage list with its last CPU operator (a Chain: a batch job's ends with the cache writer) also
+    writing its output to `parts`, in its actors; a list that ends in a model stage gets a one-actor writer.
+
+    Written where the rows are made, not by Ray Data's `write_parquet`: its write tasks each need a worker
+    process (on 2 cores ~1 CPU-s and ~1 s of a job's wall to start one) and every answered block one more
+    hop through the object store, to do what `Parts.write` does in the actor that holds the block."""
+    last = specs[-1] if specs else None
+    if last is not None and last.cls is Chain:
+        return [*specs[:-1], StageSpec(Chain, {**last.kwargs, "parts": parts}, pool=last.pool,
+                                       batch_rows=last.batch_rows, single=last.single)]
+    return [*specs, StageSpec(Chain, {"stages": [], "parts": parts}, pool="writer", single=True)]
 
 
 def chained(spec: StageSpec) -> StageSpec:
@@ -170,82 +189,45 @@ def _named(spec: StageSpec) -> type:
     return type(name, (Chain,), {"__module__": Chain.__module__, "__qualname__": name})
 
 
-class PartsWatcher:
-    """Progress of a Ray Data job that writes parts: a driver thread lists the parts the write tasks have
-    finished every `seconds` and reports the rows in them (their parquet footers: one row per query), so
-    `on_rows(done)` moves per written block while the job runs. Parts present at the start (a resumed job's)
-    are not counted; a part still being written is read on a later pass."""
-
-    def __init__(self, parts: Parts, on_rows: Callable[[int], Any], seconds: float):
-        self.parts, self.on_rows, self.seconds = parts, on_rows, seconds
-        self.seen: dict[str, int] = dict.fromkeys(parts.files(), 0)  # resumed parts: counted elsewhere
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="parts-watcher", daemon=True)
-
-    def poll(self) -> None:
-        import pyarrow.parquet as pq
-
-        for f in self.parts.files():
-            if f in self.seen:
-                continue
-            try:
-                with self.parts.filesystem.open_input_file(f) as fh:
-                    self.seen[f] = pq.read_metadata(fh).num_rows
-            except (OSError, pa.ArrowInvalid):  # not finished yet
-                continue
-        self.on_rows(sum(self.seen.values()))
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.seconds):
-            with contextlib.suppress(Exception):  # progress never fails the job
-                self.poll()
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        if exc[0] is None:
-            self.poll()
-
-
 def run(runner: RayRunner, specs: list[StageSpec], source: Source, parts: Parts | None = None, block_rows: int = 0,
         progress: bool = False, preserve_order: bool = False, on_rows: Callable[[int], Any] | None = None) -> Run:
-    """ONE Dataset over `source`. With `parts`, Ray's write tasks write its blocks as parquet parts on the
-    workers (the answered rows never pass through the driver: streaming them back cost 25% of the 16-actor
-    throughput in bench/scale_curve.py) and the Run yields nothing; the stage counters are read back from
-    the new parts. Without, the blocks stream back as they finish (in input order with `preserve_order`) and
-    their counters are taken off them. `on_rows(done)`: per written part / per block taken."""
-    ds = dataset(runner, specs, source.files if source.tables is None else None, source.filesystem, progress,
-                 source.tables, preserve_order, rows=source.rows, block_rows=block_rows,
-                 out_dir=parts.directory if parts is not None else None)
+    """ONE Dataset over `source`. With `parts`, the last operator's actors write its blocks as parquet parts
+    (`writing`: the answered rows never pass through the driver: streaming them back cost 25% of the 16-actor
+    throughput in bench/scale_curve.py) and the Run yields nothing. Without, the blocks stream back as they
+    finish (in input order with `preserve_order`). Either way each block's counters are taken off it as it
+    comes; `on_rows(done)`: per block. A source of at most `runner.driver_read_rows` rows is read here, in
+    the driver (`driver_tables`)."""
+    tables = source.tables if source.tables is not None else driver_tables(runner.cfg, specs, source, block_rows)
+    ds = dataset(runner, specs, source.files if tables is None else None, source.filesystem, progress,
+                 tables, preserve_order, rows=source.rows, block_rows=block_rows, parts=parts)
 
-    def tables(stats: RunStats) -> Iterator[pa.Table]:
+    def blocks(stats: RunStats) -> Iterator[pa.Table]:
+        done = 0
         try:
-            if parts is not None:
-                before = set(parts.files())
-                watch = PartsWatcher(parts, on_rows, runner.cfg.runner.progress_step_s) if on_rows \
-                    else contextlib.nullcontext()
-                with watch:
-                    ds.write_parquet(parts.directory, filesystem=parts.filesystem,
-                                     ray_remote_args={"num_cpus": IO_CPUS})
-                stats.add(parts.stats([f for f in parts.files() if f not in before]))
-                return
-            done = 0
             for t in ds.iter_batches(batch_format="pyarrow", batch_size=None):
                 t, st = pop_stats(t)
                 stats.add(st)
-                yield t
-                done += t.num_rows
+                if parts is None:
+                    yield t
+                done += t.num_rows if parts is None else int(pc.sum(t[WRITTEN_ROWS]).as_py() or 0)
                 if on_rows:
                     on_rows(done)
         except Exception as e:  # a pool that timed out starting: say why in our words
             if "actor" in str(e).lower() and "time" in str(e).lower():
                 raise RuntimeError(f"{e}; {_pool_list(runner.cfg, fuse_specs(specs))}") from e
             raise
-    return Run(tables)
+    return Run(blocks)
+
+
+def driver_tables(cfg: Config, specs: list[StageSpec], source: Source, block_rows: int = 0) -> list[pa.Table] | None:
+    """A small job's input read here, in the driver, as its blocks (None: Ray Data's read tasks read it).
+    A read task needs a worker process (on 2 cores ~1 CPU-s and ~1 s of a job's start) and another for the
+    files' metadata, to read what the driver reads in milliseconds; up to `runner.driver_read_rows` rows
+    the driver holds them all at once (from_arrow puts them in the object store), beyond that they stream."""
+    if not source.files or not 0 < source.rows <= cfg.runner.driver_read_rows:
+        return None
+    blocks = read_blocks(cfg, fuse_specs(specs), source.rows, 1, block_rows)
+    return list(source.read(-(-source.rows // blocks)))
 
 
 def _pool_list(cfg: Config, specs: list[StageSpec]) -> list[str]:

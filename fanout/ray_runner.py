@@ -373,7 +373,7 @@ def _kill_side_processes(ray: Any) -> None:
 def local_cpus(cfg: Config) -> float:
     """Logical CPUs a private local Ray advertises: this machine's cores, or what every configured pool
     asks for together (all model roles + four retrieval pools, one before and after each model stage of a
-    search with expansion and rerank on, + the writer + read/write tasks), whichever is more. Ray's CPUs are
+    search with expansion and rerank on, + the writer + a read task), whichever is more. Ray's CPUs are
     a reservation count, not a limit: on one machine the pools share the cores anyway and each model's
     `n_threads` decides its real use, so a 2-core box must not refuse a pipeline whose pools ask 3.2
     (embedder 1 + expander .5 + reranker .5 + ...). A cluster (ray_address) keeps what its nodes advertise,

@@ -13,7 +13,7 @@ and its counters, datatrove's stat_update merged across workers) are complete on
   calls fanned out to Ray actors (the pre-Ray-Data engine; kept for comparison in bench/scale_curve.py).
 - `RayRunner.run` with `runner.engine: data` (fanout/ray_data.py): ONE Ray Data Dataset: read parquet ->
   `map_batches` per stage (each an actor pool sized by its config section) -> written as parquet `Parts` by
-  Ray's write tasks, or the blocks streamed back to the caller; each operator's stage counters ride along in
+  the last operator's actors, or the blocks streamed back to the caller; each operator's stage counters ride along in
   a column (`STATS_COLUMN`) and are merged in the driver.
 
 Only fanout/ray_runner.py imports Ray; fanout/engines.py (`make_runner`) imports it only when Ray is chosen,
@@ -142,12 +142,14 @@ class Chain:
     counters, and hands both on in STATS_COLUMN (row 0), merged with what its input carried: the driver then
     adds up one RunStats per block (`pop_stats`), whichever actors and nodes ran them."""
 
-    def __init__(self, stages: list[tuple[type, dict[str, Any]]]):
+    def __init__(self, stages: list[tuple[type, dict[str, Any]]], parts: Parts | None = None):
         self.stages = [cls(**kw) for cls, kw in stages]
         self.names = [cls.__name__ for cls, _ in stages]
+        self.parts = parts  # the job's last operator: it writes its output there (fanout/ray_data.py writing)
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        return counted_call(table, list(zip(self.names, self.stages)))
+        out = counted_call(table, list(zip(self.names, self.stages)))
+        return out if self.parts is None else self.parts.write_block(out)
 
 
 def fuse_specs(specs: list[StageSpec]) -> list[StageSpec]:

@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 
 STATS_COLUMN = "_stage_stats"  # a Ray Data block's stage counters (JSON RunStats) on some rows, null on the rest
+WRITTEN_ROWS = "_written_rows"
+WRITTEN = pa.schema([(STATS_COLUMN, pa.string()), (WRITTEN_ROWS, pa.int64())])  # a block written as a part
 
 
 @dataclass
@@ -109,8 +111,9 @@ class Source:
 class Parts:
     """Where a run writes its output as parquet parts (a resumable job's state): `directory` on `filesystem`
     (a pyarrow filesystem). The loop engines write each output table here from the driver (`write`: the
-    `schema`'s columns, named by the table's first `_row`, tmp + rename so a part is whole or absent); Ray
-    Data's write tasks write theirs on the workers, so the answered rows never pass through the driver."""
+    `schema`'s columns, named by the table's first `_row`, tmp + rename so a part is whole or absent); on
+    Ray Data the last operator's actors write theirs (`write_block`), so the answered rows never pass
+    through the driver."""
 
     filesystem: Any
     directory: str
@@ -139,17 +142,13 @@ class Parts:
             raise
         self.filesystem.move(tmp, f"{self.directory}/part-{first:012d}.parquet")
 
-    def stats(self, files: list[str]) -> RunStats:
-        """The stage counters Ray Data's operators left in these parts (STATS_COLUMN), merged."""
-        import pyarrow.parquet as pq
-
-        out = RunStats()
-        for f in files:
-            with self.filesystem.open_input_file(f) as fh:
-                pf = pq.ParquetFile(fh)
-                if STATS_COLUMN in pf.schema_arrow.names:
-                    out.add(pop_stats(pf.read(columns=[STATS_COLUMN]))[1])
-        return out
+    def write_block(self, table: pa.Table) -> pa.Table:
+        """A Ray Data block written here (in the actor that made it) as a part; what is handed on is only its
+        stage counters and row count (WRITTEN)."""
+        table, stats = pop_stats(table)
+        if table.num_rows:
+            self.write(table)
+        return pa.table({STATS_COLUMN: [stats.to_json()], WRITTEN_ROWS: [table.num_rows]}, schema=WRITTEN)
 
 
 class Steps:

@@ -3,7 +3,8 @@
     check_out -> stage the input (`OUT.parts/input/`: positions, ids, rows as JSON; duplicate ids marked by
     one duckdb pass) -> todo = staged rows whose `_row` no part holds yet -> the search stages, either
     in-process (a loop over slices, each written as a part: tmp + rename) or as ONE Ray Data Dataset
-    (read_parquet -> map_batches per stage -> write_parquet parts), one `runner.run(..., parts=)` either way
+    (the todo rows -> map_batches per stage, the last operator's actors writing the parts), one
+    `runner.run(..., parts=)` either way
     -> the parts streamed into OUT in input order (duckdb over a pyarrow dataset) -> `OUT.parts/` removed.
 
 Resume (kill -9, then the same command): a done-row filter on our own parts, not Ray Data checkpointing
@@ -175,7 +176,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
 
     The engine follows the searcher's runner (`runner.run`): in-process (or `runner.engine: slices` on Ray)
     loops over slices in the driver; a Ray runner with `runner.engine: data` runs ONE Ray Data Dataset whose
-    write tasks write the parts.
+    last operator's actors write the parts.
     """
     cfg, runner = searcher.cfg, searcher.runner
     check_out(out_path, in_path, cfg.storage)
@@ -199,7 +200,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     counters: dict[str, dict[str, int]] = {}
     if todo:
         # one interface for every engine: the runner writes the answered rows as parts (the loop from the
-        # driver, whole or absent; Ray Data from its write tasks) and reports progress per step or per part
+        # driver, whole or absent; Ray Data from its last operator's actors) and reports progress per step or block
         source = Source(files, fs, rows=todo, schema=INPUT_ROWS)
         if on_slice:
             on_slice(0, todo)  # off a TTY the reporter's timer starts now (the first step loads the models)

@@ -29,12 +29,14 @@ def test_a_single_actor_stage_counts_as_one_actor():
 
 def test_a_model_pool_gets_its_blocks_cut_as_fine_as_its_actors_need():
     """runner.model_blocks_per_actor: a 16-actor pool's input is cut to ~8 blocks per actor; a pool whose
-    read blocks are already that small, a CPU stage, or an unknown row count keeps the read blocks."""
+    read blocks are already that small, a one-actor pool, a CPU stage, or an unknown row count keeps the read
+    blocks."""
     cfg = load_config("fake").replace(runner={"model_blocks_per_actor": 8}, embedder={"count": 16})
     emb, cpu = StageSpec(_Stage, pool="embedder", role="embedder"), StageSpec(_Stage, pool="retriever")
     assert model_block_rows(cfg, emb, 1920, 60) == 15  # ceil(1920 / (16 x 8)) rows, below the 60-row read blocks
     assert model_block_rows(cfg, cpu, 1920, 60) == 0
     assert model_block_rows(cfg, emb, 1920, 0) == 0  # blocks unknown (the driver's tables)
-    assert model_block_rows(cfg.replace(embedder={"count": 1}), emb, 2000, 250) == 0  # 250 per block: already
+    assert model_block_rows(cfg.replace(embedder={"count": 2}), emb, 2000, 125) == 0  # 125 per block: already
+    assert model_block_rows(cfg.replace(embedder={"count": 1}), emb, 200, 100) == 0  # one actor takes them all
     assert model_block_rows(cfg.replace(runner={"model_blocks_per_actor": 0}), emb, 1920, 60) == 0
     assert model_block_rows(cfg, emb, 10, 1) == 0  # never below one row
