@@ -76,18 +76,23 @@ def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, r
     opts = SearchOptions(n=5, explain=True)
     with Runner(fake_cfg) as r:
         a = run_batch(q, tmp_path / "inproc.jsonl", Searcher(fake_db, "t", fake_cfg, r), opts)
-    seen: list[tuple[int, int]] = []  # progress off a TTY: the parts watcher's (answered, total)
+    seen: list[tuple[int, int]] = []  # progress off a TTY: (answered, total) per written block
     b = run_batch(q, tmp_path / "ray.jsonl", Searcher(fake_db, "t", fake_cfg, ray_runner), opts,
                   on_slice=lambda done, total: seen.append((done, total)))
     assert a["engine"] == "loop" and b["engine"] == "data"
-    # every CPU stage has its own timing, measured in the actors and carried back in the parts (RunStats); the
+    # every CPU stage has its own timing, measured in the actors and carried back with each block (RunStats); the
     # model stages run unwrapped on Ray Data (fanout/ray_data.py chained says why)
     timed = b["timings"]
     assert set(timed) == set(a["timings"]) - {"EmbedVariants"} and timed["Retrieve"] > 0, timed
     assert seen[0] == (0, 302) and seen[-1] == (302, 302) and seen == sorted(seen)
     assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
     assert a["errors"] == b["errors"] == 3 and a["queries"] == b["queries"] == 302
-    c = run_batch(q, tmp_path / "ray.parquet", Searcher(fake_db, "t", fake_cfg, ray_runner), opts)
+    # the same job with its input read by Ray Data's read tasks (a job over runner.driver_read_rows)
+    ray_runner.cfg = fake_cfg.replace(runner={"driver_read_rows": 0})
+    try:
+        c = run_batch(q, tmp_path / "ray.parquet", Searcher(fake_db, "t", fake_cfg, ray_runner), opts)
+    finally:
+        ray_runner.cfg = fake_cfg
     d = run_batch(q, tmp_path / "inproc.parquet", Searcher(fake_db, "t", fake_cfg, Runner(fake_cfg)), opts)
     import pyarrow.parquet as pq
 

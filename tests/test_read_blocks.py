@@ -1,4 +1,5 @@
-"""How a Ray Data job's input is cut into blocks (fanout/ray_data.read_blocks): no Ray needed."""
+"""How a Ray Data job's input is cut into blocks (fanout/ray_data.read_blocks), who reads them and who writes the
+result parts: no Ray needed."""
 
 from __future__ import annotations
 
@@ -40,3 +41,40 @@ def test_a_model_pool_gets_its_blocks_cut_as_fine_as_its_actors_need():
     assert model_block_rows(cfg.replace(embedder={"count": 1}), emb, 200, 100) == 0  # one actor takes them all
     assert model_block_rows(cfg.replace(runner={"model_blocks_per_actor": 0}), emb, 1920, 60) == 0
     assert model_block_rows(cfg, emb, 10, 1) == 0  # never below one row
+
+
+def test_a_small_job_is_read_by_the_driver_and_its_last_chain_writes_the_parts(tmp_path):
+    """runner.driver_read_rows: up to it the driver slices the todo files into the job's blocks (no read task);
+    past it None (read tasks). `writing` gives the parts to the last Chain (or appends a one-actor writer after
+    a model stage), and `Parts.write_block` writes a block as a part and hands on only counters and rows."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from fanout.ray_data import driver_tables, writing
+    from fanout.runner import Chain
+    from fanout.runs import STATS_COLUMN, WRITTEN, WRITTEN_ROWS, Parts, RunStats, Source
+
+    todo = tmp_path / "todo.parquet"
+    pq.write_table(pa.table({"_row": pa.array(range(600), pa.int64())}), todo)
+    cfg = load_config("fake").replace(runner={"block_rows": 256, "driver_read_rows": 1000})
+    specs = [StageSpec(_Stage, pool="retriever")]
+    src = Source([str(todo)], pafs.LocalFileSystem(), rows=600)
+    assert [t.num_rows for t in driver_tables(cfg, specs, src)] == [200, 200, 200]  # 3 blocks of 256 or fewer
+    assert driver_tables(cfg.replace(runner={"driver_read_rows": 599}), specs, src) is None
+    assert driver_tables(cfg, specs, Source(tables=[pa.table({"_row": [1]})], rows=1)) is None  # held already
+
+    parts = Parts(pafs.LocalFileSystem(), str(tmp_path / "parts"), pa.schema([("_row", pa.int64())]))
+    (tmp_path / "parts").mkdir()
+    chain = StageSpec(Chain, {"stages": [(_Stage, {})]})
+    assert writing([chain], parts)[-1].kwargs["parts"] is parts
+    model = StageSpec(_Stage, pool="embedder", role="embedder")
+    last = writing([chain, model], parts)[-1]
+    assert last.cls is Chain and last.pool == "writer" and last.single and last.kwargs == {"stages": [], "parts": parts}
+
+    block = pa.table({"_row": pa.array([7, 8], pa.int64()),
+                      STATS_COLUMN: [RunStats({"S": 1.5}, {"S": {"n": 2}}).to_json(), None]})
+    out = parts.write_block(block)
+    assert out.schema == WRITTEN and out[WRITTEN_ROWS].to_pylist() == [2]
+    assert RunStats.from_json(out[STATS_COLUMN][0].as_py()).counters == {"S": {"n": 2}}
+    assert pq.read_table(tmp_path / "parts" / "part-000000000007.parquet").column_names == ["_row"]
