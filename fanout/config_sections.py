@@ -456,6 +456,10 @@ class RunnerConfig:
     # ~1 KB a query with agent fields) instead of by read tasks, whose worker processes cost ~1 CPU-s and ~1 s
     # of a job's start each on 2 cores (bench/query_cost.py fixed cost); larger jobs stream from the todo files
     driver_read_rows: int = 100_000
+    # a Ray Data pool starts at most one actor per call the job has for it (fanout/ray_data.py pool_sizes): a
+    # 1-query job on a 16-embedder config starts one embedder, not 16 processes loading the model for nothing
+    # (bench/scale_curve.py turns it off so its 1-query job measures what starting every actor costs)
+    size_pools_to_job: bool = True
     # before each model pool the blocks are cut (a streaming repartition) so that each of its actors gets
     # about this many (0 = keep the read blocks; never larger than them): a pool of N actors given the read's
     # 2N blocks spread them 1-4 per actor, so a 16-actor job waited on its busiest actor. bench/scale_curve.py,

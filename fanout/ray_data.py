@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from fanout.ray_runner import RayRunner
 
 
-def check_fits(runner: RayRunner, specs: list[StageSpec]) -> None:
+def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | None = None) -> None:
     """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever).
 
     Each pool must fit on the nodes that offer what one of its actors asks for, and all pools together
@@ -35,9 +35,9 @@ def check_fits(runner: RayRunner, specs: list[StageSpec]) -> None:
     nodes = runner.nodes()
     total_cpu = sum(n["Resources"].get("CPU", 0) for n in nodes)
     want = 0.0
-    for spec in specs:
+    for i, spec in enumerate(specs):
         acfg = getattr(runner.cfg, spec.pool)
-        count = 1 if spec.single else acfg.count
+        count = sizes[i] if sizes else 1 if spec.single else acfg.count
         fit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
         room = sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in fit)
         if count > room:
@@ -51,13 +51,13 @@ def check_fits(runner: RayRunner, specs: list[StageSpec]) -> None:
             f"num_cpus (fractional is fine: sleep-bound or GPU actors need little CPU), or add nodes.")
 
 
-def map_opts(runner: RayRunner, spec: StageSpec) -> dict[str, Any]:
+def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any]:
     rd = runner.ray_data()
     acfg = getattr(runner.cfg, spec.pool)
     opts: dict[str, Any] = {
         "batch_format": "pyarrow", "batch_size": spec.batch_rows or acfg.batch_size,
         "fn_constructor_kwargs": spec.kwargs, "num_cpus": acfg.num_cpus,
-        "compute": rd.ActorPoolStrategy(size=1 if spec.single else acfg.count),
+        "compute": rd.ActorPoolStrategy(size=size or (1 if spec.single else acfg.count)),
     }
     opts.update(placement(runner.cfg, spec.pool, model=spec.role is not None))
     return opts
@@ -108,22 +108,41 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     specs = [chained(s) for s in fuse_specs(specs)]  # every CPU operator a Chain: each reports its counters
     if parts is not None:
         specs = writing(specs, parts)
-    check_fits(runner, specs)
     if tables is not None:
         # from_blocks: one block per table, metadata computed here; from_arrow runs a remote task per table for
         # it before the job starts (a worker process's start and imports on the driver's critical path)
         ds = rd.from_blocks(tables) if hasattr(rd, "from_blocks") else rd.from_arrow(tables)
         read_rows = max((t.num_rows for t in tables), default=0)  # rows per block
+        rows = rows or sum(t.num_rows for t in tables)
     else:
         blocks = read_blocks(runner.cfg, specs, rows, len(paths), block_rows) if rows else None
         # read tasks must not wait behind the actor pools (ray#44687): they ask for IO_CPUS
         ds = rd.read_parquet(paths, filesystem=filesystem, num_cpus=IO_CPUS, override_num_blocks=blocks)
         read_rows = -(-rows // blocks) if rows and blocks else 0
-    for spec in specs:
-        if cut := model_block_rows(runner.cfg, spec, rows, read_rows):  # a model pool: blocks spread evenly
+    cuts = [model_block_rows(runner.cfg, spec, rows, read_rows) for spec in specs]
+    sizes = pool_sizes(runner.cfg, specs, cuts, rows, read_rows)
+    check_fits(runner, specs, sizes)
+    for spec, cut, size in zip(specs, cuts, sizes, strict=True):
+        if cut:  # a model pool: blocks spread evenly over its actors
             ds = ds.repartition(target_num_rows_per_block=cut)
-        ds = ds.map_batches(_named(spec), **map_opts(runner, spec))
+        ds = ds.map_batches(_named(spec), **map_opts(runner, spec, size))
     return ds
+
+
+def pool_sizes(cfg: Config, specs: list[StageSpec], cuts: list[int], rows: int, block_rows: int) -> list[int]:
+    """Actors per pool: its configured count, but no more than the calls the job has for it (its input's
+    blocks, bundled up to its batch size), so a 5-query job on a 16-embedder config starts one embedder,
+    not 16 processes that each load the model and never get a row. Unknown rows, or
+    `runner.size_pools_to_job` off: the count."""
+    out = []
+    for spec, cut in zip(specs, cuts, strict=True):
+        count = 1 if spec.single else getattr(cfg, spec.pool).count
+        if rows and block_rows and cfg.runner.size_pools_to_job:
+            block_rows = cut or block_rows
+            batch = spec.batch_rows or getattr(cfg, spec.pool).batch_size
+            count = max(1, min(count, -(-rows // max(block_rows, batch))))
+        out.append(count)
+    return out
 
 
 def model_block_rows(cfg: Config, spec: StageSpec, rows: int, read_rows: int) -> int:

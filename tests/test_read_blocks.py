@@ -78,3 +78,19 @@ def test_a_small_job_is_read_by_the_driver_and_its_last_chain_writes_the_parts(t
     assert out.schema == WRITTEN and out[WRITTEN_ROWS].to_pylist() == [2]
     assert RunStats.from_json(out[STATS_COLUMN][0].as_py()).counters == {"S": {"n": 2}}
     assert pq.read_table(tmp_path / "parts" / "part-000000000007.parquet").column_names == ["_row"]
+
+
+def test_a_pool_starts_no_more_actors_than_the_job_has_calls_for():
+    """pool_sizes: the configured count, but at most one actor per call the job has for that pool (its input
+    blocks bundled up to its batch size): a 1-query job starts one actor per pool whatever the config."""
+    from fanout.ray_data import pool_sizes
+
+    cfg = load_config("fake").replace(embedder={"count": 16, "batch_size": 8}, retriever={"count": 2, "batch_size": 32})
+    cpu, emb = StageSpec(_Stage, pool="retriever"), StageSpec(_Stage, pool="embedder", role="embedder")
+    specs = [cpu, emb, cpu]
+    cuts = [0, 15, 0]  # 1,920 rows read as 60-row blocks, cut to 15 before the embedders
+    assert pool_sizes(cfg, specs, cuts, 1920, 60) == [2, 16, 2]
+    assert pool_sizes(cfg, specs, [0, 0, 0], 1, 1) == [1, 1, 1]
+    assert pool_sizes(cfg, specs, [0, 0, 0], 40, 20) == [2, 2, 2]  # two 20-row blocks
+    assert pool_sizes(cfg, specs, [0, 0, 0], 0, 0) == [2, 16, 2]  # rows unknown: the counts
+    assert pool_sizes(cfg.replace(runner={"size_pools_to_job": False}), specs, [0, 0, 0], 1, 1) == [2, 16, 2]
