@@ -108,20 +108,22 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     specs = [chained(s) for s in fuse_specs(specs)]  # every CPU operator a Chain: each reports its counters
     if parts is not None:
         specs = writing(specs, parts)
+    blocks = None
     if tables is not None:
-        # from_blocks: one block per table, metadata computed here; from_arrow runs a remote task per table for
-        # it before the job starts (a worker process's start and imports on the driver's critical path)
-        ds = rd.from_blocks(tables) if hasattr(rd, "from_blocks") else rd.from_arrow(tables)
         read_rows = max((t.num_rows for t in tables), default=0)  # rows per block
         rows = rows or sum(t.num_rows for t in tables)
     else:
         blocks = read_blocks(runner.cfg, specs, rows, len(paths), block_rows) if rows else None
-        # read tasks must not wait behind the actor pools (ray#44687): they ask for IO_CPUS
-        ds = rd.read_parquet(paths, filesystem=filesystem, num_cpus=IO_CPUS, override_num_blocks=blocks)
         read_rows = -(-rows // blocks) if rows and blocks else 0
     cuts = [model_block_rows(runner.cfg, spec, rows, read_rows) for spec in specs]
     sizes = pool_sizes(runner.cfg, specs, cuts, rows, read_rows)
     check_fits(runner, specs, sizes)
+    if tables is not None:
+        # from_blocks: one block per table, metadata computed here; from_arrow runs a remote task per table for
+        # it before the job starts (a worker process's start and imports on the driver's critical path)
+        ds = rd.from_blocks(tables) if hasattr(rd, "from_blocks") else rd.from_arrow(tables)
+    else:  # read tasks must not wait behind the actor pools (ray#44687): they ask for IO_CPUS
+        ds = rd.read_parquet(paths, filesystem=filesystem, num_cpus=IO_CPUS, override_num_blocks=blocks)
     for spec, cut, size in zip(specs, cuts, sizes, strict=True):
         if cut:  # a model pool: blocks spread evenly over its actors
             ds = ds.repartition(target_num_rows_per_block=cut)
