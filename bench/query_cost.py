@@ -1,6 +1,6 @@
 """A query's cost outside the models: CPU of the whole process tree, both engines; prints one table.
 
-    PYTHONPATH=. .venv/bin/python bench/query_cost.py [--sizes 200,2000] [--engines inproc,data]
+    PYTHONPATH=. .venv/bin/python bench/query_cost.py [--sizes 200,2000] [--engines inproc,data,floor]
                                                       [--scale-notes 0] [--cpus 2] [--baseline DIR]
                                                       [--also LABEL:SECTION.KEY=VALUE[,...]]
 
@@ -18,7 +18,8 @@ on a synthetic vault of N notes (about 2 chunks each) to show the cost at a larg
 (a checkout of another commit, e.g. `git worktree add /tmp/base <commit>`) runs the same jobs on that code too,
 in the same invocation, so before/after are compared on the same machine state. `--also` (repeatable) runs
 this code again with config values changed (`--also blocks64:runner.block_rows=64`): a tunable's candidates
-measured side by side.
+measured side by side. The engine `floor` runs Ray Data's own floor for the same job shape (the same private
+Ray, blocks and actor pools, each stage an identity): what a Ray Data job costs before fanout does anything.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
 
     cfg = load_config("fake")
     sections: dict = json.loads(os.environ.get("FANOUT_QC_SET") or "{}")  # --also: config values changed
+    if engine == "floor":
+        return floor(cfg, db, qfile, t0)
     if engine == "data":
         sections["runner"] = {**sections.get("runner", {}), "mode": "ray", "engine": "data"}
     if sections:
@@ -94,6 +97,45 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
         t2 = time.perf_counter()
     print(json.dumps({"start_s": t1 - t0, "job_s": t2 - t1, "total_s": time.perf_counter() - t0,
                       "queries": st["queries"], "errors": st["errors"], "timings": st["timings"]}))
+
+
+class Identity:
+    def __call__(self, table):
+        return table
+
+
+def floor(cfg, db: str, qfile: str, t0: float) -> None:
+    """Ray Data's own floor for the job's shape: the same private local Ray (fanout's runner), the job's rows
+    as the same blocks, and one identity actor pool per pool the search would run (same count and CPUs),
+    iterated to the end. What a Ray Data job costs before fanout does anything."""
+    import pyarrow as pa
+
+    from fanout.engines import make_runner
+    from fanout.ray_data import pool_sizes, read_blocks
+    from fanout.runner import fuse_specs
+    from pipelines.search import SearchOptions, search_stages
+
+    n = sum(1 for line in Path(qfile).read_text(encoding="utf-8").splitlines() if line.strip())
+    cfg = cfg.replace(runner={"mode": "ray", "engine": "data"})
+    specs = fuse_specs(search_stages(cfg, db, "bench", SearchOptions(n=10, expand=False, rerank=False)))
+    blocks = read_blocks(cfg, specs, n, 1)
+    per = -(-n // blocks)
+    with make_runner(cfg, mode="ray") as runner:
+        t1 = time.perf_counter()
+        rd = runner.ray_data()
+        ctx = rd.DataContext.get_current()
+        ctx.enable_progress_bars, ctx.wait_for_min_actors_s = False, -1
+        ds = rd.from_blocks([pa.table({"_row": list(range(i, min(i + per, n)))}) for i in range(0, n, per)])
+        sizes = pool_sizes(cfg, specs, [0] * len(specs), n, per)
+        for k, (spec, size) in enumerate(zip(specs, sizes, strict=True)):
+            acfg = getattr(cfg, spec.pool)
+            ds = ds.map_batches(type(f"Identity{k}", (Identity,), {}), batch_format="pyarrow",
+                                batch_size=spec.batch_rows or acfg.batch_size, num_cpus=acfg.num_cpus,
+                                compute=rd.ActorPoolStrategy(size=size))
+        rows = sum(t.num_rows for t in ds.iter_batches(batch_format="pyarrow", batch_size=None))
+        t2 = time.perf_counter()
+    print(json.dumps({"start_s": t1 - t0, "job_s": t2 - t1, "total_s": time.perf_counter() - t0,
+                      "queries": rows, "errors": 0, "timings": {}}))
 
 
 def overrides(spec: str) -> tuple[str, dict]:
@@ -197,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             chunks = build(vault, template)
             codes = [("", ROOT, {})] + ([(" (baseline)", Path(args.baseline).resolve(), {})] if args.baseline else [])
             codes += [(f" ({label})", ROOT, sections) for label, sections in map(overrides, args.also)]
-            for (mark, code, sections), engine in [(c, e) for e in args.engines.split(",") for c in codes]:
+            # the floor is Ray's and Ray Data's, not fanout's: run once, on this code's runner
+            for (mark, code, sections), engine in [(c, e) for e in args.engines.split(",")
+                                                   for c in (codes[:1] if e == "floor" else codes)]:
                 runs = [job(engine, template, n, work, f"{engine}-{n}-{len(rows)}", args.cpus, code, sections)
                         for n in sizes]
                 small, big = runs[0], runs[-1]
