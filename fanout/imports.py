@@ -1,4 +1,5 @@
-"""Imports a fanout process pays for but does not use, deferred until first use.
+"""Imports a fanout process pays for but does not use, deferred until first use; and imports it will need,
+warmed in a thread while it waits for something else (`warm_in_thread`).
 
 `import lancedb` runs `lance_namespace_urllib3_client/__init__.py`, which imports the REST namespace client's
 nine generated API modules (~0.65 s of CPU here, half of lancedb's import) although only its `models`
@@ -13,7 +14,10 @@ loads the module when the import system reads `__path__` to import a submodule.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
+import logging
 import sys
 import threading
 import types
@@ -53,3 +57,24 @@ def defer_package(name: str) -> bool:
 def defer_unused() -> None:
     for name in DEFERRED:
         defer_package(name)
+
+
+def warm_in_thread(names: tuple[str, ...], first: tuple[str, ...] = ()) -> threading.Thread:
+    """Import `names` in a daemon thread while the caller waits on something else (a failure is only logged:
+    the caller's own import raises it where it is needed). `first`: modules the caller's wait imports too,
+    imported here before the thread starts, so the two threads never import one module at once (two threads
+    inside one circular import can deadlock)."""
+    for name in first:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+    def run() -> None:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # noqa: BLE001 - imported again where it is needed, which says why
+                logging.getLogger(__name__).debug("warm import of %s failed: %s", name, e)
+
+    thread = threading.Thread(target=run, name="fanout-warm-imports", daemon=True)
+    thread.start()
+    return thread

@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -26,6 +25,7 @@ import pyarrow as pa
 
 from fanout import ray_data
 from fanout.config import Config
+from fanout.imports import warm_in_thread
 from fanout.ray_data import placement
 from fanout.runner import Pipeline, Runner, StageSpec, actor_class
 from fanout.runs import Parts, Run, Source
@@ -130,7 +130,7 @@ class RayRunner(Runner):
                     atexit.register(self.close)  # a run that dies before close() still removes its temp dir
                     self._private_token(self._tmp)
                     self._watchdog = _start_watchdog(self._tmp)
-                    warm_imports()
+                    warm_in_thread(WARM_IMPORTS, first=SHARED_IMPORTS)
                     for attempt in (1, 2):  # Ray gives its raylet 30 s; an overloaded box can miss that once
                         try:
                             ray.init(num_cpus=local_cpus(cfg), include_dashboard=False, log_to_driver=False,
@@ -338,25 +338,6 @@ class RayRunner(Runner):
 # so the two threads never import one module at once (two threads inside one circular import can deadlock)
 WARM_IMPORTS = ("ray.data", "lancedb")
 SHARED_IMPORTS = ("pydantic", "ray.dashboard", "ray._common.usage.usage_lib")  # Ray 2.60's ray.init imports these
-
-
-def warm_imports() -> threading.Thread:
-    import importlib
-
-    for name in SHARED_IMPORTS:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-
-    def run() -> None:
-        for name in WARM_IMPORTS:
-            try:
-                importlib.import_module(name)
-            except Exception as e:  # noqa: BLE001 - the driver imports it again where it needs it, and says why
-                log.debug("warm import of %s failed: %s", name, e)
-
-    thread = threading.Thread(target=run, name="fanout-warm-imports", daemon=True)
-    thread.start()
-    return thread
 
 
 def _reload_auth_settings() -> None:
