@@ -196,8 +196,10 @@ def chained(spec: StageSpec) -> StageSpec:
 
 
 def display_name(spec: StageSpec) -> str:
-    """A stage's name, a Chain's as `A+B+C`."""
-    return "+".join(c.__name__ for c, _ in spec.kwargs["stages"]) if spec.cls is Chain else spec.name
+    """A stage's name, a Chain's as `A+B+C` (`WriteParts`: the writer `writing` appends after a model stage)."""
+    if spec.cls is not Chain:
+        return spec.name
+    return "+".join(c.__name__ for c, _ in spec.kwargs["stages"]) or "WriteParts"
 
 
 def _named(spec: StageSpec) -> type:
