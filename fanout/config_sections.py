@@ -483,7 +483,8 @@ class RunnerConfig:
         _check(self.local_ray_min_cores >= 1, f"runner.local_ray_min_cores must be >= 1, got {self.local_ray_min_cores}")
         _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
         _check(self.block_rows >= 1, f"runner.block_rows must be >= 1, got {self.block_rows}")
-        _check(self.driver_read_rows >= 0, f"runner.driver_read_rows must be >= 0 (0 = never), got {self.driver_read_rows}")
+        _check(self.driver_read_rows >= 0,
+               f"runner.driver_read_rows must be >= 0 (0 = never), got {self.driver_read_rows}")
         _check(self.model_blocks_per_actor >= 0,
                f"runner.model_blocks_per_actor must be >= 0 (0 = off), got {self.model_blocks_per_actor}")
         _check(self.progress_step_s > 0, f"runner.progress_step_s must be > 0, got {self.progress_step_s}")

@@ -2,9 +2,10 @@
 
 A job's actors and read tasks run on whatever node Ray places them: the retriever pool's actors (any node
 with the CPUs) and the cache writer open the index there, the last pool's actors write the job's result
-parts there, and read tasks (a job too large for the driver to read) read its todo files there. A path that exists only on the driver's node would
-fail in an actor mid-job (or leave Ray Data retrying); this check runs one tiny task pinned to each such
-node first and fails with the node, the path, what was needed and the fix (`check_paths`).
+parts there, and read tasks (a job too large for the driver to read) read its todo files there. A path
+that exists only on the driver's node would fail in an actor mid-job (or leave Ray Data retrying); this
+check runs one tiny task pinned to each such node first and fails with the node, the path, what was
+needed and the fix (`check_paths`).
 
 No Ray import here: the per-node tasks go through `RayRunner.on_nodes` (fanout/ray_runner.py).
 """
@@ -31,7 +32,8 @@ IO_CPUS = 0.1  # what a Ray Data read task asks for (fanout/ray_data.py): any no
 @dataclass(frozen=True)
 class Need:
     """One path that some nodes must reach. `fs` is the job's own filesystem object (its todo files and parts,
-    as Ray Data's tasks and actors get it); without it the path is a LanceDB location resolved on the node as a `Collection` does."""
+    as Ray Data's tasks and actors get it); without it the path is a LanceDB location resolved on the node
+    as a `Collection` does."""
 
     what: str  # "the index" / "the job's parts folder"
     path: str  # a local path or URI (the index), or a path inside `fs` (the parts)

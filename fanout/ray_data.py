@@ -1,6 +1,6 @@
 """The Ray Data engine: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
-each an actor pool sized by its config section -> parquet parts written by the last operator's actors, or the blocks
-streamed back to the caller: `run`), its fit check, and the stage counters each block carries
+each an actor pool sized by its config section -> parquet parts written by the last operator's actors, or the
+blocks streamed back to the caller: `run`), its fit check, and the stage counters each block carries
 (fanout/runner.py Chain, RunStats).
 
 Functions over a `RayRunner` (fanout/ray_runner.py holds the Ray session and is the one module that imports
@@ -69,7 +69,7 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
             rows: int = 0, block_rows: int = 0, parts: Parts | None = None) -> Any:
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver, one block each) -> map_batches per
     stage (actor pools). Lazy: nothing runs until it is iterated. With `parts`, the last operator writes
-    its answered rows there as parts and hands on only their counters and row counts (`Parts.write_block`).
+    its answered rows there as parts and hands on only their counters (`Parts.write_block`).
     Before it is built, every node that may host a pool or a read task is checked for the paths it needs
     there (`runner.check_paths`).
 

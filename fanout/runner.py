@@ -13,8 +13,8 @@ and its counters, datatrove's stat_update merged across workers) are complete on
   calls fanned out to Ray actors (the pre-Ray-Data engine; kept for comparison in bench/scale_curve.py).
 - `RayRunner.run` with `runner.engine: data` (fanout/ray_data.py): ONE Ray Data Dataset: read parquet ->
   `map_batches` per stage (each an actor pool sized by its config section) -> written as parquet `Parts` by
-  the last operator's actors, or the blocks streamed back to the caller; each operator's stage counters ride along in
-  a column (`STATS_COLUMN`) and are merged in the driver.
+  the last operator's actors, or the blocks streamed back to the caller; each operator's stage counters ride
+  along in a column (`STATS_COLUMN`) and are merged in the driver.
 
 Only fanout/ray_runner.py imports Ray; fanout/engines.py (`make_runner`) imports it only when Ray is chosen,
 and fanout/ray_data.py reaches `ray.data` through the runner. `Runner.engine` says which way a job runs.

@@ -14,8 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 STATS_COLUMN = "_stage_stats"  # a Ray Data block's stage counters (JSON RunStats) on some rows, null on the rest
-WRITTEN_ROWS = "_written_rows"
-WRITTEN = pa.schema([(STATS_COLUMN, pa.string()), (WRITTEN_ROWS, pa.int64())])  # a block written as a part
+WRITTEN = pa.schema([(STATS_COLUMN, pa.string())])  # what a block written as a part hands on
 
 
 @dataclass
@@ -144,11 +143,11 @@ class Parts:
 
     def write_block(self, table: pa.Table) -> pa.Table:
         """A Ray Data block written here (in the actor that made it) as a part; what is handed on is only its
-        stage counters and row count (WRITTEN)."""
+        stage counters (WRITTEN: one row)."""
         table, stats = pop_stats(table)
         if table.num_rows:
             self.write(table)
-        return pa.table({STATS_COLUMN: [stats.to_json()], WRITTEN_ROWS: [table.num_rows]}, schema=WRITTEN)
+        return pa.table({STATS_COLUMN: [stats.to_json()]}, schema=WRITTEN)
 
 
 class Steps:
