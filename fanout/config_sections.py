@@ -58,12 +58,15 @@ class ActorConfig:
     n_ubatch: int = 0  # tokens per compute ubatch (0 = n_batch); embedding models need n_ubatch >= n_batch
     n_gpu_layers: int = 0  # -1 = offload all layers; != 0 also makes each Ray actor ask for num_gpus
     num_gpus: float = 1.0  # GPUs each Ray actor reserves when n_gpu_layers != 0 (fractional shares a GPU)
+    # models per Ray Data actor, each taking one of its calls at a time (fanout/runner.py Instances; GPU: production)
+    instances: int = 1
 
     def validate(self, role: str) -> None:
         _check(self.count >= 1, f"{role}.count must be >= 1, got {self.count}")
         _check(self.num_cpus > 0, f"{role}.num_cpus must be > 0, got {self.num_cpus}")
         _check(self.n_threads >= 1, f"{role}.n_threads must be >= 1, got {self.n_threads}")
         _check(self.batch_size >= 1, f"{role}.batch_size must be >= 1, got {self.batch_size}")
+        _check(self.instances >= 1, f"{role}.instances must be >= 1, got {self.instances}")
         _check(0 <= self.n_batch <= max(self.n_ctx, 1) or self.n_ctx == 0,
                f"{role}.n_batch must be in 0..n_ctx ({self.n_ctx}), got {self.n_batch}; 0 means n_ctx")
         _check(0 <= self.n_ubatch <= (self.n_batch or self.n_ctx) or self.n_ctx == 0,

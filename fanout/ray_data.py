@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from fanout.config import Config
 from fanout.node_paths import IO_CPUS, check_paths, pool_nodes
-from fanout.runner import Chain, StageSpec, fuse_specs
+from fanout.runner import Chain, Instances, StageSpec, fuse_specs
 from fanout.runs import Parts, Run, RunStats, Source, pop_stats
 
 if TYPE_CHECKING:
@@ -60,6 +60,9 @@ def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any
         "fn_constructor_kwargs": spec.kwargs, "num_cpus": acfg.num_cpus,
         "compute": rd.ActorPoolStrategy(size=size or (1 if spec.single else acfg.count)),
     }
+    if instances(runner.cfg, spec) > 1:  # the actor's calls run side by side, each on its own model (Instances)
+        opts["compute"] = rd.ActorPoolStrategy(size=size or acfg.count, enable_true_multi_threading=True,
+                                               max_concurrent_calls_per_actor=acfg.instances)
     opts.update(placement(runner.cfg, spec.pool, model=spec.role is not None))
     return opts
 
@@ -128,7 +131,7 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     for spec, cut, size in zip(specs, cuts, sizes, strict=True):
         if cut:  # a model pool: blocks spread evenly over its actors
             ds = ds.repartition(target_num_rows_per_block=cut)
-        ds = ds.map_batches(_named(spec), **map_opts(runner, spec, size))
+        ds = ds.map_batches(_named(spec, instances(runner.cfg, spec)), **map_opts(runner, spec, size))
     return ds
 
 
@@ -143,7 +146,8 @@ def pool_sizes(cfg: Config, specs: list[StageSpec], cuts: list[int], rows: int, 
         if rows and block_rows and cfg.runner.size_pools_to_job:
             block_rows = cut or block_rows
             batch = spec.batch_rows or getattr(cfg, spec.pool).batch_size
-            count = max(1, min(count, -(-rows // max(block_rows, batch))))
+            calls = -(-rows // max(block_rows, batch))
+            count = max(1, min(count, -(-calls // instances(cfg, spec))))
         out.append(count)
     return out
 
@@ -155,10 +159,10 @@ def model_block_rows(cfg: Config, spec: StageSpec, rows: int, read_rows: int) ->
     per_actor = cfg.runner.model_blocks_per_actor
     if not spec.role or not per_actor or not rows or not read_rows:
         return 0
-    actors = 1 if spec.single else getattr(cfg, spec.pool).count
-    if actors == 1:  # one actor takes every block whatever their sizes; the repartition's map tasks only cost
+    workers = (1 if spec.single else getattr(cfg, spec.pool).count) * instances(cfg, spec)
+    if workers == 1:  # one model takes every block whatever their sizes; the repartition's map tasks only cost
         return 0
-    cut = max(1, -(-rows // (actors * per_actor)))
+    cut = max(1, -(-rows // (workers * per_actor)))
     return cut if cut < read_rows else 0
 
 
@@ -203,10 +207,20 @@ def display_name(spec: StageSpec) -> str:
     return "+".join(c.__name__ for c, _ in spec.kwargs["stages"]) or "WriteParts"
 
 
-def _named(spec: StageSpec) -> type:
+def instances(cfg: Config, spec: StageSpec) -> int:
+    """Model instances per actor of `spec`'s pool (`instances` of its section; 1 for a CPU stage)."""
+    return getattr(cfg, spec.pool).instances if spec.role and not spec.single else 1
+
+
+def _named(spec: StageSpec, n: int = 1) -> type:
     """The class Ray Data runs for a stage. A Chain gets a subclass named after its stages (`A+B+C`): Ray
     names an operator after its class, and two operators of one name share one stats entry (the second
-    prints `[execution cached]`, so its time was lost and the next stage's read as its own)."""
+    prints `[execution cached]`, so its time was lost and the next stage's read as its own). A model stage
+    with `n` > 1 instances per actor: an `Instances` subclass of the stage's name holding up to `n` of it."""
+    if spec.cls is not Chain and n > 1:
+        name = spec.cls.__name__
+        return type(name, (Instances,), {"stage": spec.cls, "n": n, "__module__": Instances.__module__,
+                                         "__qualname__": name})
     if spec.cls is not Chain:
         return spec.cls
     name = display_name(spec)

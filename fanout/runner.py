@@ -22,7 +22,10 @@ and fanout/ray_data.py reaches `ray.data` through the runner. `Runner.engine` sa
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,8 +38,6 @@ from fanout.config import Config
 from fanout.runs import Parts, Run, RunStats, Source, Steps, counted_call
 
 log = logging.getLogger(__name__)
-
-
 
 # Model roles by import path, per `models.backend`: the base names the actor classes but never imports them
 # at module level (layers point one way: actors sit above the runner); the class is imported where the
@@ -112,8 +113,6 @@ def _batches(table: pa.Table, size: int) -> list[pa.Table]:
 
 
 @dataclass(frozen=True)
-
-
 class StageSpec:
     """One stage of a pipeline: `cls(**kwargs)` once per worker, then `instance(table) -> table` per batch.
 
@@ -150,6 +149,55 @@ class Chain:
     def __call__(self, table: pa.Table) -> pa.Table:
         out = counted_call(table, list(zip(self.names, self.stages)))
         return out if self.parts is None else self.parts.write_block(out)
+
+
+class Instances:
+    """Up to `n` instances of one model stage in one Ray actor (a subclass per stage sets `stage` and `n`:
+    fanout/ray_data.py `_named`): Ray Data runs up to `n` of the actor's calls at once, in threads, and each
+    call takes an instance no other call holds, so the `n` models work side by side in one process (the
+    models' own code runs outside the GIL: llama.cpp through ctypes, the fake embedder's sleep). One process
+    instead of `n`: its Python, Ray and Ray Data start once (~1.3 CPU-s each on 2 cores), which is most of
+    a many-actor job's fixed cost. The first instance is built with the actor (a model that cannot load
+    fails the pool's start, as before); the others when a call finds every built one busy, so a job with
+    fewer calls than `n` never loads the rest. Builds take turns (one model load at a time); one that fails
+    (say the GPU's memory is full) is logged and the actor carries on with the models it has."""
+
+    stage: type
+    n: int = 1
+
+    def __init__(self, **kwargs: Any):
+        self.kwargs = kwargs
+        self.free: queue.SimpleQueue = queue.SimpleQueue()
+        self.built = 1
+        self.lock = threading.Lock()  # guards `built`
+        self.building = threading.Lock()  # one model load at a time
+        self.free.put(self.stage(**kwargs))
+
+    def _take(self) -> Any:
+        with contextlib.suppress(queue.Empty):
+            return self.free.get_nowait()
+        with self.lock:
+            build = self.built < self.n
+            self.built += build
+        if not build:
+            return self.free.get()
+        try:
+            with self.building:
+                return self.stage(**self.kwargs)
+        except Exception as e:  # noqa: BLE001 - whatever stops a load (a full GPU): go on with the built ones
+            with self.lock:
+                self.built -= 1
+                self.n = self.built
+            log.warning("%s: model instance %d of %d could not be built (%s); this actor goes on with %d",
+                        self.stage.__name__, self.built + 1, type(self).n, e, self.built)
+            return self.free.get()
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        inst = self._take()
+        try:
+            return inst(table)
+        finally:
+            self.free.put(inst)
 
 
 def fuse_specs(specs: list[StageSpec]) -> list[StageSpec]:

@@ -87,8 +87,9 @@ def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, r
     assert seen[0] == (0, 302) and seen[-1] == (302, 302) and seen == sorted(seen)
     assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
     assert a["errors"] == b["errors"] == 3 and a["queries"] == b["queries"] == 302
-    # the same job with its input read by Ray Data's read tasks (a job over runner.driver_read_rows)
-    ray_runner.cfg = fake_cfg.replace(runner={"driver_read_rows": 0})
+    # the same job with its input read by Ray Data's read tasks (a job over runner.driver_read_rows), and its
+    # embedder actor holding two model instances that take its calls side by side (fanout/runner.py Instances)
+    ray_runner.cfg = fake_cfg.replace(runner={"driver_read_rows": 0}, embedder={"instances": 2})
     try:
         c = run_batch(q, tmp_path / "ray.parquet", Searcher(fake_db, "t", fake_cfg, ray_runner), opts)
     finally:

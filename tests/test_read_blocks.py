@@ -95,3 +95,68 @@ def test_a_pool_starts_no_more_actors_than_the_job_has_calls_for():
     assert pool_sizes(cfg, specs, [0, 0, 0], 40, 20) == [2, 2, 2]  # two 20-row blocks
     assert pool_sizes(cfg, specs, [0, 0, 0], 0, 0) == [2, 16, 2]  # rows unknown: the counts
     assert pool_sizes(cfg.replace(runner={"size_pools_to_job": False}), specs, [0, 0, 0], 1, 1) == [2, 16, 2]
+
+
+def test_model_instances_share_an_actor_and_count_as_its_workers():
+    """`instances` (a model pool's models per actor): the input is cut for count x instances models, and a pool
+    starts one actor per `instances` calls its job has."""
+    from fanout.ray_data import pool_sizes
+
+    cfg = load_config("fake").replace(runner={"model_blocks_per_actor": 8}, embedder={"count": 4, "instances": 4,
+                                                                                      "batch_size": 8})
+    emb, cpu = StageSpec(_Stage, pool="embedder", role="embedder"), StageSpec(_Stage, pool="retriever")
+    assert model_block_rows(cfg, emb, 1920, 60) == 15  # 16 models x 8 blocks, as 16 one-model actors
+    assert model_block_rows(cfg.replace(embedder={"count": 1}), emb, 200, 100) == 7  # one actor, four models
+    assert pool_sizes(cfg, [cpu, emb], [0, 15], 1920, 60) == [1, 4]
+    assert pool_sizes(cfg, [cpu, emb], [0, 8], 40, 8) == [1, 2]  # 5 calls: two actors of four models
+    assert pool_sizes(cfg, [cpu, emb], [0, 0], 1, 1) == [1, 1]
+
+
+def test_instances_builds_a_model_only_when_every_built_one_is_busy():
+    """fanout/runner.py Instances: the first instance with the actor, another only when a call finds every
+    built one busy, never more than `n`; a build that fails leaves the actor with the models it has."""
+    import threading
+
+    import pyarrow as pa
+
+    from fanout.runner import Instances
+
+    built: list[int] = []
+    gate = threading.Event()
+
+    class Slow:
+        fail = False
+
+        def __init__(self, tag: str):
+            if Slow.fail:
+                raise RuntimeError("no model")
+            built.append(len(built))
+            self.tag = tag
+
+        def __call__(self, table: pa.Table) -> pa.Table:
+            gate.wait(5)
+            return table.append_column("tag", pa.array([self.tag] * table.num_rows))
+
+    pool = type("Slow", (Instances,), {"stage": Slow, "n": 3})(tag="x")
+    assert built == [0]
+    t = pa.table({"a": [1]})
+    assert pool(t).column("tag").to_pylist() == ["x"] and built == [0]  # one call at a time: one model
+    threads = [threading.Thread(target=pool, args=(t,)) for _ in range(5)]
+    for th in threads:
+        th.start()
+    for _ in range(100):  # five calls at once: three models, two calls waiting for one
+        if len(built) == 3:
+            break
+        threading.Event().wait(0.02)
+    gate.set()
+    for th in threads:
+        th.join()
+    assert built == [0, 1, 2] and pool.built == 3
+
+    lazy = type("Slow", (Instances,), {"stage": Slow, "n": 2})
+    p2 = lazy(tag="y")
+    Slow.fail = True
+    held = p2._take()  # the only built instance, now busy: the next call builds, and that build fails
+    threading.Timer(0.2, lambda: p2.free.put(held)).start()
+    assert p2(t).column("tag").to_pylist() == ["y"]  # answered by the built one once it is free
+    assert p2.built == p2.n == 1  # and the pool stops growing
