@@ -83,7 +83,8 @@ def _job(engine: str, rows: list[dict], cfg, db: str, work: Path, name: str, rr)
     return time.perf_counter() - t0, cpu_s() - c0, st
 
 
-def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed: int, label: str = "") -> dict:
+def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed: int, label: str = "",
+        per_process: int = 1) -> dict:
     """One engine at one actor count, three jobs in one runner: a 1-query warm-up (a driver's first job
     also starts Ray Data's own actors), the n-query job, then a 1-query job again: its wall and driver CPU
     are the fixed cost every job pays (pools starting, planning, teardown), subtracted from the n-query
@@ -92,7 +93,8 @@ def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed
     if engine == "inproc":  # the plain loop, no Ray: one embedder in this process
         ecfg = cfg.replace(embedder={"count": 1}, runner={"ray_address": "", "mode": "inproc"})
     else:
-        ecfg = cfg.replace(embedder={"count": actors}, runner={"engine": engine})
+        per = min(per_process, actors)  # `actors` models in ceil(actors / per) processes of `per` each
+        ecfg = cfg.replace(embedder={"count": -(-actors // per), "instances": per}, runner={"engine": engine})
     with (Runner(ecfg) if engine == "inproc" else RayRunner(ecfg)) as rr:
         if engine == "slices":  # the slice runner creates its pool on first use: start it before timing
             rr.actor_handles("embedder")
@@ -113,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default="slices,data")
     ap.add_argument("--model-blocks-per-actor", default="", help="data engine: runner.model_blocks_per_actor values to run "
                     "side by side, e.g. 0,8 (default: the config's)")
+    ap.add_argument("--instances", default="", help="data engine: models per actor process (embedder.instances) to "
+                    "run side by side, e.g. 1,4: N model actors are then N models in ceil(N / per) processes")
     ap.add_argument("--also", action="append", default=[], metavar="LABEL:SEC.KEY=VAL[,...]",
                     help="data engine: run again with config values changed (repeatable), as bench/query_cost.py")
     args = ap.parse_args(argv)
@@ -144,14 +148,20 @@ def main(argv: list[str] | None = None) -> int:
             engines.remove("data")
             also += [f"data, model_blocks_per_actor {v}:runner.model_blocks_per_actor={v}"
                      for v in args.model_blocks_per_actor.split(",")]
-        variants = [(e, None) for e in engines] + [("data", overrides(spec)) for spec in also]
+        per_process = [1]
+        if "data" in engines and args.instances:
+            engines.remove("data")
+            per_process = [int(v) for v in args.instances.split(",")]
+        variants = [(e, None, 1) for e in engines] + [("data", overrides(spec), 1) for spec in also]
+        variants += [("data", (f"data, {v} per process" if v > 1 else "data", {}), v) for v in per_process
+                     if args.instances]
         for actors in counts:
-            for engine, extra in variants:
+            for engine, extra, per in variants:
                 if engine == "inproc" and actors != counts[0]:
                     continue
                 vcfg = cfg if extra is None else cfg.replace(**extra[1])
                 rows.append(run(engine, actors, vcfg, db, work, args.per_actor, seed=actors,
-                                label="" if extra is None else extra[0]))
+                                label="" if extra is None else extra[0], per_process=per))
                 r = rows[-1]
                 print(f"  {engine:6} {actors:2} actors: {r['queries']} queries in {r['wall_s']:.1f}s (fixed {r['fixed_s']:.1f}s)", flush=True)
     finally:
