@@ -1,11 +1,14 @@
 """The model roles' throughput with n_gpu_layers 0 against -1 in one process, one table (run by gpu_check.sh).
 
     python bench/gpu_check.py [--seconds 20] [--devices cpu,gpu] [--models embedder=P,expander=P,reranker=P]
+                              [--roles embed,qembed,expand,rerank] [--instances 2,4,8] [...]
 
 Rows: embedding (32 chunks of ~250 tokens per call), the 1.5B expander (one query per call, each query new;
 the shared prefix, system prompt and titles as the local-1.5b profile has them, is reused as in a batch) and
 rerank of 40 passages for one query; `--roles qembed` adds query vectors (3 short texts per query) and
-`--embed-batches` the embedder at other decode sizes. Each row runs for --seconds after one warm-up call.
+`--embed-batches` the embedder at other decode sizes, `--instances 2,4` every row again with N models in one
+process and N threads calling at once (a Ray Data actor with `instances: N`; on the CPU each model gets cores / N
+threads). Each row runs for --seconds after one warm-up call (per thread).
 Besides the rate per call, llama.cpp's own counters give prompt (batch) and generation tokens per second and
 tokens per call: with --models pointing at synthetic weights (bench/gguf_skeleton.py) generation runs to
 max_tokens, so --expander-max-tokens caps it near the real model's length. CPU rows use every core of the
@@ -52,10 +55,26 @@ def perf(llm):
     return llama_cpp.llama_perf_context(llm._ctx.ctx)
 
 
-def timed(label: str, device: str, llm, call, unit: str, seconds: float, rows: list[dict]) -> None:
-    """Run call() (returns units done) for `seconds` after one warm-up; record rates and token counters."""
+def instances(cls, cfg, n: int):
+    """`n` instances of a model role in this process, as a Ray Data actor with `instances: n` holds them
+    (fanout/runner.py Instances): each call takes one no other call holds. All `n` built here, before timing
+    (the pipeline builds them as calls first find every built one busy)."""
+    from fanout.runner import Instances
+
+    pool = type(cls.__name__, (Instances,), {"stage": cls, "n": n})(cfg=cfg)
+    held = [pool._take() for _ in range(n)]  # taking n at once builds the other n - 1
+    for inst in held:
+        pool.free.put(inst)
+    return pool, held[0]
+
+
+def timed(label: str, device: str, llm, call, unit: str, seconds: float, rows: list[dict], n: int = 1) -> None:
+    """Run call() (returns units done) for `seconds` after one warm-up; record rates and token counters.
+    With `n` > 1: n threads call it at once (one per model instance), the rate is theirs together."""
     import llama_cpp
 
+    if n > 1:
+        return timed_threads(label, device, call, unit, seconds, rows, n)
     call()
     if llm is not None:  # None: the call decodes in a context of its own (rerank.parallel), no counters
         llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
@@ -77,21 +96,55 @@ def timed(label: str, device: str, llm, call, unit: str, seconds: float, rows: l
           flush=True)
 
 
-def embed_rows(cfg, device: str, seconds: float, rows: list[dict], label: str = "embed, 32 chunks per call") -> None:
+def timed_threads(label: str, device: str, call, unit: str, seconds: float, rows: list[dict], n: int) -> None:
+    import threading
+
+    done, lock, t0 = [0, 0], threading.Lock(), [0.0]
+    go = threading.Barrier(n + 1, action=lambda: t0.__setitem__(0, time.perf_counter()))  # set before any goes
+
+    def work() -> None:
+        call()  # warm-up: each instance's first call
+        go.wait()
+        while time.perf_counter() - t0[0] < seconds:
+            k = call()
+            with lock:
+                done[0] += k
+                done[1] += 1
+
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for t in threads:
+        t.start()
+    go.wait()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0[0]
+    rows.append({"row": label, "device": device, "rate": done[0] / wall, "unit": unit, "calls": done[1],
+                 "pp_tps": 0.0, "tg_tps": 0.0, "pp_per_call": 0.0, "tg_per_call": 0.0,
+                 "gpu_mem": gpu_mem_mib() if device == "GPU" else ""})
+    print(f"  {label} [{device}]: {done[0] / wall:.2f} {unit} ({done[1]} calls in {wall:.1f} s by {n} threads; "
+          f"GPU memory {rows[-1]['gpu_mem'] or '-'})", flush=True)
+
+
+def tag(label: str, n: int) -> str:
+    return label if n == 1 else f"{label}, {n} instances in one process"
+
+
+def embed_rows(cfg, device: str, seconds: float, rows: list[dict], label: str = "embed, 32 chunks per call",
+               n: int = 1) -> None:
     from actors.embedder import Embedder
 
-    emb = Embedder(cfg)
-    VECTORS.setdefault(device, emb.embed_texts([TEXT, "restore a deleted note"]))  # same weights, both devices
-    n = max(32, cfg.embedder.batch_size)  # at least one full embed() call
-    chunks = pa.table({"text": [TEXT] * n, "role": ["document"] * n})
-    timed(label, device, emb.llm, lambda: (emb(chunks), n)[1], "chunks/s", seconds, rows)
+    emb, first = instances(Embedder, cfg, n)
+    VECTORS.setdefault(device, first.embed_texts([TEXT, "restore a deleted note"]))  # same weights, both devices
+    k = max(32, cfg.embedder.batch_size)  # at least one full embed() call
+    chunks = pa.table({"text": [TEXT] * k, "role": ["document"] * k})
+    timed(tag(label, n), device, first.llm, lambda: (emb(chunks), k)[1], "chunks/s", seconds, rows, n)
 
 
-def query_embed_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
+def query_embed_rows(cfg, device: str, seconds: float, rows: list[dict], n: int = 1) -> None:
     """What a batch search with an agent's fields asks of the embedder: 3 short texts per query, 16 queries."""
     from actors.embedder import Embedder
 
-    emb = Embedder(cfg)
+    emb, first = instances(Embedder, cfg, n)
     seq = iter(range(10**9))
 
     def sixteen() -> int:
@@ -103,14 +156,14 @@ def query_embed_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None
         return 16
 
     nb, _ = cfg.embedder.batch_tokens
-    timed(f"query vectors, 3 per query (n_batch {nb}, {cfg.embedder.batch_size} texts per embed() call)", device,
-          emb.llm, sixteen, "queries/s", seconds, rows)
+    timed(tag(f"query vectors, 3 per query (n_batch {nb}, {cfg.embedder.batch_size} texts per embed() call)", n),
+          device, first.llm, sixteen, "queries/s", seconds, rows, n)
 
 
-def expand_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
+def expand_rows(cfg, device: str, seconds: float, rows: list[dict], n: int = 1) -> None:
     from actors.expander import QueryExpander
 
-    exp = QueryExpander(cfg)
+    exp, first = instances(QueryExpander, cfg, n)
     seq = iter(range(10**9))
 
     def one() -> int:  # a new query each call: the shared prefix (system prompt, titles) is reused, as in a batch
@@ -119,16 +172,16 @@ def expand_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
                       "kb_lang": ["en"], "titles": [TITLES]}))
         return 1
 
-    timed("1.5B expander, one query per call", device, exp.llm, one, "queries/s", seconds, rows)
+    timed(tag("1.5B expander, one query per call", n), device, first.llm, one, "queries/s", seconds, rows, n)
 
 
-def rerank_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
+def rerank_rows(cfg, device: str, seconds: float, rows: list[dict], n: int = 1) -> None:
     from actors.reranker import Reranker
 
-    rr = Reranker(cfg)
+    rr, first = instances(Reranker, cfg, n)
     seq = iter(range(10**9))
-    n = cfg.rerank.parallel
-    SCORES[device if n == 1 else f"{device}, {n} in parallel"] = rr(pa.table({
+    par = cfg.rerank.parallel
+    SCORES[device if par == 1 else f"{device}, {par} in parallel"] = first(pa.table({
         "query": ["restore a deleted note"] * 8,
         "passage": [f"{TEXT[:300]} ({j})" for j in range(8)]})).column("_rerank").to_pylist()
 
@@ -138,8 +191,8 @@ def rerank_rows(cfg, device: str, seconds: float, rows: list[dict]) -> None:
                      "passage": [f"{TEXT[:400]} ({j})" for j in range(40)]}))
         return 40
 
-    label = "rerank, top 40 of one query per call" + (f", {n} passages per decode" if n > 1 else "")
-    timed(label, device, rr.llm if n == 1 else None, forty, "pairs/s", seconds, rows)
+    label = "rerank, top 40 of one query per call" + (f", {par} passages per decode" if par > 1 else "")
+    timed(tag(label, n), device, first.llm if par == 1 else None, forty, "pairs/s", seconds, rows, n)
 
 
 def main() -> int:
@@ -154,6 +207,9 @@ def main() -> int:
                     help="N:B,... extra embedding rows with n_ctx = n_batch = N tokens per decode and B texts per "
                          "embed() call (the local profile: 512:8); how a GPU wants the embedder configured")
     ap.add_argument("--rerank-parallel", default="", help="N,...: extra rerank rows with rerank.parallel = N")
+    ap.add_argument("--instances", default="",
+                    help="N,...: every row again with N model instances in one process, N threads calling at once "
+                         "(a Ray Data actor with `instances: N`); CPU rows split the cores among them")
     ap.add_argument("--expander-max-tokens", type=int, default=0,
                     help="cap generation (synthetic weights never stop early: the real 1.5B writes ~53 (en) / ~70 "
                          "(ru) tokens per query, the bench index's 236 cached expansions)")
@@ -179,16 +235,20 @@ def main() -> int:
         cfg = base.replace(**{role: {"n_gpu_layers": layers, "n_threads": threads}
                               for role in ("embedder", "expander", "reranker")})
         roles = {"embed": embed_rows, "qembed": query_embed_rows, "expand": expand_rows, "rerank": rerank_rows}
-        for role in args.roles.split(","):
-            roles[role.strip()](cfg, device, args.seconds, rows)  # each model freed before the next loads
-        for n in filter(None, args.rerank_parallel.split(",")):
-            rerank_rows(cfg.replace(rerank={"parallel": int(n)}), device, args.seconds, rows)
-        for spec in filter(None, args.embed_batches.split(",")):
-            nb, bs = (int(x) for x in spec.split(":"))
-            ecfg = cfg.replace(embedder={"n_ctx": nb, "n_batch": nb, "n_ubatch": nb, "batch_size": bs})
-            embed_rows(ecfg, device, args.seconds, rows, f"embed, n_batch {nb}, {bs} texts per embed() call")
-            if "qembed" in args.roles:
-                query_embed_rows(ecfg, device, args.seconds, rows)
+        for n in [1] + [int(x) for x in args.instances.split(",") if x and int(x) > 1]:
+            # n instances share the node's cores on the CPU (each n_threads = cores / n)
+            ncfg = cfg if device == "GPU" or n == 1 else cfg.replace(
+                **{role: {"n_threads": max(1, threads // n)} for role in ("embedder", "expander", "reranker")})
+            for role in args.roles.split(","):
+                roles[role.strip()](ncfg, device, args.seconds, rows, n=n)  # each model freed before the next loads
+            for k in filter(None, args.rerank_parallel.split(",")):
+                rerank_rows(ncfg.replace(rerank={"parallel": int(k)}), device, args.seconds, rows, n=n)
+            for spec in filter(None, args.embed_batches.split(",")):
+                nb, bs = (int(x) for x in spec.split(":"))
+                ecfg = ncfg.replace(embedder={"n_ctx": nb, "n_batch": nb, "n_ubatch": nb, "batch_size": bs})
+                embed_rows(ecfg, device, args.seconds, rows, f"embed, n_batch {nb}, {bs} texts per embed() call", n=n)
+                if "qembed" in args.roles:
+                    query_embed_rows(ecfg, device, args.seconds, rows, n=n)
 
     head = ("| row | device | rate | unit | prompt tok/s | generation tok/s | prompt tok/call | generated tok/call "
             "| GPU memory after load |")
