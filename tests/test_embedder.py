@@ -37,3 +37,29 @@ def test_paraphrase_beats_unrelated_en_ru_and_cross_lingual(embedder, query, pas
     q = vec(embedder, query, "query")
     good, bad = vec(embedder, passage, "document"), vec(embedder, unrelated, "document")
     assert float(q @ good) > float(q @ bad) + 0.1
+
+
+def test_two_instances_in_one_process_embed_side_by_side_as_one_does(embedder, cfg):
+    """fanout/runner.py Instances over the real embedder: two threads, each on a model of its own (llama.cpp
+    runs outside the GIL), give the vectors one model gives the same texts one call at a time."""
+    import threading
+
+    from actors.embedder import Embedder
+    from fanout.runner import Instances
+
+    pool = type("Embedder", (Instances,), {"stage": Embedder, "n": 2})(cfg=cfg.replace(embedder={"n_threads": 1}))
+    texts = [[f"how do I sync notes {i}", f"restore a deleted note {i}"] for i in range(6)]
+    got: dict[int, list] = {}
+
+    def work(i: int) -> None:
+        got[i] = pool(pa.table({"text": texts[i], "role": ["query"] * 2}))["vector"].to_pylist()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert pool.built == 2 and sorted(got) == list(range(6))
+    for i in range(6):
+        want = np.asarray(embedder(pa.table({"text": texts[i], "role": ["query"] * 2}))["vector"].to_pylist())
+        assert np.allclose(np.asarray(got[i]), want, atol=1e-4)
