@@ -14,7 +14,8 @@ and its counters, datatrove's stat_update merged across workers) are complete on
 - `RayRunner.run` with `runner.engine: data` (fanout/ray_data.py): ONE Ray Data Dataset: read parquet ->
   `map_batches` per stage (each an actor pool sized by its config section) -> written as parquet `Parts` by
   the last operator's actors, or the blocks streamed back to the caller; each operator's stage counters ride
-  along in a column (`STATS_COLUMN`) and are merged in the driver.
+  along in a column (`STATS_COLUMN`) and are merged in the driver. A model pool with `instances` > 1 runs
+  `Instances`: that many models in each actor, its calls side by side.
 
 Only fanout/ray_runner.py imports Ray; fanout/engines.py (`make_runner`) imports it only when Ray is chosen,
 and fanout/ray_data.py reaches `ray.data` through the runner. `Runner.engine` says which way a job runs.
