@@ -258,3 +258,25 @@ def test_the_private_local_ray_refuses_a_connection_without_its_token(ray_runner
             out, err = res.stdout, res.stderr
         assert "CONNECTED" not in out, (extra, out, err[-2000:])
         assert "InvalidAuthToken" in err or "Authentication" in err or not out, err[-2000:]
+
+
+def test_indexing_on_ray_data_with_two_models_per_embedder_actor_equals_in_process(tmp_path, fake_db, fake_cfg,
+                                                                                    ray_runner):
+    """`embedder.instances: 2`: the index job's embedder actor takes two calls at once, each on a model of its
+    own (fanout/runner.py Instances); the chunks and their vectors are the in-process index's."""
+    from fanout.db import Collection
+    from pipelines.index import index_vault
+
+    ray_runner.cfg = fake_cfg.replace(embedder={"instances": 2, "batch_size": 2})
+    try:
+        index_vault(write_vault(tmp_path / "vault"), tmp_path / "db", "t", fake_cfg, ray_runner)
+    finally:
+        ray_runner.cfg = fake_cfg
+
+    def chunks(db: Path):
+        col = Collection(db, "t", fake_cfg)
+        t = col.table(col.chunks_name).to_arrow()
+        return t.select(["chunk_id", "vector"]).sort_by("chunk_id")
+
+    a, b = chunks(fake_db), chunks(tmp_path / "db")
+    assert a.num_rows > 4 and a.equals(b)
