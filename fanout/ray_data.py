@@ -55,14 +55,13 @@ def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | Non
 def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any]:
     rd = runner.ray_data()
     acfg = getattr(runner.cfg, spec.pool)
+    pool: dict[str, Any] = {"size": size or (1 if spec.single else acfg.count)}
+    if (n := instances(runner.cfg, spec)) > 1:  # the actor's calls run side by side, each on its own model
+        pool.update(enable_true_multi_threading=True, max_concurrent_calls_per_actor=n)
     opts: dict[str, Any] = {
         "batch_format": "pyarrow", "batch_size": spec.batch_rows or acfg.batch_size,
-        "fn_constructor_kwargs": spec.kwargs, "num_cpus": acfg.num_cpus,
-        "compute": rd.ActorPoolStrategy(size=size or (1 if spec.single else acfg.count)),
+        "fn_constructor_kwargs": spec.kwargs, "num_cpus": acfg.num_cpus, "compute": rd.ActorPoolStrategy(**pool),
     }
-    if instances(runner.cfg, spec) > 1:  # the actor's calls run side by side, each on its own model (Instances)
-        opts["compute"] = rd.ActorPoolStrategy(size=size or acfg.count, enable_true_multi_threading=True,
-                                               max_concurrent_calls_per_actor=acfg.instances)
     opts.update(placement(runner.cfg, spec.pool, model=spec.role is not None))
     return opts
 
