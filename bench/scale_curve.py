@@ -148,13 +148,11 @@ def main(argv: list[str] | None = None) -> int:
             engines.remove("data")
             also += [f"data, model_blocks_per_actor {v}:runner.model_blocks_per_actor={v}"
                      for v in args.model_blocks_per_actor.split(",")]
-        per_process = [1]
-        if "data" in engines and args.instances:
+        per_process = [int(v) for v in args.instances.split(",")] if "data" in engines and args.instances else []
+        if per_process:  # the data engine at each of these models-per-process values instead
             engines.remove("data")
-            per_process = [int(v) for v in args.instances.split(",")]
         variants = [(e, None, 1) for e in engines] + [("data", overrides(spec), 1) for spec in also]
-        variants += [("data", (f"data, {v} per process" if v > 1 else "data", {}), v) for v in per_process
-                     if args.instances]
+        variants += [("data", (f"data, {v} per process" if v > 1 else "data", {}), v) for v in per_process]
         for actors in counts:
             for engine, extra, per in variants:
                 if engine == "inproc" and actors != counts[0]:
