@@ -70,6 +70,6 @@ def language_line(langs: dict[str, int] | list[str]) -> str:
 
 def count_languages(col: Collection) -> dict[str, int]:
     """Notes per language in the documents table, most common first."""
-    langs = col.table(col.documents_name).search().select(["lang"]).limit(None).to_arrow()["lang"]
+    langs = col.read(col.documents_name, ["lang"])["lang"]
     counts = pc.value_counts(langs).to_pylist()
     return {c["values"] or "unknown": c["counts"] for c in sorted(counts, key=lambda c: -c["counts"])}

@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ class Caches:
     def table(self, name: str) -> pa.Table:
         """The whole cache table as Arrow (for duckdb / analysis)."""
         n = self._name(name)
-        return self.col.table(n).to_arrow() if self.col.has(n) else (SCHEMAS.get(name) or pa.schema([])).empty_table()
+        return self.col.dataset(n).to_table() if self.col.has(n) else (SCHEMAS.get(name) or pa.schema([])).empty_table()
 
     def _get(self, name: str, keys: list[str], columns: list[str]) -> dict[str, dict]:
         mem = self._memory.setdefault(name, {})
@@ -100,19 +101,16 @@ class Caches:
             self.misses[name] = self.misses.get(name, 0) + len(keys)
             return {}
         try:
-            tbl = self.col.table(n)
-        except ValueError:  # listed while another process (the writer) is still creating it: not readable yet
+            ds = self.col.dataset(n)  # its latest version: the writer's commits from other processes are seen
+        except (ValueError, OSError):  # listed while another process (the writer) is still creating it
             self.misses[name] = self.misses.get(name, 0) + len(keys)
             return {}
-        with contextlib.suppress(Exception):  # see writes of other processes (older lancedb: no-op)
-            tbl.checkout_latest()
         found: dict[str, dict] = {}
         uniq = sorted(set(keys))
         for i in range(0, len(uniq), 500):
             part = uniq[i:i + 500]
             # no limit: an older version may hold duplicates of a key, which must not push others out
-            res = tbl.search().where(f"key IN ({_quote(part)})").select(["key", *columns]).limit(None)
-            for r in res.to_arrow().to_pylist():
+            for r in ds.to_table(columns=["key", *columns], filter=f"key IN ({_quote(part)})").to_pylist():
                 found.setdefault(r["key"], r)
         self.hits[name] = self.hits.get(name, 0) + sum(k in found for k in keys)
         self.misses[name] = self.misses.get(name, 0) + sum(k not in found for k in keys)
@@ -131,28 +129,33 @@ class Caches:
             return 0
         rows = _dedupe(rows)
         n = self._name(name)
+        uri, opts = self.col.table_uri(n), self.col.storage_options or None
+        # through Lance itself, as the reads: the writer's process never imports lancedb (fanout/db.py `db`)
+        import lance
+
         with table_lock(self.col.db_dir, n):
             if not self.col.has(n):
                 try:
                     with self.col.writing(n):  # a failed create (full disk) leaves no files behind
-                        self.col.db.create_table(n, data=rows)
-                    with contextlib.suppress(Exception):
-                        self.col.table(n).create_scalar_index("key")  # BTREE: `key IN` lookups, merges
+                        lance.write_dataset(rows, uri, mode="create", storage_options=opts)
+                    with contextlib.suppress(Exception):  # BTREE: `key IN` lookups, merges
+                        self.col.dataset(n).create_scalar_index("key", "BTREE")
                     return rows.num_rows
                 except (ValueError, OSError) as e:  # created by an older, unlocked writer: fall through
                     if storage.is_disk_full(e):
                         raise
-            tbl = self.col.table(n)
-            with contextlib.suppress(Exception):
-                tbl.checkout_latest()
-            rows = rows.cast(tbl.schema) if rows.schema != tbl.schema else rows
+            ds = self.col.dataset(n)
+            rows = rows.cast(ds.schema) if rows.schema != ds.schema else rows
             with self.col.writing(n):
-                res = tbl.merge_insert("key").when_not_matched_insert_all().execute(rows)
+                res = ds.merge_insert("key").when_not_matched_insert_all().execute(rows)
             self.commits[name] = self.commits.get(name, 0) + 1
             if optimize_every and self.commits[name] % optimize_every == 0:
-                with contextlib.suppress(Exception):  # folds new rows into the key index, compacts
-                    tbl.optimize()
-        return int(getattr(res, "num_inserted_rows", rows.num_rows) or 0)
+                # folds new rows into the key index and compacts: the three steps of lancedb's optimize()
+                with contextlib.suppress(Exception):
+                    self.col.dataset(n).optimize.compact_files()
+                    self.col.dataset(n).optimize.optimize_indices()
+                    self.col.dataset(n).cleanup_old_versions(older_than=timedelta(days=7))  # its default
+        return int((res or {}).get("num_inserted_rows", rows.num_rows) or 0)
 
     # -- query vectors ---------------------------------------------------------------------------------
     def _vkey(self, role: str, text: str) -> str:

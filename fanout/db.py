@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from fanout import storage
 from fanout.integrity import IndexStateError, bad_vector_rows, describe_error, parse_manifest, rebuild_hint
-from fanout.vectors import has_vector_index, truncate_vectors, vector_dims
+from fanout.vectors import VECTOR, has_vector_index, truncate_vectors, vector_dims
 
 if TYPE_CHECKING:
     from fanout.config import Config
@@ -71,18 +71,29 @@ class Collection:
     cfg: Config | None = None
 
     def __post_init__(self) -> None:
-        import lancedb
-
         check_collection_name(self.name)
         self.db_dir = storage.normalize_uri(self.db_dir)
         scfg = self.cfg.storage if self.cfg is not None else None
         self.storage_options = storage.storage_options(self.db_dir, scfg)
-        self.db = lancedb.connect(self.db_dir, storage_options=self.storage_options or None)
-        self._tables: dict[str, Any] = {}
+        self._db: Any = None  # the lancedb connection, made on first use (`db`)
+        self._tables: dict[str, Any] = {}  # lancedb handles (`table`)
+        self._datasets: dict[str, Any] = {}  # chunks / documents as Lance datasets at the pinned versions
         self._pinned: dict[str, int] = {}  # table -> version this reader is on (refresh())
         self.vault_hint: str | None = None  # the vault, for the rebuild hint in messages
         self._lock = threading.Lock()
         self.derived: dict[str, Any] = {}  # state built from the pinned tables (alias map, ...); see memo()
+
+    @property
+    def db(self):
+        """The lancedb connection, for writes, index builds and maintenance. The query path (searches, cache
+        reads and the cache writer) goes through Lance itself (`dataset`, `read`) and never imports lancedb:
+        its import costs ~0.8 CPU-s in every process that does (a Ray Data job's retrieval actors and driver;
+        bench/query_cost.py)."""
+        if self._db is None:
+            import lancedb
+
+            self._db = lancedb.connect(self.db_dir, storage_options=self.storage_options or None)
+        return self._db
 
     @property
     def uri(self) -> str:
@@ -100,16 +111,49 @@ class Collection:
         res = self.db.list_tables()
         return list(getattr(res, "tables", res))
 
+    def table_uri(self, name: str) -> str:
+        """Where table `name` lives (`<db>/<name>.lance`, a folder or an object-store prefix)."""
+        return storage.join(self.db_dir, f"{name}.lance")
+
     def has(self, name: str) -> bool:
-        return name in self.table_names()
+        """Whether table `name` exists (its folder or prefix is there; what lancedb lists as a table)."""
+        return storage.exists(self.table_uri(name), self._scfg)
 
     def table(self, name: str):
+        """The lancedb handle of table `name` (chunks and documents at the pinned versions, once pinned)."""
         if name not in self._tables:
-            self._tables[name] = self.db.open_table(name)
+            tbl = self.db.open_table(name)
+            if (version := self._pinned.get(name)) is not None and tbl.version != version:
+                tbl.checkout(version)
+            self._tables[name] = tbl
         return self._tables[name]
+
+    def dataset(self, name: str):
+        """Table `name` as a Lance dataset: chunks and documents at the pinned versions (`pin`; the latest,
+        kept, before anything is pinned), any other table (the caches) at its latest version, opened anew so
+        that another process's commits are seen."""
+        if name in self._datasets:
+            return self._datasets[name]
+        ds = self._open(name)
+        if name in (self.chunks_name, self.documents_name):
+            self._datasets[name] = ds
+        return ds
+
+    def _open(self, name: str, version: int | None = None):
+        import lance
+
+        return lance.dataset(self.table_uri(name), version=version, storage_options=self.storage_options or None)
+
+    def read(self, name: str, columns: list[str] | None = None, where: str | None = None,
+             limit: int | None = None, with_row_id: bool = False) -> pa.Table:
+        """Rows of table `name` (`dataset`): `columns`, those passing the SQL filter `where`, at most `limit`;
+        a read error names the table and the fix (`guard`)."""
+        with self.guard(name):
+            return self.dataset(name).to_table(columns=columns, filter=where, limit=limit, with_row_id=with_row_id)
 
     def drop(self, name: str) -> None:
         self._tables.pop(name, None)
+        self._datasets.pop(name, None)
         if self.has(name):
             self.db.drop_table(name)
 
@@ -133,13 +177,14 @@ class Collection:
 
     def _latest_version(self, name: str) -> int | None:
         try:
-            return int(self.db.open_table(name).version)
+            return int(self._open(name).version)
         except Exception:  # noqa: BLE001  (no table, or one without a readable version)
             return None
 
     def _reclaim(self, name: str, root: str, existed: bool, before: set[str], version: int | None) -> None:
         try:
             self._tables.pop(name, None)
+            self._datasets.pop(name, None)
             now = self._latest_version(name)
             if now is not None and now != version:
                 return  # the write committed; its files belong to the new version
@@ -222,10 +267,10 @@ class Collection:
         limit = self.cfg.retrieve.rowid_map_rows if self.cfg is not None else 0
 
         def build():
-            tbl = self.table(self.chunks_name)
-            if not limit or tbl.count_rows() > limit:
+            ds = self.dataset(self.chunks_name)
+            if not limit or ds.count_rows() > limit:
                 return None
-            t = tbl.search().select(list(columns)).with_row_id(True).limit(None).to_arrow()
+            t = ds.to_table(columns=list(columns), with_row_id=True)
             ids = t["_rowid"].to_numpy()
             order = np.argsort(ids, kind="stable")
             return ids[order], t.select(list(columns)).take(pa.array(order))
@@ -250,20 +295,20 @@ class Collection:
         if not finite:
             return pa.table({"query_index": pa.array([], pa.int32())})
         with self.guard(self.chunks_name):
-            tbl = self.table(self.chunks_name)
-            dim, indexed = self.memo("vector_meta", lambda: (vector_dims(tbl)[0], has_vector_index(tbl)))
+            ds = self.dataset(self.chunks_name)
+            dim, indexed = self.memo("vector_meta", lambda: (vector_dims(ds)[0], has_vector_index(ds)))
             qv = truncate_vectors(np.asarray([vectors[i] for i in finite], dtype=np.float32), dim)
-            q = tbl.search(list(qv) if len(qv) > 1 else qv[0]).distance_type("cosine")
-            if where:
-                q = q.where(where, prefilter=True)
+            # Lance's batch search (one plan per query vector, `query_index` first), as lancedb runs it
+            nearest: dict[str, Any] = {"column": VECTOR, "q": qv, "k": k, "metric": "cosine"}
             icfg = self.cfg.index if self.cfg is not None else None
             if icfg is not None and indexed:
-                q = q.nprobes(icfg.nprobes)
+                nearest["minimum_nprobes"] = nearest["maximum_nprobes"] = icfg.nprobes  # lancedb's nprobes()
                 if icfg.refine_factor:
-                    q = q.refine_factor(icfg.refine_factor)
+                    nearest["refine_factor"] = icfg.refine_factor
                 if icfg.ef:
-                    q = q.ef(max(icfg.ef, k * max(1, icfg.refine_factor)))  # Lance: ef >= candidates
-            res = q.select(select).limit(k).to_arrow()
+                    nearest["ef"] = max(icfg.ef, k * max(1, icfg.refine_factor))  # Lance: ef >= candidates
+            cols = [c for c in select if c != "_distance"] + ["_distance"]
+            res = ds.to_table(columns=cols, nearest=nearest, filter=where or None, prefilter=True if where else None)
         if "query_index" not in res.column_names:
             res = res.append_column("query_index", pa.array([0] * res.num_rows, pa.int32()))
         if res.num_rows and "_distance" in res.column_names:
@@ -315,14 +360,11 @@ class Collection:
         with self._lock:
             if want and want == self._pinned:
                 return
-            tables: dict[str, Any] = {}
+            datasets: dict[str, Any] = {}
             for name in (self.chunks_name, self.documents_name):
                 with self.guard(name):
-                    tbl = self.db.open_table(name)
-                    if name in want and tbl.version != want[name]:
-                        tbl.checkout(want[name])
-                tables[name] = tbl
-            self._tables, self._pinned, self.derived = tables, dict(want), {}
+                    datasets[name] = self._open(name, want.get(name))
+            self._datasets, self._tables, self._pinned, self.derived = datasets, {}, dict(want), {}
 
     @property
     def pinned(self) -> dict[str, int]:
@@ -340,7 +382,7 @@ class Collection:
         for name in (self.chunks_name, self.documents_name):
             if self.has(name):
                 with self.guard(name):
-                    out[name] = int(self.db.open_table(name).version)
+                    out[name] = int(self._open(name).version)
         return out
 
     def advance_pins(self, before: dict[str, int]) -> bool:

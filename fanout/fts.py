@@ -78,18 +78,11 @@ def search_many(col: Collection, queries: list[str], columns: list[str], boosts:
 
 
 def lance_chunks(col: Collection):
-    """The chunks table's pinned version opened as a Lance dataset (memo), or None: `retrieve.fts_engine` is
-    `lancedb`, or pylance is not installed."""
+    """The chunks table's pinned version as a Lance dataset (`Collection.dataset`), or None when
+    `retrieve.fts_engine` is `lancedb`."""
     if col.cfg is not None and col.cfg.retrieve.fts_engine == "lancedb":
         return None
-    try:
-        import lance
-    except ImportError:
-        return None
-    tbl = col.table(col.chunks_name)
-    version = int(tbl.version)
-    return col.memo(("lance_chunks", version), lambda: lance.dataset(
-        tbl.uri, version=version, storage_options=col.storage_options or None))
+    return col.dataset(col.chunks_name)
 
 
 def memory_columns(col: Collection, ds, columns: list[str], ids: np.ndarray) -> list | None:

@@ -332,11 +332,11 @@ class RayRunner(Runner):
             self._watchdog = None
 
 
-# What a Ray Data job's driver imports after `ray.init` (the Dataset API; lancedb to open the index): imported
+# What a Ray Data job's driver imports after `ray.init` (the Dataset API; Lance to open the index): imported
 # in a thread while `ray.init` waits ~3 s for the private local Ray's processes, the driver mostly idle
 # (bench/query_cost.py: the job's fixed wall). Modules that `ray.init` imports too are imported first, here,
 # so the two threads never import one module at once (two threads inside one circular import can deadlock)
-WARM_IMPORTS = ("ray.data", "lancedb")
+WARM_IMPORTS = ("ray.data", "lance")
 SHARED_IMPORTS = ("pydantic", "ray.dashboard", "ray._common.usage.usage_lib")  # Ray 2.60's ray.init imports these
 
 

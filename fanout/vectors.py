@@ -82,9 +82,14 @@ def fit_vectors(chunks: pa.Table, vector_dim: int, native: int | None = None) ->
 
 # -- indexes ---------------------------------------------------------------------------------------------
 def index_columns(tbl) -> dict[str, str]:
-    """column -> index type (BTREE, FTS, IVF_PQ, ...) of a table's indexes."""
+    """column -> index type (BTREE, FTS, IVF_PQ, ...) of a table's indexes: a lancedb table, or a Lance
+    dataset (whose `list_indices` gives dicts)."""
     out = {}
     for ix in tbl.list_indices():
+        if isinstance(ix, dict):
+            for c in ix.get("fields") or []:
+                out[c] = str(ix.get("type"))
+            continue
         for c in ix.columns:
             out[c] = str(ix.index_type)
     return out

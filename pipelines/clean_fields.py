@@ -333,8 +333,7 @@ def hints(row: dict[str, Any], titles: Titles, examples: list[str]) -> list[str]
 def collection_titles(col: Collection) -> Titles:
     """The collection's Titles, built once per index version."""
     def build() -> Titles:
-        with col.guard(col.documents_name):
-            docs = col.table(col.documents_name).to_arrow().select(["path", "title", "aliases"]).to_pylist()
+        docs = col.read(col.documents_name, ["path", "title", "aliases"]).to_pylist()
         return Titles.build(docs, count_languages(col))
     return col.memo("clean_titles", build)
 

@@ -46,7 +46,7 @@ def expand_context(col: Collection, cfg: Config) -> tuple[str | None, list[str]]
             langs = [lg for lg in count_languages(col) if language_code(lg)]
             titles: list[str] = []
             if cfg.expand.titles_in_prompt:
-                docs = col.table(col.documents_name).search().select(["title"]).limit(None).to_arrow()
+                docs = col.read(col.documents_name, ["title"])
                 titles = sorted({" ".join(t.split()) for t in docs["title"].to_pylist() if t},
                                 key=str.casefold)[:cfg.expand.max_titles]
         return (langs[0] if langs else None), titles

@@ -36,8 +36,7 @@ def column_pages(paths: list[str], chunk_ids: list[str], scores: list[float], k:
 def index_languages(col: Collection) -> list[str]:
     """The languages of the indexed notes (documents `lang`), built once per index version."""
     def build() -> list[str]:
-        with col.guard(col.documents_name):
-            t = col.table(col.documents_name).search().select(["lang"]).limit(None).to_arrow()
+        t = col.read(col.documents_name, ["lang"])
         return sorted({x for x in t["lang"].to_pylist() if x})
     return col.memo("filter_languages", build)
 
@@ -78,8 +77,7 @@ def alias_map(col: Collection) -> dict[str, list[str]]:
 
 
 def _build_alias_map(col: Collection) -> dict[str, list[str]]:
-    with col.guard(col.documents_name):
-        docs = col.table(col.documents_name).to_arrow().select(["path", "title", "aliases"]).to_pylist()
+    docs = col.read(col.documents_name, ["path", "title", "aliases"]).to_pylist()
     m: dict[str, list[str]] = defaultdict(list)
     for d in docs:
         keys = [d["title"], d["path"].rsplit("/", 1)[-1]]
@@ -96,9 +94,7 @@ def allowed_paths(col: Collection, where: str, paths: list[str]) -> list[str]:
     if not paths:
         return []
     inlist = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-    with col.guard(col.chunks_name):
-        t = col.table(col.chunks_name).search().where(f"({where}) AND path IN ({inlist})") \
-            .select(["path"]).limit(None).to_arrow()
+    t = col.read(col.chunks_name, ["path"], f"({where}) AND path IN ({inlist})")
     ok = set(t["path"].to_pylist())
     return [p for p in paths if p in ok]
 
@@ -114,13 +110,10 @@ def fetch_chunks(col: Collection, chunk_ids: set[str], memory_rows: int = 0) -> 
     mem: dict[str, dict] = col.memo("chunk_rows", dict) if memory_rows else {}
     out: dict[str, dict] = {c: mem[c] for c in chunk_ids if c in mem}
     ids = sorted(set(chunk_ids) - set(out))
-    tbl = col.table(col.chunks_name)
     for i in range(0, len(ids), 500):
         part = ids[i:i + 500]
         where = "chunk_id IN (" + ", ".join("'" + c.replace("'", "''") + "'" for c in part) + ")"
-        res = tbl.search().where(where).select(["chunk_id", "title", "heading", "text"]).limit(len(part))
-        with col.guard(col.chunks_name):
-            rows = res.to_arrow().to_pylist()
+        rows = col.read(col.chunks_name, ["chunk_id", "title", "heading", "text"], where, len(part)).to_pylist()
         for r in rows:
             out[r["chunk_id"]] = r
     if memory_rows:

@@ -36,7 +36,7 @@ def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[
     """(where, error field, error) for one query's filters, checked against this index."""
     def columns() -> set[str]:
         with col.guard(col.chunks_name):
-            return set(col.table(col.chunks_name).schema.names)
+            return set(col.dataset(col.chunks_name).schema.names)
 
     names = col.memo("chunk_columns", columns)  # once per index version, not per filtered row
     for c in needs_columns(filters):
