@@ -276,3 +276,29 @@ def test_grounded_expansion_shows_the_expander_the_querys_bm25_pages(fake_db, fa
     assert 1 <= len(lines) <= 2 and lines[0].startswith("Sync") and ": " in lines[0]  # title > heading: snippet
     # the precompute job has no probe: the stage runs the same BM25 search itself
     assert grounding(Collection(str(fake_db), "t", cfg), cfg, ["sync settings"], None) == [lines]
+
+
+def test_the_query_path_never_imports_lancedb(fake_db):
+    """Searching (full text, vectors, titles, filters, the caches read and written) goes through Lance itself:
+    a process that only answers queries (the CLI's search, a Ray Data retrieval actor, the batch driver) does
+    not pay lancedb's import (fanout/db.py `Collection.db`). Run twice: the second pass reads what the first
+    one's cache writer committed."""
+    code = ("import sys, json; from fanout.config import load_config; from fanout.runner import Runner; "
+            "from pipelines.search import Searcher, SearchOptions; cfg = load_config('fake'); "
+            "rows = [{'id': 'a', 'query': 'version history of a file', 'short_query': 'version history', "
+            "'rephrased_query': 'restore an older copy of a note', 'expected_answer': 'File recovery keeps snapshots.'}, "
+            "{'id': 'b', 'query': 'Wikilinks', 'filter': {'path': ['Links/']}}]\n"
+            "with Runner(cfg) as r:\n"
+            "    s = Searcher(sys.argv[1], 't', cfg, r)\n"
+            "    outs = [s.search(rows, SearchOptions(n=3)) for _ in range(2)]\n"
+            "print(json.dumps(['lancedb' in sys.modules, [o.results.num_rows for o in outs], "
+            "[o.errors.num_rows for o in outs], outs[1].stats.get('caches', {})]))")
+    out = subprocess.run([sys.executable, "-c", code, str(fake_db)], cwd=ROOT, capture_output=True, text=True,
+                         check=True)
+    imported, results, errors, _ = json.loads(out.stdout.strip().splitlines()[-1])
+    assert imported is False, out.stderr
+    assert results[0] == results[1] > 0 and errors == [0, 0], out.stdout + out.stderr
+    import lance
+
+    keys = lance.dataset(str(fake_db / "t_cache_qvec.lance")).to_table(columns=["key"])["key"].to_pylist()
+    assert len(keys) == len(set(keys)) == 4  # a's query and two fields, b's query: written once, read back
