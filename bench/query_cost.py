@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python bench/query_cost.py [--sizes 200,2000] [--engines inproc,data,floor]
                                                       [--scale-notes 0] [--cpus 2] [--baseline DIR]
-                                                      [--also LABEL:SECTION.KEY=VALUE[,...]]
+                                                      [--also LABEL:SECTION.KEY=VALUE[,...]] [--repeat N]
 
 Fake models (configs/fake.yaml: hashed vectors, no sleep), so only fanout's own work counts. Each job is a
 `fanout batch` of N distinct queries with an agent's three fields (short_query -> a second full-text list,
@@ -18,7 +18,9 @@ on a synthetic vault of N notes (about 2 chunks each) to show the cost at a larg
 (a checkout of another commit, e.g. `git worktree add /tmp/base <commit>`) runs the same jobs on that code too,
 in the same invocation, so before/after are compared on the same machine state. `--also` (repeatable) runs
 this code again with config values changed (`--also blocks64:runner.block_rows=64`): a tunable's candidates
-measured side by side. The engine `floor` runs Ray Data's own floor for the same job shape (the same private
+measured side by side. `--repeat N` runs every job N times, the variants taking turns, and reports the
+medians (the progress lines show each median's range): the box's speed drifts by a second or two between
+minutes, more than a change to the fixed cost often moves it. The engine `floor` runs Ray Data's own floor for the same job shape (the same private
 Ray, blocks and actor pools, each stage an identity): what a Ray Data job costs before fanout does anything.
 """
 
@@ -29,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -138,6 +141,19 @@ def floor(cfg, db: str, qfile: str, t0: float) -> None:
                       "queries": rows, "errors": 0, "timings": {}}))
 
 
+def median_run(runs: list[dict]) -> dict:
+    """One size's runs of one variant as one: the median CPU and the median wall (each on its own)."""
+    out = dict(runs[0])
+    for key in ("cpu", "total_s", "start_s", "job_s"):
+        out[key] = statistics.median(r[key] for r in runs)
+    return out
+
+
+def _spread(xs: list[float]) -> str:
+    """`9.6` for one run, `9.6 (8.9-10.4)` for the median and range of several."""
+    return f"{statistics.median(xs):.1f}" + (f" ({min(xs):.1f}-{max(xs):.1f})" if len(xs) > 1 else "")
+
+
 def overrides(spec: str) -> tuple[str, dict]:
     """`LABEL:sec.key=val,sec.key=val` -> (LABEL, {sec: {key: val}}); values parsed as JSON when they are."""
     label, _, body = spec.partition(":")
@@ -219,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default=None, help="a checkout of another commit: run its code too")
     ap.add_argument("--also", action="append", default=[], metavar="LABEL:SEC.KEY=VAL[,...]",
                     help="run this code again with config values changed (repeatable)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every job this many times, the variants interleaved; medians are reported")
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -240,25 +258,35 @@ def main(argv: list[str] | None = None) -> int:
             codes = [("", ROOT, {})] + ([(" (baseline)", Path(args.baseline).resolve(), {})] if args.baseline else [])
             codes += [(f" ({label})", ROOT, sections) for label, sections in map(overrides, args.also)]
             # the floor is Ray's and Ray Data's, not fanout's: run once, on this code's runner
-            for (mark, code, sections), engine in [(c, e) for e in args.engines.split(",")
-                                                   for c in (codes[:1] if e == "floor" else codes)]:
-                runs = [job(engine, template, n, work, f"{engine}-{n}-{len(rows)}", args.cpus, code, sections)
-                        for n in sizes]
+            variants = [(c, e) for e in args.engines.split(",") for c in (codes[:1] if e == "floor" else codes)]
+            # --repeat N: every variant's job of one size N times, the variants taking turns (the box's speed
+            # drifts between minutes; interleaved runs share it), then the median of each
+            done: dict[tuple[int, int], list[dict]] = {}
+            for _ in range(args.repeat):
+                for n in sizes:
+                    for v, ((mark, code, sections), engine) in enumerate(variants):
+                        done.setdefault((v, n), []).append(
+                            job(engine, template, n, work, f"{engine}-{n}-{len(rows)}-{v}", args.cpus, code, sections))
+            for v, ((mark, code, sections), engine) in enumerate(variants):
+                runs = [median_run(done[(v, n)]) for n in sizes]
                 small, big = runs[0], runs[-1]
                 dn = big["n"] - small["n"]
                 m_cpu = (big["cpu"] - small["cpu"]) / dn
                 m_wall = (big["total_s"] - small["total_s"]) / dn
                 rows.append({"index": f"{label} ({chunks} chunks)", "engine": engine + mark, "runs": runs,
+                             "spread": [done[(v, n)] for n in sizes],
                              "marginal_cpu_ms": 1000 * m_cpu, "marginal_wall_ms": 1000 * m_wall,
                              "fixed_cpu_s": small["cpu"] - small["n"] * m_cpu,
                              "fixed_wall_s": small["total_s"] - small["n"] * m_wall,
                              "stages": big["timings"], "n_big": big["n"]})
-                print(f"  {label} {engine}{mark}: " + ", ".join(f"{r['n']} q cpu {r['cpu']:.1f}s wall {r['total_s']:.1f}s"
-                                                          for r in runs), flush=True)
+                print(f"  {label} {engine}{mark}: " + ", ".join(
+                    f"{n} q cpu {_spread([r['cpu'] for r in done[(v, n)]])}s wall "
+                    f"{_spread([r['total_s'] for r in done[(v, n)]])}s" for n in sizes), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nfake models, queries with three agent fields, caches empty at the start; CPU of the whole process "
-          f"tree (cpuacct cgroup); marginal = ({sizes[-1]} - {sizes[0]}) queries; {os.cpu_count()} cores\n")
+          f"tree (cpuacct cgroup); marginal = ({sizes[-1]} - {sizes[0]}) queries; {os.cpu_count()} cores"
+          + (f"; medians of {args.repeat} interleaved runs" if args.repeat > 1 else "") + "\n")
     print("| index | engine | CPU ms/query (marginal) | wall ms/query (marginal) | fixed CPU s | fixed wall s | "
           + " | ".join(f"CPU s, {n} q" for n in sizes) + " |")
     print("|---|---|---|---|---|---|" + "---|" * len(sizes))
