@@ -127,8 +127,7 @@ class Titles:
         ngrams: dict[tuple[str, ...], str] = {}
         for k in display:
             ngrams.setdefault(tuple(stem(w) for w in k.split()), k)
-        family = {k: sum(1 for st2, k2 in stems if k2 != k and st < st2) for st, k in stems}
-        return cls(display, stems, keep, ngrams, family)
+        return cls(display, stems, keep, ngrams, _families(stems))
 
     def specific(self, title: str, cfg: CleanConfig) -> bool:
         """False for an umbrella name ("Obsidian Sync") whose words recur in more than `max_family` other
@@ -183,6 +182,24 @@ class Titles:
     def foreign(self, text: str) -> bool:
         """True when the text's language (Cyrillic share) is none of the knowledge base's."""
         return bool(self.langs) and bool(words(text)) and detect_lang(text) not in self.langs
+
+
+def _families(stems: tuple[tuple[frozenset[str], str], ...]) -> dict[str, int]:
+    """key -> how many other keys hold all its words and more (their stem sets are strict supersets of its).
+
+    Through an inverted index (stem -> keys holding it): a key's candidates are the intersection of its
+    stems' postings, so the build grows with the postings, not with keys x keys (the pairwise comparison took
+    11 CPU-s at 20,000 notes, once per index version in every retrieval process; bench/query_cost.py
+    --scale-notes 20000)."""
+    postings: dict[str, set[int]] = {}
+    for i, (st, _) in enumerate(stems):
+        for w in st:
+            postings.setdefault(w, set()).add(i)
+    out: dict[str, int] = {}
+    for st, k in stems:
+        holders = set.intersection(*sorted((postings[w] for w in st), key=len)) if st else range(len(stems))
+        out[k] = sum(1 for j in holders if len(stems[j][0]) > len(st))  # a superset that is not equal
+    return out
 
 
 def clean_variants(query: str, variants: list[dict], titles: Titles, cfg: CleanConfig

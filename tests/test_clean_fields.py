@@ -252,3 +252,18 @@ def test_an_umbrella_title_is_not_snapped_or_mined_when_max_family_is_set():
     assert [t for k, t, _ in got if k == "lex"] == ["my thing", "Internal links"]
     assert ("lex", "Obsidian Sync", 1.0) in run("q", ("lex", "my thing"), ("hyde", "Obsidian Sync keeps it."),
                                                 titles=titles, cfg=dataclasses.replace(cfg, max_family=0))
+
+
+def test_title_families_match_the_pairwise_definition():
+    """A title's family (other titles holding all its words and more: an umbrella name like "Obsidian Sync")
+    is counted through an inverted index; it must equal the pairwise definition, duplicates, one-word and
+    wordless titles included."""
+    import random
+
+    rnd = random.Random(5)
+    vocab = ["sync", "obsidian", "publish", "canvas", "graph", "view", "core", "plugin", "the", "settings"]
+    docs = [{"path": f"p{i}.md", "title": " ".join(rnd.sample(vocab, rnd.randint(1, 4)))} for i in range(300)]
+    docs += [{"path": "q.md", "title": "Sync"}, {"path": "r.md", "title": "the"}, {"path": "s.md", "title": "?"}]
+    t = Titles.build(docs, {"en": len(docs)})
+    want = {k: sum(1 for st2, k2 in t.stems if k2 != k and st < st2) for st, k in t.stems}
+    assert t.family == want and max(want.values()) > 0
