@@ -87,8 +87,8 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
 
     cfg = load_config("fake")
     sections: dict = json.loads(os.environ.get("FANOUT_QC_SET") or "{}")  # --also: config values changed
-    if engine == "floor":
-        return floor(cfg, db, qfile, t0)
+    if engine == "floor":  # the same shape: `--also` changes (pool counts, CPUs) apply to it too
+        return floor(cfg.replace(**sections) if sections else cfg, db, qfile, t0)
     if engine == "data":
         sections["runner"] = {**sections.get("runner", {}), "mode": "ray", "engine": "data"}
     if sections:
@@ -257,8 +257,10 @@ def main(argv: list[str] | None = None) -> int:
             chunks = build(vault, template)
             codes = [("", ROOT, {})] + ([(" (baseline)", Path(args.baseline).resolve(), {})] if args.baseline else [])
             codes += [(f" ({label})", ROOT, sections) for label, sections in map(overrides, args.also)]
-            # the floor is Ray's and Ray Data's, not fanout's: run once, on this code's runner
-            variants = [(c, e) for e in args.engines.split(",") for c in (codes[:1] if e == "floor" else codes)]
+            # the floor is Ray's and Ray Data's, not fanout's: on this code's runner, once per job shape (this
+            # code's config and each --also), never for the baseline
+            variants = [(c, e) for e in args.engines.split(",")
+                        for c in ([c for c in codes if c[1] == ROOT] if e == "floor" else codes)]
             # --repeat N: every variant's job of one size N times, the variants taking turns (the box's speed
             # drifts between minutes; interleaved runs share it), then the median of each
             done: dict[tuple[int, int], list[dict]] = {}

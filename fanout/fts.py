@@ -23,7 +23,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,9 +40,6 @@ _POOL: list[Any] = []
 _POOL_LOCK = threading.Lock()
 _SHARED: OrderedDict[tuple[str, int], _State] = OrderedDict()  # (chunks table uri, version) -> its state
 _SHARED_LOCK = threading.RLock()
-# pylance warns at every fork once it is imported; fanout never forks, and Ray starts its processes with
-# subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
-warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
 
 
 def search_many(col: Collection, queries: list[str], columns: list[str], boosts: list[float], k: int,
