@@ -17,8 +17,8 @@ in-process loop's own timer; on Ray Data each stage's own seconds, summed over i
 on a synthetic vault of N notes (about 2 chunks each) to show the cost at a larger index. `--baseline DIR`
 (a checkout of another commit, e.g. `git worktree add /tmp/base <commit>`) runs the same jobs on that code too,
 in the same invocation, so before/after are compared on the same machine state. `--also` (repeatable) runs
-this code again with config values changed (`--also blocks64:runner.block_rows=64`): a tunable's candidates
-measured side by side. `--repeat N` runs every job N times, the variants taking turns, and reports the
+this code again with config values changed (`--also blocks64:runner.block_rows=64`; with `--baseline`, that
+code too): a tunable's candidates measured side by side. `--repeat N` runs every job N times, the variants taking turns, and reports the
 medians (the progress lines show each median's range): the box's speed drifts by a second or two between
 minutes, more than a change to the fixed cost often moves it. The engine `floor` runs Ray Data's own floor for the same job shape (the same private
 Ray, blocks and actor pools, each stage an identity): what a Ray Data job costs before fanout does anything.
@@ -256,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
             template = work / f"template-{len(rows)}"
             chunks = build(vault, template)
             codes = [("", ROOT, {})] + ([(" (baseline)", Path(args.baseline).resolve(), {})] if args.baseline else [])
-            codes += [(f" ({label})", ROOT, sections) for label, sections in map(overrides, args.also)]
+            for tag, sections in map(overrides, args.also):  # each --also on this code, and on the baseline's
+                codes += [(f" ({tag})", ROOT, sections)]
+                codes += [(f" ({tag}, baseline)", Path(args.baseline).resolve(), sections)] if args.baseline else []
             # the floor is Ray's and Ray Data's, not fanout's: on this code's runner, once per job shape (this
             # code's config and each --also), never for the baseline
             variants = [(c, e) for e in args.engines.split(",")
