@@ -309,9 +309,7 @@ class Collection:
                     nearest["ef"] = max(icfg.ef, k * max(1, icfg.refine_factor))  # Lance: ef >= candidates
             cols = [c for c in select if c != "_distance"] + ["_distance"]
             res = ds.to_table(columns=cols, nearest=nearest, filter=where or None, prefilter=True if where else None)
-        if "query_index" not in res.column_names:
-            res = res.append_column("query_index", pa.array([0] * res.num_rows, pa.int32()))
-        if res.num_rows and "_distance" in res.column_names:
+        if res.num_rows:  # Lance's batch search always gives `query_index` and (asked for) `_distance`
             ok = pc.fill_null(pc.is_finite(res["_distance"]), False)
             if not pc.all(ok).as_py():  # a stored vector is damaged (NaN/inf): never serve it
                 bad = res.filter(pc.invert(ok))
