@@ -18,7 +18,7 @@ demo: setup
 	.venv/bin/fanout demo
 
 models: setup
-	.venv/bin/python -m faces.cli models list
+	.venv/bin/python -m fanout.cli.main models list
 
 lint:
 	@test -x .venv/bin/ruff || FANOUT_SETUP_SKIP_MODELS=1 bash scripts/setup.sh

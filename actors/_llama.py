@@ -9,23 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from fanout.config import ActorConfig, Config
-from fanout.models import file_sha256
+from fanout.errors import FanoutError
 
 log = logging.getLogger(__name__)
 
 
 def model_path(cfg: Config, role: str) -> Path:
     """Resolve (and if needed provision) the GGUF file configured for `role`."""
-    from fanout.models import resolve_model
+    from fanout.models.files import resolve_model
 
     spec = getattr(cfg.models, role)
     return resolve_model(spec, Path(cfg.models.cache_dir) if cfg.models.cache_dir else None)
-
-
-def model_id(cfg: Config, role: str) -> str:
-    """Cache identity of a role's model: file name and hash prefix (no model load)."""
-    p = model_path(cfg, role)
-    return f"{p.name}@{file_sha256(p)[:16]}"
 
 
 @contextlib.contextmanager
@@ -93,7 +87,7 @@ def sigill_record() -> Path:
     """
     import hashlib
 
-    from fanout.models import cache_root
+    from fanout.models.files import cache_root
 
     key = hashlib.sha256(f"{sorted(_cpu_flags() or ())}|{os.uname().release}".encode()).hexdigest()[:16]
     return cache_root() / "cpu" / f"sigill-{key}.txt"
@@ -260,7 +254,7 @@ def _bindir() -> Path:
     return Path(llama_cpp.__file__).resolve().parent.parent / "bin"
 
 
-class GPUBackendMissing(RuntimeError):
+class GPUBackendMissing(FanoutError, RuntimeError):
     """A role asks for GPU offload (`n_gpu_layers != 0`) and no GPU backend is loaded in this process."""
 
 

@@ -6,8 +6,8 @@ import logging
 
 import numpy as np
 import pyarrow as pa
+from fanout.actors._llama import file_sha256, load_llama, model_path
 
-from actors._llama import file_sha256, load_llama, model_path
 from fanout.config import Config
 
 log = logging.getLogger(__name__)

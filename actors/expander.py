@@ -22,8 +22,8 @@ import re
 from importlib import resources
 
 import pyarrow as pa
+from fanout.actors._llama import load_llama, model_path, render_chat
 
-from actors._llama import load_llama, model_id, model_path, render_chat
 from fanout.agent_fields import (
     FIELD_DESC,
     FIELD_DESC_RU,
@@ -31,6 +31,7 @@ from fanout.agent_fields import (
     language_line,
 )
 from fanout.config import Config, ExpandConfig
+from fanout.models.identity import model_id
 from fanout.text import detect_lang, shares_term
 
 log = logging.getLogger(__name__)

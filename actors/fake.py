@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from fanout.config import Config
-from fanout.runner import model_identity
+from fanout.models.identity import model_identity
 from fanout.text import terms
 
 VARIANT = pa.struct([("kind", pa.string()), ("text", pa.string())])

@@ -15,9 +15,10 @@ import logging
 import math
 
 import pyarrow as pa
+from fanout.actors._llama import load_llama, model_path, render_chat
 
-from actors._llama import load_llama, model_id, model_path, render_chat
 from fanout.config import Config
+from fanout.models.identity import model_id
 
 log = logging.getLogger(__name__)
 

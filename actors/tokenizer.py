@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from actors._llama import _quiet_stderr, load_backends, model_path
-from actors.embedder import format_prompt
+from fanout.actors._llama import _quiet_stderr, load_backends, model_path
+from fanout.actors.embedder import format_prompt
+
 from fanout.config import Config
 
 log = logging.getLogger(__name__)

@@ -38,11 +38,12 @@ def write_input(path: Path, n: int, bad: bool) -> None:
 
 def child(args: argparse.Namespace) -> int:
     os.environ.setdefault("LANCEDB_LOG", "error")
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.search import Searcher, SearchOptions
+
     from fanout.config import load_config
-    from fanout.ray_runner import RayRunner
-    from fanout.runner import Runner
-    from pipelines.batch import run_batch
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.exec.ray_runner import RayRunner
+    from fanout.exec.runner import Runner
 
     cfg = load_config("fake").replace(runner={"object_store_mb": 256}, retriever={"count": 2, "num_cpus": 0.25},
                                       embedder={"num_cpus": 0.25})
@@ -74,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         db = args.db
         if db is None:
+            from fanout.pipelines.index import index_vault
+
             from fanout.config import load_config
-            from fanout.runner import Runner
-            from pipelines.index import index_vault
+            from fanout.exec.runner import Runner
 
             cfg = load_config("fake")
             db = str(work / "db")

@@ -30,11 +30,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from faces.bench_data import load_queries
+from fanout.pipelines.fuse_rrf import evidence, list_weight, sent_lists
+from fanout.pipelines.search import Searcher, SearchOptions
+
 from fanout.config import FuseConfig, load_config
-from fanout.runner import Runner
-from pipelines.fuse_rrf import evidence, list_weight, sent_lists
-from pipelines.search import Searcher, SearchOptions
+from fanout.evaluation.bench_data import load_queries
+from fanout.exec.runner import Runner
 
 DATA = Path(__file__).resolve().parent / "data"
 KEEP = 0.95  # share of relevant top-1 pages a threshold must keep

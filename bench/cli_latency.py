@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python bench/cli_latency.py [--db DIR --collection NAME] [--runs 7] [--query "..."]
 
 Without --db the bundled samples/vault is indexed into a temp folder first. Each run is a fresh
-`python -m faces.cli <mode> QUERY` subprocess, timed from spawn to exit (what a user at a shell waits for):
+`python -m fanout.cli.main <mode> QUERY` subprocess, timed from spawn to exit (what a user at a shell waits for):
   cold  --no-server: Python start, imports (lancedb, pyarrow), connect, embedder load, the search
   warm  the same command with `fanout serve` running on the db: Python start, a small import, one HTTP call
 The query is repeated (so the query-vector cache is warm in every row: the difference is process start-up and
@@ -60,9 +60,9 @@ def main() -> int:
     if db is None:
         tmp = tempfile.TemporaryDirectory(prefix="fanout-lat-")
         db = str(Path(tmp.name) / "db")
-        subprocess.run([*py, "-m", "faces.cli", "index", str(REPO / "samples" / "vault"), "--db", db, "-c",
+        subprocess.run([*py, "-m", "fanout.cli.main", "index", str(REPO / "samples" / "vault"), "--db", db, "-c",
                         args.collection, *cfg], cwd=REPO, env=env, check=True, capture_output=True)
-    server = subprocess.Popen([*py, "-m", "faces.cli", "serve", "--db", db, "-c", args.collection, *cfg],
+    server = subprocess.Popen([*py, "-m", "fanout.cli.main", "serve", "--db", db, "-c", args.collection, *cfg],
                               cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         port_file = Path(db) / ".fanout-serve.json"
@@ -74,7 +74,7 @@ def main() -> int:
         floor = [timed([*py, "-c", "pass"], env) for _ in range(args.runs)]
         rows = [("python -c pass", floor)]
         for mode in args.modes.split(","):
-            base = [*py, "-m", "faces.cli", mode, args.query, "--db", db, "-c", args.collection, *cfg, "--json"]
+            base = [*py, "-m", "fanout.cli.main", mode, args.query, "--db", db, "-c", args.collection, *cfg, "--json"]
             timed(base + ["--no-server"], env)  # untimed: fills the query-vector cache
             timed(base, env)
             cold, warm, anew = [], [], []

@@ -39,8 +39,8 @@ import pyarrow.parquet as pq
 from loopback import LoopbackCluster
 
 from fanout.config import Config, load_config
-from fanout.ray_runner import RayRunner
-from fanout.runner import Runner
+from fanout.exec.ray_runner import RayRunner
+from fanout.exec.runner import Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("bench.cluster_2node")
@@ -75,7 +75,7 @@ class CrashingRayRunner(RayRunner):
 # -- queries and comparison ------------------------------------------------------------------------------
 def bench_queries(n: int, lang: str = "en") -> list[dict]:
     """The first `n` benchmark queries of `lang` with the agent's fields (so no expander is needed)."""
-    from faces.bench_data import load_agent_fields, load_queries
+    from fanout.evaluation.bench_data import load_agent_fields, load_queries
 
     fields = load_agent_fields()
     rows = []
@@ -128,8 +128,8 @@ def compare(expected: pa.Table, got: pa.Table, floor: float | None = None) -> tu
 # -- runs ------------------------------------------------------------------------------------------------
 def run_one(name: str, runner: Runner, cfg: Config, db: str, collection: str, queries: Path, out: Path,
             slice_size: int, setup_s: float) -> dict:
-    from pipelines.batch import run_batch
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.search import Searcher, SearchOptions
 
     t = time.perf_counter()
     load0 = os.getloadavg()[0]
@@ -167,7 +167,7 @@ def print_table(rows: list[dict]) -> None:
 
 
 def index_ready(db: str, collection: str) -> bool:
-    from fanout.db import Collection
+    from fanout.store.db import Collection
 
     col = Collection(Path(db), collection)
     return col.exists() and "stats" in col.read_manifest()  # stats are written when an index run finished
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.samples or not index_ready(db, collection):
             if not args.samples:
                 print(f"index {collection!r} in {db} is not ready: using the sample vault instead")
-            from pipelines.index import index_vault
+            from fanout.pipelines.index import index_vault
 
             db, collection = str(work / "db"), "samples"
             with Runner(cfg) as r:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def texts_for(bench: Path, lang: str, n_random: int, seed: int = 1) -> list[str]:
-    from pipelines.lanes import fts_text
+    from fanout.pipelines.lanes import fts_text
 
     qs = [json.loads(line) for line in (bench / "queries" / "obsidian-help.jsonl").read_text("utf-8").splitlines()
           if line.strip()]
@@ -41,9 +41,10 @@ def texts_for(bench: Path, lang: str, n_random: int, seed: int = 1) -> list[str]
 
 
 def run(db: str, name: str, texts: list[str], k: int) -> dict:
+    from fanout.pipelines.lanes import fts_targets
+
     from fanout.config import load_config
-    from fanout.db import Collection
-    from pipelines.lanes import fts_targets
+    from fanout.store.db import Collection
 
     base = load_config("fake")
     res, row = {}, {"collection": name, "texts": len(texts)}

@@ -78,8 +78,8 @@ def main() -> int:
     ap.add_argument("--config", default=None, help="profile (default: local)")
     a = ap.parse_args()
 
-    from faces.bench_data import resolve_bench_dir
-    from faces.cli import main as cli
+    from fanout.cli.main import main as cli
+    from fanout.evaluation.bench_data import resolve_bench_dir
 
     a.bench = str(resolve_bench_dir(a.bench))
 

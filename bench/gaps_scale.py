@@ -49,8 +49,8 @@ FLAT_FIELDS = ["qid", "rank", "path", "title", "heading", "snippet", "score", "f
 
 
 def build_index(work: Path) -> tuple[Path, str]:
-    from faces.cli import main
-    from fanout.db import Collection, index_stamp
+    from fanout.cli.main import main
+    from fanout.store.db import Collection, index_stamp
 
     vault = work / "vault"
     for rel, text in NOTES.items():
@@ -108,7 +108,7 @@ def write_answers(path: Path, rows: int, per_query: int, distinct: int, stamp: s
                 for k, v in zip(FLAT_FIELDS, [qid, r + 1, paths[r % len(paths)], paths[r % len(paths)][:-3], "",
                                               "snippet", best * (1 - 0.05 * r), None, None, text, stamp]):
                     cols[k].append(v)
-        from fanout.batch_io import FLAT
+        from fanout.io.batch_io import FLAT
 
         t = pa.table(cols, schema=FLAT)
         writer = writer or pq.ParquetWriter(path, FLAT)
@@ -146,7 +146,7 @@ def convert(src: Path, ext: str) -> Path:
 
 def run_gaps(answers: Path, db: Path, out: Path) -> tuple[float, int, str]:
     """`fanout gaps` in a child: (seconds, peak RSS bytes of that child, its summary line)."""
-    code = ("import resource, sys; from faces.cli import main; rc = main(sys.argv[1:]); "
+    code = ("import resource, sys; from fanout.cli.main import main; rc = main(sys.argv[1:]); "
             "print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)")
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", code, "gaps", str(answers), "--db", str(db), "-c", "kb",

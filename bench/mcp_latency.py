@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from faces.bench_data import load_agent_fields, load_queries
+from fanout.evaluation.bench_data import load_agent_fields, load_queries
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_MS = 50.0
@@ -51,7 +51,7 @@ def no_cache_config(base: str, tmp: Path) -> str:
 async def time_mcp(db: str, collection: str, config: str, rows: list[dict], passes: int) -> list[list[float]]:
     """Per pass, the client-side milliseconds of each search; plus one final pass of `status` calls."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("FANOUT_", "LANCEDB_"))}
-    cmd = ["-m", "faces.cli", "mcp", "--db", db, "--collection", collection, "--config", config]
+    cmd = ["-m", "fanout.cli.main", "mcp", "--db", db, "--collection", collection, "--config", config]
     params = StdioServerParameters(command=sys.executable, args=cmd, env={**env, "PYTHONPATH": str(REPO)},
                                    cwd=str(REPO))
     out: list[list[float]] = []
@@ -72,9 +72,10 @@ async def time_mcp(db: str, collection: str, config: str, rows: list[dict], pass
 
 
 def time_inprocess(db: str, collection: str, config: str, rows: list[dict]) -> list[float]:
+    from fanout.pipelines.search import Searcher, SearchOptions
+
     from fanout.config import load_config
-    from fanout.runner import Runner
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.exec.runner import Runner
 
     cfg = load_config(config)
     keys = ("query", "short_query", "rephrased_query", "expected_answer")

@@ -85,7 +85,7 @@ def _load() -> str:
 
 
 def bench_expand(models: list[str]) -> list[dict[str, object]]:
-    from actors.expander import QueryExpander
+    from fanout.actors.expander import QueryExpander
 
     out = []
     for spec in models:
@@ -114,7 +114,7 @@ def vault_passages(n: int, chars: int = 640) -> list[str]:
 
 
 def bench_rerank(spec: str, n: int = 40) -> list[dict[str, object]]:
-    from actors.reranker import Reranker
+    from fanout.actors.reranker import Reranker
 
     rr = Reranker(_cfg("reranker", spec))
     docs = vault_passages(n)
@@ -136,7 +136,7 @@ def bench_rerank(spec: str, n: int = 40) -> list[dict[str, object]]:
 
 def mrr(spec: str, think: bool) -> dict[str, object]:
     """MRR of the relevant passage on MRR_SET, with or without the empty think block."""
-    from actors.reranker import THINK, Reranker
+    from fanout.actors.reranker import THINK, Reranker
 
     rr = Reranker(_cfg("reranker", spec))
     rr.think = THINK if think else ""
@@ -154,8 +154,7 @@ def mrr(spec: str, think: bool) -> dict[str, object]:
 def split_sensitivity(spec: str) -> dict[str, object]:
     """Score one pair from an empty cache with the same tokens split into decode calls differently."""
     import llama_cpp
-
-    from actors.reranker import Reranker
+    from fanout.actors.reranker import Reranker
 
     rr = Reranker(_cfg("reranker", spec))
     q, docs = MRR_SET[0]

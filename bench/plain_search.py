@@ -8,9 +8,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fanout.pipelines.search import Searcher, SearchOptions
+
 from fanout.config import load_config
-from fanout.runner import Runner
-from pipelines.search import Searcher, SearchOptions
+from fanout.exec.runner import Runner
 
 cfg = load_config()
 qs = {"en": ["how to create internal links", "sync notes between phone and computer", "change the app font size"],

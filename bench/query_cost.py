@@ -6,7 +6,7 @@
 
 Fake models (configs/fake.yaml: hashed vectors, no sleep), so only fanout's own work counts. Each job is a
 `fanout batch` of N distinct queries with an agent's three fields (short_query -> a second full-text list,
-rephrased_query and expected_answer -> two more query vectors) run by `pipelines.batch.run_batch` in a child
+rephrased_query and expected_answer -> two more query vectors) run by `fanout.pipelines.batch.run_batch` in a child
 process of its own cpuacct cgroup (v1): the CPU counted is that of every process the job starts, Ray's
 raylet, GCS, workers and actors included. Every job starts from a fresh copy of the index (empty caches).
 
@@ -79,11 +79,11 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
     t0 = time.perf_counter()
     from fanout.config import load_config
     try:
-        from fanout.engines import make_runner
-    except ImportError:  # a --baseline checkout from before fanout/engines.py
-        from fanout.runner import make_runner
-    from pipelines.batch import run_batch
-    from pipelines.search import Searcher, SearchOptions
+        from fanout.exec.engines import make_runner
+    except ImportError:  # a --baseline checkout from before fanout/exec/engines.py
+        from fanout.exec.runner import make_runner
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.search import Searcher, SearchOptions
 
     cfg = load_config("fake")
     sections: dict = json.loads(os.environ.get("FANOUT_QC_SET") or "{}")  # --also: config values changed
@@ -112,11 +112,11 @@ def floor(cfg, db: str, qfile: str, t0: float) -> None:
     as the same blocks, and one identity actor pool per pool the search would run (same count and CPUs),
     iterated to the end. What a Ray Data job costs before fanout does anything."""
     import pyarrow as pa
+    from fanout.pipelines.search import SearchOptions, search_stages
 
-    from fanout.engines import make_runner
-    from fanout.ray_data import pool_sizes, read_blocks
-    from fanout.runner import fuse_specs
-    from pipelines.search import SearchOptions, search_stages
+    from fanout.exec.engines import make_runner
+    from fanout.exec.ray_data import pool_sizes, read_blocks
+    from fanout.exec.runner import fuse_specs
 
     n = sum(1 for line in Path(qfile).read_text(encoding="utf-8").splitlines() if line.strip())
     cfg = cfg.replace(runner={"mode": "ray", "engine": "data"})
@@ -216,9 +216,10 @@ def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, co
 
 
 def build(vault: Path, db: Path) -> int:
+    from fanout.pipelines.index import index_vault
+
     from fanout.config import load_config
-    from fanout.runner import Runner
-    from pipelines.index import index_vault
+    from fanout.exec.runner import Runner
 
     cfg = load_config("fake")
     with Runner(cfg) as r:

@@ -23,10 +23,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from faces.bench_data import load_agent_fields, load_queries
+from fanout.pipelines.search import Searcher, SearchOptions
+
 from fanout.config import load_config
-from fanout.runner import Runner
-from pipelines.search import Searcher, SearchOptions
+from fanout.evaluation.bench_data import load_agent_fields, load_queries
+from fanout.exec.runner import Runner
 
 
 def fresh_db(src: Path, collection: str, dst: Path) -> Path:

@@ -47,8 +47,8 @@ from loopback import LoopbackCluster
 from query_cost import overrides
 
 from fanout.config import load_config
-from fanout.ray_runner import RayRunner
-from fanout.runner import Runner
+from fanout.exec.ray_runner import RayRunner
+from fanout.exec.runner import Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = ["backup", "snapshot", "vlan", "router", "vpn", "media", "server", "power", "ups", "sourdough", "dal",
@@ -71,8 +71,8 @@ def cpu_s() -> float:
 
 
 def _job(engine: str, rows: list[dict], cfg, db: str, work: Path, name: str, rr) -> tuple[float, float, dict]:
-    from pipelines.batch import run_batch
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.search import Searcher, SearchOptions
 
     q = work / f"q-{name}.jsonl"
     q.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     rows = []
     try:
-        from pipelines.index import index_vault
+        from fanout.pipelines.index import index_vault
 
         db = str(work / "db")
         with Runner(cfg) as r:

@@ -49,12 +49,12 @@ def main() -> int:
     ap.add_argument("--fields", nargs="*", default=None, help="your own agent fields (keyed by your ids)")
     args = ap.parse_args()
     if args.queries:
-        from faces.eval_own import load_judged, load_own_fields
+        from fanout.evaluation.own import load_judged, load_own_fields
 
         queries = {q["id"]: q for q in load_judged(args.queries)}
         fields = load_own_fields(args.fields, set(queries)) if args.fields else {}
     else:
-        from faces.bench_data import load_agent_fields, load_queries
+        from fanout.evaluation.bench_data import load_agent_fields, load_queries
 
         queries = {q["id"]: q for q in load_queries(args.bench)}
         fields = load_agent_fields(args.bench)

@@ -1,13 +1,81 @@
-"""fanout: batch hybrid search for markdown knowledge bases."""
+"""fanout: batch hybrid search over markdown knowledge bases (full text + vectors + agent fields, fused by RRF).
 
+The public API is what this module exports; everything else is internal and may move::
+
+    import fanout
+
+    with fanout.open("db", collection="notes", config="local") as kb:
+        kb.index("path/to/vault")
+        for hit in kb.search("how do I embed a note?", n=5):
+            print(hit.rank, hit.path, hit.heading, hit.score)
+
+    import fanout.ray                       # Ray Data: add fanout's stages to your own Dataset
+    ds = fanout.ray.search(ds, db="db", collection="notes", config="local")
+
+`open` returns a `KnowledgeBase`; searches give `Hits` (a list of `Hit` with `.to_arrow()` / `.to_pandas()`);
+every error fanout raises on purpose is a `FanoutError`. The names are imported on first use, so
+`import fanout` stays cheap for the CLI's warm path.
+
+Package layout (each subpackage's docstring says what it may import; tests/test_layers.py checks it):
+base `fanout.config`, `fanout.store`, `fanout.exec`, `fanout.models.files`, `fanout.io` and the small shared modules
+here (schemas, filters, errors, ...) <- `fanout.actors` (the repo's actors/) <- `fanout.pipelines` (the repo's
+pipelines/) <- `fanout.api` (this API) and `fanout.ray` <- the faces: `fanout.cli`, `fanout.serve`,
+`fanout.evaluation`, `fanout.gaps`.
+"""
+
+from __future__ import annotations
+
+import os as _os
 import warnings
 
-from fanout.imports import defer_unused
+from fanout.errors import FanoutError
+from fanout.exec.imports import defer_unused
 
 __version__ = "0.1.0"
 
-defer_unused()  # before anything imports lancedb (fanout/imports.py: ~0.65 s of CPU per process)
+# In a source checkout the repo's top-level actors/ and pipelines/ folders are fanout.actors and
+# fanout.pipelines (the design keeps them at the top of the repo; the wheel installs them under fanout/ through
+# pyproject's package-dir, so site-packages gains `fanout` alone). `fanout.configs` and `fanout.samples` stay
+# data folders, found by fanout.config.data_dir.
+_checkout = _os.path.dirname(_os.path.dirname(_os.path.realpath(__file__)))  # os.path: pathlib costs the CLI
+if (_os.path.isfile(_os.path.join(_checkout, "pyproject.toml"))
+        and _os.path.isfile(_os.path.join(_checkout, "pipelines", "__init__.py"))):
+    __path__.append(_checkout)
+
+defer_unused()  # before anything imports lancedb (fanout/exec/imports.py: ~0.65 s of CPU per process)
 # pylance warns at every fork once it is imported (the query path imports it, the Ray runner even in a thread
 # while `ray.init` forks Ray's processes); fanout never forks, and Ray starts its processes with
 # subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
 warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
+
+TYPE_CHECKING = False  # typing costs the CLI's warm path ~5 ms of imports
+if TYPE_CHECKING:
+    from fanout.api import (
+        BatchReport,
+        ConfigError,
+        Hit,
+        Hits,
+        IndexReport,
+        IndexStateError,
+        KnowledgeBase,
+        ModelError,
+        NoteError,
+        RowError,
+        open,
+    )
+
+__all__ = ["BatchReport", "ConfigError", "FanoutError", "Hit", "Hits", "IndexReport", "IndexStateError",
+           "KnowledgeBase", "ModelError", "NoteError", "RowError", "__version__", "open"]
+_LAZY = set(__all__) - {"FanoutError", "__version__"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import fanout.api
+
+        return getattr(fanout.api, name)
+    if name == "ray":  # `fanout.ray.search` after a plain `import fanout`
+        import importlib
+
+        return importlib.import_module("fanout.ray")
+    raise AttributeError(f"module 'fanout' has no attribute {name!r}")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pyarrow.compute as pc
 
-from fanout.db import Collection
-from fanout.vocab import EXPAND_FORMATS, FIELD_KINDS, LANG_NAMES  # noqa: F401  (their home is fanout.vocab)
+from fanout.config.vocab import EXPAND_FORMATS, FIELD_KINDS, LANG_NAMES  # noqa: F401  (their home is fanout.config.vocab)
+from fanout.store.db import Collection
 
 # agent field -> the variant kind it becomes (short_query -> full text, the other two -> vectors)
 

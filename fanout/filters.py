@@ -20,6 +20,8 @@ import math
 import re
 import unicodedata
 
+from fanout.errors import FanoutError
+
 TYPE_CHECKING = False  # typing itself costs the warm client ~5 ms of import
 if TYPE_CHECKING:
     from typing import Any
@@ -39,7 +41,7 @@ _INLINE_TAG = r"(?<![\w#&/\\])#([^\s#.,;:!?()\[\]{}<>'\"`|*=+~^$%@\\]+)"
 _FENCE = r"^[ \t]{0,3}(```+|~~~+)"
 
 
-class FilterError(ValueError):
+class FilterError(FanoutError, ValueError):
     """A bad filter value; `field` names it (`filter.tag`) for the row's error."""
 
     def __init__(self, field: str, msg: str):

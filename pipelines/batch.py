@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from fanout.pipelines.search import Searcher, SearchOptions
+from fanout.pipelines.write_explained import write_explained
 
-from fanout.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
-from fanout.db import index_stamp
-from fanout.runs import Parts, Source
+from fanout.exec.runs import Parts, Source
+from fanout.io.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
 from fanout.schemas import ANSWERS, INPUT_ROWS
-from pipelines.search import Searcher, SearchOptions
-from pipelines.write_explained import write_explained
+from fanout.store.db import index_stamp
 
 if TYPE_CHECKING:
     from fanout.config import StorageConfig

@@ -13,11 +13,11 @@ import logging
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from fanout.pipelines.embed_chunks import embed_chunks
 
-from fanout.db import Collection
-from fanout.integrity import IndexStateError, bad_vector_rows
-from fanout.runner import Runner
-from pipelines.embed_chunks import embed_chunks
+from fanout.exec.runner import Runner
+from fanout.store.db import Collection
+from fanout.store.integrity import IndexStateError, bad_vector_rows
 
 log = logging.getLogger(__name__)
 

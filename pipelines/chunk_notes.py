@@ -18,10 +18,10 @@ import re
 
 import numpy as np
 import pyarrow as pa
+from fanout.pipelines.markdown import Line, Section, scan_lines, split_sections
 
 from fanout.config import ChunkConfig
 from fanout.schemas import CHUNKS
-from pipelines.markdown import Line, Section, scan_lines, split_sections
 
 CHUNKER_VERSION = 2  # in the manifest: a change of the cutting rules rebuilds the index (vectors reused)
 _LIST = re.compile(r"^[ \t]*([-*+]|\d+[.)])[ \t]")

@@ -33,8 +33,8 @@ import pyarrow as pa
 
 from fanout.agent_fields import count_languages
 from fanout.config import CleanConfig, Config
-from fanout.db import Collection
 from fanout.schemas import VARIANT
+from fanout.store.db import Collection
 from fanout.text import STOPWORDS, detect_lang, nfc
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)

@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from fanout.config import Config
-from fanout.runner import Runner, StageSpec
-from fanout.runs import Source
+from fanout.exec.runner import Runner, StageSpec
+from fanout.exec.runs import Source
 
 
 def embed_chunks(chunks: pa.Table, runner: Runner) -> pa.Table:

@@ -19,17 +19,18 @@ import logging
 from typing import Any
 
 import pyarrow as pa
+from fanout.actors.expander import prompt_key
+from fanout.pipelines.lanes import fetch_chunks, fts_page_lists
+from fanout.pipelines.passages import query_keys, snippet
 
-from actors.expander import prompt_key
 from fanout.agent_fields import count_languages, language_code
-from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
-from fanout.db import Collection
-from fanout.runner import Runner, model_key
+from fanout.exec.runner import Runner
+from fanout.models.identity import model_key
 from fanout.schemas import VARIANT, set_column
+from fanout.store.caches import NEW_COLUMNS, ROW_TYPES, Caches
+from fanout.store.db import Collection
 from fanout.text import detect_lang
-from pipelines.lanes import fetch_chunks, fts_page_lists
-from pipelines.passages import query_keys, snippet
 
 log = logging.getLogger(__name__)
 SOURCES = ("agent", "probe_skip", "cache", "model", "fallback", "none")

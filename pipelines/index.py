@@ -16,20 +16,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from fanout import storage
-from fanout.config import Config
-from fanout.db import SCHEMA_VERSION, Collection
-from fanout.filters import FILTER_COLUMNS
-from fanout.integrity import IndexStateError, parse_manifest
-from fanout.runner import Runner, model_identity
-from fanout.vault import resolve_vault
-from fanout.vectors import fit_vectors, rederive_vectors
-from pipelines.check_vectors import check_vectors, embed_reusing, old_vectors, split_reused
-from pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
-from pipelines.embed_chunks import embed_groups
-from pipelines.scan_notes import IGNORED, scan_notes
-from pipelines.write_index import (
+from fanout.pipelines.check_vectors import check_vectors, embed_reusing, old_vectors, split_reused
+from fanout.pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
+from fanout.pipelines.embed_chunks import embed_groups
+from fanout.pipelines.scan_notes import IGNORED, scan_notes
+from fanout.pipelines.write_index import (
     add_filter_columns,
     add_fts_columns,
     build_fts,
@@ -39,6 +30,16 @@ from pipelines.write_index import (
     plan_changes,
     write_index,
 )
+
+from fanout.config import Config
+from fanout.exec.runner import Runner
+from fanout.filters import FILTER_COLUMNS
+from fanout.io.vault import resolve_vault
+from fanout.models.identity import model_identity
+from fanout.store import storage
+from fanout.store.db import SCHEMA_VERSION, Collection
+from fanout.store.integrity import IndexStateError, parse_manifest
+from fanout.store.vectors import fit_vectors, rederive_vectors
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     """Index (or update) one vault into `db_dir` as `collection`; `rebuild` starts from empty tables.
 
     `progress`: True draws a tqdm bar; a callable is called as `progress(chunks_done, chunks_total)` after
-    each written group of notes (faces/progress.py's reporter: a bar on a TTY, one-line updates off it).
+    each written group of notes (fanout/exec/progress.py's reporter: a bar on a TTY, one-line updates off it).
 
     A full disk (or quota) raises `storage.DiskFull`: one line naming the index location and the fix. Each
     table write that failed has removed its files (Collection.writing), the manifest still pins the last
@@ -177,7 +178,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     group = max(64, acfg.count * acfg.batch_size * 2)
     count = None
     if cfg.chunk.check_context and todo.num_rows:
-        from actors.tokenizer import PromptCounter
+        from fanout.actors.tokenizer import PromptCounter
 
         count = PromptCounter(cfg)
     chunks_all = chunk_notes(todo, cfg.chunk, count, cfg.embedder.n_ctx)

@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 
 from fanout.config import Config
-from fanout.db import Collection, fts_columns
+from fanout.store.db import Collection, fts_columns
 from fanout.text import nfc
 
 _NON_WORD = re.compile(r"[^\w\s'-]+", re.UNICODE)

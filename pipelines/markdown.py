@@ -1,5 +1,5 @@
 """Markdown line scanning shared by chunking (chunk_notes), the heading lane (retrieve_titles) and `fanout get`
-(faces/notes.py): lines with their code-fence state, and the heading sections of a note body."""
+(fanout/api/notes.py): lines with their code-fence state, and the heading sections of a note body."""
 
 from __future__ import annotations
 

@@ -23,10 +23,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from fanout.pipelines.write_index import vector_index_reason
+
 from fanout.config import Config, load_config
-from fanout.db import Collection
-from fanout.vectors import build_vector_index, ensure_scalar_index
-from pipelines.write_index import vector_index_reason
+from fanout.store.db import Collection
+from fanout.store.vectors import build_vector_index, ensure_scalar_index
 
 log = logging.getLogger(__name__)
 

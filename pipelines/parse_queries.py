@@ -13,17 +13,18 @@ from typing import Any
 
 import pyarrow as pa
 
+from fanout.config.vocab import FIELD_KINDS
+from fanout.errors import FanoutError
 from fanout.filters import FilterError, combine, parse_filter
 from fanout.schemas import ERRORS, QUERIES, VARIANT
 from fanout.text import nfc
-from fanout.vocab import FIELD_KINDS
 
 SEARCH_TYPES = ("lex", "vec", "hyde")
 MAX_CHARS = 2000  # longer text is a mistake (a whole document pasted as a query)
 MAX_SEARCHES = 10
 
 
-class RowError(ValueError):
+class RowError(FanoutError, ValueError):
     def __init__(self, field: str, msg: str):
         super().__init__(msg)
         self.field = field

@@ -23,19 +23,20 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from fanout.pipelines.batch import stage_input, write_todo
+from fanout.pipelines.clean_fields import CleanFields
+from fanout.pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions
+from fanout.pipelines.parse_queries import ParseQueries
+from fanout.pipelines.retrieve_variants import EmbedVariants, LookupVectors
+from fanout.pipelines.write_caches import writer_spec
 
-from fanout import storage
-from fanout.batch_io import filesystem
 from fanout.config import Config
-from fanout.runner import Runner, StageSpec, model_identity, model_key
-from fanout.runs import Source
+from fanout.exec.runner import Runner, StageSpec
+from fanout.exec.runs import Source
+from fanout.io.batch_io import filesystem
+from fanout.models.identity import model_identity, model_key
 from fanout.schemas import INPUT_ROWS
-from pipelines.batch import stage_input, write_todo
-from pipelines.clean_fields import CleanFields
-from pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions
-from pipelines.parse_queries import ParseQueries
-from pipelines.retrieve_variants import EmbedVariants, LookupVectors
-from pipelines.write_caches import writer_spec
+from fanout.store import storage
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+from fanout.pipelines.lanes import fts_page_lists, hit_rows, index_languages
 
 from fanout.config import Config
-from fanout.db import Collection, tag_batch
+from fanout.config.vocab import LANG_NAMES
 from fanout.filters import needs_columns, where_sql
 from fanout.schemas import HITS, PAGE, PROBE_SEEN, WHERE, set_column
-from fanout.vocab import LANG_NAMES
-from pipelines.lanes import fts_page_lists, hit_rows, index_languages
+from fanout.store.db import Collection, tag_batch
 
 
 def normalise(score: float) -> float:

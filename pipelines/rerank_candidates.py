@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 
 import pyarrow as pa
+from fanout.pipelines.passages import best_passage, query_keys, snippet  # noqa: F401  (re-exported)
 
-from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches
 from fanout.config import Config
-from fanout.db import Collection
-from fanout.runner import Runner, model_key
+from fanout.exec.runner import Runner
+from fanout.models.identity import model_key
 from fanout.schemas import CANDIDATE, set_column
-from pipelines.passages import best_passage, query_keys, snippet  # noqa: F401  (re-exported)
+from fanout.store.caches import NEW_COLUMNS, ROW_TYPES, Caches
+from fanout.store.db import Collection
 
 log = logging.getLogger(__name__)
 def blend_weight(rank: int, bands: tuple[float, float, float]) -> float:

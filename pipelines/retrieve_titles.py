@@ -23,14 +23,15 @@ import logging
 from collections import defaultdict
 
 import pyarrow as pa
+from fanout.pipelines.lanes import allowed_paths
+from fanout.pipelines.markdown import HEADING, scan_lines
 
-from fanout.caches import cache_key, table_lock
 from fanout.config import Config
-from fanout.db import Collection, pin_batch
-from fanout.runner import Runner, model_identity
+from fanout.exec.runner import Runner
+from fanout.models.identity import model_identity
 from fanout.schemas import HIT, LANE_KINDS, WHERE
-from pipelines.lanes import allowed_paths
-from pipelines.markdown import HEADING, scan_lines
+from fanout.store.caches import cache_key, table_lock
+from fanout.store.db import Collection, pin_batch
 
 log = logging.getLogger(__name__)
 

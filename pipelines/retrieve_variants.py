@@ -13,14 +13,8 @@ from collections import defaultdict
 
 import numpy as np
 import pyarrow as pa
-
-from fanout.caches import NEW_COLUMNS, ROW_TYPES, Caches, qvec_rows
-from fanout.config import Config
-from fanout.db import Collection, pin_batch
-from fanout.runner import Runner, model_identity
-from fanout.schemas import CANDIDATE, HIT, LANE_KINDS, QVEC, VECTOR_LANES, set_column
-from pipelines.fuse_rrf import fuse_rows, sent_rows
-from pipelines.lanes import (
+from fanout.pipelines.fuse_rrf import fuse_rows, sent_rows
+from fanout.pipelines.lanes import (
     alias_key,
     alias_map,
     allowed_paths,
@@ -29,7 +23,14 @@ from pipelines.lanes import (
     fts_page_lists,
     hit_rows,
 )
-from pipelines.passages import best_passage, query_keys, snippet
+from fanout.pipelines.passages import best_passage, query_keys, snippet
+
+from fanout.config import Config
+from fanout.exec.runner import Runner
+from fanout.models.identity import model_identity
+from fanout.schemas import CANDIDATE, HIT, LANE_KINDS, QVEC, VECTOR_LANES, set_column
+from fanout.store.caches import NEW_COLUMNS, ROW_TYPES, Caches, qvec_rows
+from fanout.store.db import Collection, pin_batch
 
 FTS_KINDS = LANE_KINDS["fts"]
 VEC_KINDS = LANE_KINDS["vec"]

@@ -1,6 +1,6 @@
 """Stage: scan a vault for markdown notes and parse their front matter.
 
-The vault is a boundary (fanout/vault.py): symlinks are followed only inside it, only regular files are
+The vault is a boundary (fanout/io/vault.py): symlinks are followed only inside it, only regular files are
 opened (never blocking), link loops end, names that are not UTF-8 are skipped. Bad files (non-UTF-8 text,
 binary, empty, unreadable, too large, broken YAML, outside the vault, FIFO/device) are reported with path and
 reason and skipped; ignored paths (`.fanoutignore`, Obsidian's excluded files) come back with reason
@@ -19,12 +19,11 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
-from fanout.config_sections import IndexConfig
+from fanout.config.safe_yaml import YAMLLimitError, load_bounded
+from fanout.config.sections import IndexConfig
+from fanout.config.vocab import LANG_NAMES
 from fanout.filters import inline_tags, prop_values
-from fanout.safe_yaml import YAMLLimitError, load_bounded
-from fanout.schemas import NOTES, SKIPPED
-from fanout.text import detect_lang, nfc
-from fanout.vault import (
+from fanout.io.vault import (
     NotARegularFile,
     OutsideVault,
     TooLarge,
@@ -33,7 +32,8 @@ from fanout.vault import (
     shown,
     too_long,
 )
-from fanout.vocab import LANG_NAMES
+from fanout.schemas import NOTES, SKIPPED
+from fanout.text import detect_lang, nfc
 
 log = logging.getLogger(__name__)
 

@@ -21,22 +21,23 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from fanout.pipelines.clean_fields import CleanFields
+from fanout.pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions
+from fanout.pipelines.format_results import FormatResults
+from fanout.pipelines.parse_queries import ParseQueries
+from fanout.pipelines.probe_bm25 import ProbeBM25
+from fanout.pipelines.rerank_candidates import LookupRerank, RerankCandidates
+from fanout.pipelines.retrieve_titles import TITLE_LANES, RetrieveTitles
+from fanout.pipelines.retrieve_variants import EmbedVariants, LookupVectors, Retrieve
+from fanout.pipelines.write_caches import writer_spec
 
-from fanout.batch_io import rows_table
 from fanout.config import Config
-from fanout.db import Collection
-from fanout.integrity import IndexStateError
-from fanout.runner import Pipeline, Runner, StageSpec, model_identity, model_key
+from fanout.exec.runner import Pipeline, Runner, StageSpec
+from fanout.io.batch_io import rows_table
+from fanout.models.identity import model_identity, model_key
 from fanout.schemas import ERRORS, RESULTS, VARIANTS
-from pipelines.clean_fields import CleanFields
-from pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions
-from pipelines.format_results import FormatResults
-from pipelines.parse_queries import ParseQueries
-from pipelines.probe_bm25 import ProbeBM25
-from pipelines.rerank_candidates import LookupRerank, RerankCandidates
-from pipelines.retrieve_titles import TITLE_LANES, RetrieveTitles
-from pipelines.retrieve_variants import EmbedVariants, LookupVectors, Retrieve
-from pipelines.write_caches import writer_spec
+from fanout.store.db import Collection
+from fanout.store.integrity import IndexStateError
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ import logging
 
 import pyarrow as pa
 
-from fanout.caches import NEW_COLUMNS, SCHEMAS, Caches, qvec_table
 from fanout.config import Config
-from fanout.db import Collection
-from fanout.runner import StageSpec
+from fanout.exec.runner import StageSpec
+from fanout.store.caches import NEW_COLUMNS, SCHEMAS, Caches, qvec_table
+from fanout.store.db import Collection
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def new_rows(batch: pa.Table, column: str) -> pa.Table | None:
 class WriteCaches:
     """Stage: commit new cache rows; the batch leaves without the `_new_*` columns."""
 
-    writes_db = True  # the start-of-job path check (fanout/node_paths.py) wants its index writable where it runs
+    writes_db = True  # the start-of-job path check (fanout/exec/node_paths.py) wants its index writable where it runs
 
     def __init__(self, cfg: Config, db: str, collection: str):
         self.cfg = cfg

@@ -17,12 +17,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fanout.config import Config, IndexConfig
-from fanout.db import FTS_FIELDS, Collection, fts_columns
+from fanout.config.vocab import LANG_NAMES
 from fanout.filters import FILTER_COLUMNS, tag_values
 from fanout.schemas import DOCUMENTS
+from fanout.store.db import FTS_FIELDS, Collection, fts_columns
+from fanout.store.vectors import (
+    VECTOR_FULL,
+    build_vector_index,
+    ensure_scalar_index,
+    has_vector_index,
+    vector_dims,
+)
 from fanout.text import nfc
-from fanout.vectors import VECTOR_FULL, build_vector_index, ensure_scalar_index, has_vector_index, vector_dims
-from fanout.vocab import LANG_NAMES
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
 #      (the default -march=native build SIGILLs here: AMX is advertised but not allowed; pip's own wheel
 #      cache ignores CMAKE_ARGS, so we keep our own), then installed into .venv;
 #   3. pip install -e '.[dev]' (redone only when pyproject.toml changes), then the project's bytecode;
-#   4. the local profile's models (fanout.models install local, started in the background right after step 1
+#   4. the local profile's models (fanout.models.files install local, started in the background right after step 1
 #      so downloads and the embedder's conversion overlap the wheel's compile; skipped when present);
 #   5. a smoke test of the build on this CPU (scripts/smoke_llama.py in a subprocess: a real quantized
 #      embedding and one expander token), redone when the wheel, the CPU or $FANOUT_GGML_CPU changes.
@@ -86,12 +86,12 @@ fi
 PY=$VENV/bin/python
 
 # 1b. the models, in the background while the wheel compiles (downloads and the embedder's conversion need
-#     only the standard library, PyYAML and pip: fanout/models.py; step 4 waits for them)
+#     only the standard library, PyYAML and pip: fanout/models/files.py; step 4 waits for them)
 MODELS_PID=
 if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
   "$PY" -c 'import yaml' 2>/dev/null || "$PY" -m pip install -q pyyaml
   say "provisioning the local profile's models in the background (log: $VENV/.fanout-models.log)"
-  ( PYTHONPATH=$PWD FANOUT_CACHE=$CACHE "$PY" -m fanout.models install local >"$VENV/.fanout-models.log" 2>&1 ) &
+  ( PYTHONPATH=$PWD FANOUT_CACHE=$CACHE "$PY" -m fanout.models.files install local >"$VENV/.fanout-models.log" 2>&1 ) &
   MODELS_PID=$!
 fi
 
@@ -172,7 +172,7 @@ if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
     tail -n 20 "$VENV/.fanout-models.log" >&2
     say "model provisioning failed (above; full log $VENV/.fanout-models.log)"; exit 1
   fi
-  FANOUT_CACHE=$CACHE "$PY" -m faces.cli models install --profile local  # present: checks stamps, drops the converter
+  FANOUT_CACHE=$CACHE "$PY" -m fanout.cli.main models install --profile local  # present: checks stamps, drops the converter
 
   # 5. smoke test: a SIGILL or a wrong vector fails set-up here, not a query later
   SMOKE_STAMP=$VENV/.fanout-smoke
@@ -188,9 +188,9 @@ if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
       # a variant that dies with SIGILL although every static check passed (a VM that permits AMX and still
       # traps its tile instructions): record it for this CPU, so fanout never loads it here, and try the next
       [ $rc -eq 132 ] && [ -z "${FANOUT_GGML_CPU:-}" ] || break
-      died=$(FANOUT_CACHE=$CACHE "$PY" -c 'from actors._llama import backend_info; print(backend_info()["variant"])' 2>/dev/null || true)
+      died=$(FANOUT_CACHE=$CACHE "$PY" -c 'from fanout.actors._llama import backend_info; print(backend_info()["variant"])' 2>/dev/null || true)
       case "$died" in ""|built-in|"ggml's choice") break;; esac
-      rec=$(FANOUT_CACHE=$CACHE "$PY" -c 'import sys; from actors._llama import record_sigill; print(record_sigill(sys.argv[1]))' "$died")
+      rec=$(FANOUT_CACHE=$CACHE "$PY" -c 'import sys; from fanout.actors._llama import record_sigill; print(record_sigill(sys.argv[1]))' "$died")
       say "ggml CPU variant $died died with SIGILL on this CPU: recorded in $rec; smoke test again without it"
     done
     if [ $rc -ne 0 ]; then

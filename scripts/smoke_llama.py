@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 import pyarrow as pa
+from fanout.actors._llama import backend_info
 
-from actors._llama import backend_info
 from fanout.config import load_config
 
 log = logging.getLogger("smoke")
@@ -37,7 +37,7 @@ UNRELATED = "Add flour and eggs to the milk, whisk, and fry the pancakes on a ho
 
 
 def check_embedder(cfg) -> dict[str, float]:
-    from actors.embedder import Embedder
+    from fanout.actors.embedder import Embedder
 
     emb = Embedder(cfg)
     t = time.perf_counter()
@@ -56,7 +56,7 @@ def check_embedder(cfg) -> dict[str, float]:
 
 
 def check_expander(cfg) -> dict[str, str]:
-    from actors._llama import load_llama, model_path
+    from fanout.actors._llama import load_llama, model_path
 
     llm = load_llama(model_path(cfg, "expander"), cfg.expander)
     prompt = "The capital city of France is the city of"

@@ -87,7 +87,7 @@ def cfg():
 
 @pytest.fixture(scope="session")
 def runner(cfg):
-    from fanout.runner import Runner
+    from fanout.exec.runner import Runner
 
     with Runner(cfg) as r:
         yield r
@@ -101,7 +101,7 @@ def tiny_vault(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_db(tmp_path_factory, tiny_vault, cfg, runner) -> Path:
     """The tiny vault indexed once with the real embedder (read-only for tests that use it)."""
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
 
     db = tmp_path_factory.mktemp("db")
     index_vault(tiny_vault, db, "t", cfg, runner)
@@ -118,7 +118,7 @@ def fake_cfg():
 
 @pytest.fixture(scope="module")
 def fake_runner(fake_cfg):
-    from fanout.runner import Runner
+    from fanout.exec.runner import Runner
 
     with Runner(fake_cfg) as r:
         yield r

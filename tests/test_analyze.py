@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from faces.analyze import EXAMPLES, connect
-from faces.cli import main
-from fanout.batch_io import FLAT
+from fanout.cli.analyze import EXAMPLES, connect
+from fanout.cli.main import main
+from fanout.io.batch_io import FLAT
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_batch_output_examples(tmp_path, ext):
 
 
 def write_batch_output(flat: pa.Table, out) -> None:
-    """A file in `fanout batch`'s output formats (fanout.batch_io.write_results): parquet/CSV one row per
+    """A file in `fanout batch`'s output formats (fanout.io.batch_io.write_results): parquet/CSV one row per
     page plus one per bad query; JSONL one line per query with its results (and error)."""
     import json
 

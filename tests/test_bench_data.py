@@ -1,4 +1,4 @@
-"""Tests for faces.bench_data: loading the Obsidian Help benchmark (real folder and a synthetic one)."""
+"""Tests for fanout.evaluation.bench_data: loading the Obsidian Help benchmark (real folder and a synthetic one)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from faces import bench_data as bd
+from fanout.evaluation import bench_data as bd
 
 BENCH = bd.default_bench_dir()
 needs_bench = pytest.mark.skipif(

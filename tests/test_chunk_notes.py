@@ -1,11 +1,11 @@
 import itertools
 
 import pytest
+from fanout.pipelines.chunk_notes import chunk_note
+from fanout.pipelines.markdown import scan_lines, split_sections
 
 from fanout.config import ChunkConfig
 from fanout.text import est_tokens
-from pipelines.chunk_notes import chunk_note
-from pipelines.markdown import scan_lines, split_sections
 
 BODY = """Intro line.
 

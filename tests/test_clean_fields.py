@@ -7,11 +7,11 @@ import dataclasses
 
 import pyarrow as pa
 import pytest
+from fanout.pipelines.clean_fields import Titles, clean_variants, diagnose, hints, strip_meta
+from fanout.pipelines.fuse_rrf import fuse_rrf
 
 from fanout.config import CleanConfig, ConfigError, load_config
 from fanout.schemas import HITS
-from pipelines.clean_fields import Titles, clean_variants, diagnose, hints, strip_meta
-from pipelines.fuse_rrf import fuse_rrf
 
 DOCS = [
     {"path": "Linking notes and files/Internal links.md", "title": "Internal links",
@@ -171,8 +171,9 @@ def test_bad_config_values_name_the_key():
 
 
 def test_the_stage_cleans_a_batch_in_the_search_pipeline(tmp_path, fake_cfg, fake_runner):
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
     from tests.conftest import write_vault
 
     db = tmp_path / "db"
@@ -214,8 +215,9 @@ def test_titles_named_in_the_other_fields_are_mined_when_no_short_query_is_a_tit
 
 
 def test_the_local_expanders_lines_and_qmd_searches_are_cleaned_too(tmp_path, fake_cfg, fake_runner):
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
     from tests.conftest import write_vault
 
     db = tmp_path / "db"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from faces.cli import build_parser, main
+from fanout.cli.main import build_parser, main
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ def test_every_flag_has_help_and_models_has_real_subcommands(capsys):
 
 def test_no_face_imports_the_cli():
     """cli.py dispatches to the other faces (lazily); none of them imports cli.py back (shared bits live in
-    faces/common.py), so there is no cycle."""
+    fanout/cli/common.py), so there is no cycle."""
     import ast
 
     faces = Path(__file__).resolve().parents[1] / "faces"
@@ -224,7 +224,7 @@ def test_collections_add_list_search_across_remove(capsys, db, tmp_path, tiny_va
 def test_the_one_parser_builds_each_command_alone_the_same_way():
     """main builds only the named command's subparser (the warm client's start-up); COMMANDS must list every
     command of the full parser, and each alone parses like the full one."""
-    from faces.cli import COMMANDS
+    from fanout.cli.main import COMMANDS
 
     full = build_parser()
     sub = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))

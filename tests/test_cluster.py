@@ -91,7 +91,7 @@ def _run(bench, runner, cfg, tiny_db, queries, out: Path):
 
 def test_actor_killed_mid_batch_on_the_model_node_changes_nothing(bench, cluster, small_cfg, tiny_db, queries,
                                                                   tmp_path):
-    from fanout.runner import Runner
+    from fanout.exec.runner import Runner
 
     with Runner(small_cfg) as r:
         expected = _run(bench, r, small_cfg, tiny_db, queries, tmp_path / "inproc.parquet")
@@ -114,7 +114,7 @@ def test_actor_killed_mid_batch_on_the_model_node_changes_nothing(bench, cluster
 def test_impossible_placement_fails_fast_and_says_why(cluster, small_cfg):
     import time
 
-    from fanout.ray_runner import RayRunner
+    from fanout.exec.ray_runner import RayRunner
 
     cases = [
         ({"embedder": {"num_cpus": 64}}, "no node has 64 CPUs"),
@@ -136,13 +136,14 @@ def test_index_the_worker_cannot_read_fails_at_start_naming_node_and_path(cluste
     job fails before any actor starts, naming the worker node, the path, who needs it and the fix."""
     import time
 
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
     from fanout.config import load_config
-    from fanout.node_paths import check_paths
-    from fanout.ray_runner import RayRunner
-    from fanout.runner import Runner
-    from pipelines.batch import run_batch
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.exec.node_paths import check_paths
+    from fanout.exec.ray_runner import RayRunner
+    from fanout.exec.runner import Runner
     from tests.conftest import write_vault
 
     if cluster.cannot_hide:
@@ -195,10 +196,10 @@ def test_local_ray_is_quiet_private_and_cleaned_up(tmp_path):
     """No address: a local Ray in its own temp dir, nothing on stderr (even with lancedb loaded), nothing left."""
     code = """
 import os, sys
-from fanout.db import Collection
+from fanout.store.db import Collection
 Collection(sys.argv[1], "x").table_names()  # lancedb loaded first, as in `fanout batch`
 from fanout.config import load_config
-from fanout.ray_runner import RayRunner
+from fanout.exec.ray_runner import RayRunner
 r = RayRunner(load_config("local").replace(runner={"object_store_mb": 128}))
 tmp = r._tmp
 def cmdline(p):

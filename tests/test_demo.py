@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from faces.cli import main
-from faces.serve import PORT_FILE
+from fanout.cli.main import main
+from fanout.serve.http import PORT_FILE
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def test_demo_keeps_its_index_and_the_printed_commands_work(tmp_path, capsys, mo
         assert res.out.strip(), f"{line} printed nothing"
     assert "Team/Conventions.md" in res.out  # the tag filter kept the team's note
     serve = shlex.split(cmds[2])
-    proc = subprocess.Popen([sys.executable, "-m", "faces.cli", *serve[1:]], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "fanout.cli.main", *serve[1:]], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:

@@ -40,12 +40,13 @@ def test_paraphrase_beats_unrelated_en_ru_and_cross_lingual(embedder, query, pas
 
 
 def test_two_instances_in_one_process_embed_side_by_side_as_one_does(embedder, cfg):
-    """fanout/runner.py Instances over the real embedder: two threads, each on a model of its own (llama.cpp
+    """fanout/exec/runner.py Instances over the real embedder: two threads, each on a model of its own (llama.cpp
     runs outside the GIL), give the vectors one model gives the same texts one call at a time."""
     import threading
 
-    from actors.embedder import Embedder
-    from fanout.runner import Instances
+    from fanout.actors.embedder import Embedder
+
+    from fanout.exec.runner import Instances
 
     pool = type("Embedder", (Instances,), {"stage": Embedder, "n": 2})(cfg=cfg.replace(embedder={"n_threads": 1}))
     texts = [[f"how do I sync notes {i}", f"restore a deleted note {i}"] for i in range(6)]

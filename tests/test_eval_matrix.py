@@ -1,4 +1,4 @@
-"""faces/eval_matrix.py: every rows file of bench/issue11 names valid configurations, and finished rows merge."""
+"""fanout/evaluation/matrix.py: every rows file of bench/issue11 names valid configurations, and finished rows merge."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from faces.eval_matrix import fields_from, row_config, save
+from fanout.evaluation.matrix import fields_from, row_config, save
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "bench" / "issue11").glob("*.yaml")) + sorted((ROOT / "bench" / "issue25").glob("*.yaml"))

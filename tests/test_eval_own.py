@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from faces.cli import main
-from faces.eval_own import load_judged, load_own_fields
+from fanout.cli.main import main
+from fanout.evaluation.own import load_judged, load_own_fields
 
 
 def write(path, rows):

@@ -1,4 +1,4 @@
-"""Tests for actors.expander: strict line parsing (no model) and grammar-constrained expansion (real GGUF)."""
+"""Tests for fanout.actors.expander: strict line parsing (no model) and grammar-constrained expansion (real GGUF)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import re
 
 import pyarrow as pa
 import pytest
-
-from actors.expander import (
+from fanout.actors.expander import (
     KINDS,
     OUTPUT,
     QueryExpander,
@@ -16,6 +15,7 @@ from actors.expander import (
     parse_fields,
     prompt_key,
 )
+
 from fanout.config import Config, ExpandConfig
 
 _LINE = re.compile(r"^(lex|vec|hyde): \S.*$")
@@ -180,9 +180,10 @@ def test_model_error_gives_fallback_and_error(expander: QueryExpander,
 def test_fields_prompt_uses_the_mcp_descriptions_titles_and_the_kb_language(tiny_db, tmp_path) -> None:
     import shutil
 
+    from fanout.pipelines.expand_queries import expand_context
+
     from fanout.agent_fields import FIELD_DESC
-    from fanout.db import Collection
-    from pipelines.expand_queries import expand_context
+    from fanout.store.db import Collection
 
     db = shutil.copytree(tiny_db, tmp_path / "db")
     cfg = Config().replace(expander={"n_threads": 1, "n_ctx": 2048},
@@ -208,9 +209,10 @@ def test_fields_prompt_uses_the_mcp_descriptions_titles_and_the_kb_language(tiny
 
 
 def test_the_fields_prompt_and_the_mcp_server_share_one_set_of_descriptions() -> None:
-    from actors.expander import _fields_system
-    from faces.mcp_server import FIELD_DESC as MCP_DESC
+    from fanout.actors.expander import _fields_system
+
     from fanout.agent_fields import FIELD_DESC, FIELD_DESC_RU, FIELD_KINDS
+    from fanout.serve.mcp import FIELD_DESC as MCP_DESC
 
     assert all(MCP_DESC[f] is FIELD_DESC[f] for f in FIELD_DESC)  # one source, not a copy
     system = _fields_system("en", tuple(FIELD_KINDS))

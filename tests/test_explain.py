@@ -17,9 +17,10 @@ from tests.conftest import write_vault
 
 @pytest.fixture(scope="module")
 def edb(tmp_path_factory) -> Path:
+    from fanout.pipelines.index import index_vault
+
     from fanout.config import load_config
-    from fanout.runner import Runner
-    from pipelines.index import index_vault
+    from fanout.exec.runner import Runner
 
     root = tmp_path_factory.mktemp("explain")
     cfg = load_config("fake")
@@ -29,7 +30,7 @@ def edb(tmp_path_factory) -> Path:
 
 
 def cli(capsys, edb: Path, *argv: str) -> str:
-    from faces.cli import main
+    from fanout.cli.main import main
 
     assert main([*argv, "--db", str(edb), "-c", "t", "--config", "fake", "--no-server"]) == 0
     return capsys.readouterr().out
@@ -58,7 +59,7 @@ def test_explain_in_text_md_csv_and_json(capsys, edb):
 
 
 def test_batch_explain_columns_in_parquet_csv_and_jsonl(tmp_path, edb):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     q = tmp_path / "q.jsonl"
     q.write_text(json.dumps({"id": "a", "query": "keep devices in step", "short_query": "Version history"}) + "\n"

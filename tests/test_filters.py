@@ -26,7 +26,7 @@ EXTRA = {
 
 @pytest.fixture(scope="module")
 def fdb(tmp_path_factory, fake_cfg, fake_runner) -> Path:
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
 
     root = tmp_path_factory.mktemp("filters")
     vault = write_vault(root / "vault", {**NOTES, **EXTRA})
@@ -36,7 +36,7 @@ def fdb(tmp_path_factory, fake_cfg, fake_runner) -> Path:
 
 @pytest.fixture(scope="module")
 def searcher(fdb, fake_cfg, fake_runner):
-    from pipelines.search import Searcher
+    from fanout.pipelines.search import Searcher
 
     return Searcher(fdb, "t", fake_cfg, fake_runner)
 
@@ -94,7 +94,7 @@ def _paths(out, qid: str) -> list[str]:
 
 
 def test_each_filter_kind_narrows_every_lane(searcher):
-    from pipelines.search import SearchOptions
+    from fanout.pipelines.search import SearchOptions
 
     rows = [{"id": "all", "query": "sync notes"},
             {"id": "folder", "query": "sync notes", "filter": {"folder": "Projects"}},
@@ -119,7 +119,7 @@ def test_each_filter_kind_narrows_every_lane(searcher):
 def test_title_lanes_are_filtered_too(fdb, tmp_path, fake_cfg, fake_runner):
     import shutil
 
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.search import Searcher, SearchOptions
 
     db = shutil.copytree(fdb, tmp_path / "db")  # the titles table is written into the index
     cfg = fake_cfg.replace(retrieve={"lanes": ["title_vec", "heading_vec"]}, probe={"enabled": False})
@@ -134,7 +134,7 @@ def test_title_lanes_are_filtered_too(fdb, tmp_path, fake_cfg, fake_runner):
 
 
 def test_job_filter_and_row_filter_both_apply_and_a_bad_row_loses_nothing(searcher):
-    from pipelines.search import SearchOptions
+    from fanout.pipelines.search import SearchOptions
 
     rows = [{"id": "a", "query": "sync notes"},
             {"id": "b", "query": "sync notes", "filter": {"property": "status=done"}},
@@ -150,9 +150,10 @@ def test_job_filter_and_row_filter_both_apply_and_a_bad_row_loses_nothing(search
 
 
 def test_an_index_without_filter_columns_says_how_to_update_it(tmp_path, fake_cfg, fake_runner):
-    from fanout.db import Collection
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.store.db import Collection
 
     vault = write_vault(tmp_path / "vault", {**NOTES, **EXTRA})
     index_vault(vault, tmp_path / "db", "t", fake_cfg, fake_runner)
@@ -180,7 +181,7 @@ def test_an_index_without_filter_columns_says_how_to_update_it(tmp_path, fake_cf
 
 
 def test_cli_filter_flags_on_search_vsearch_query_and_batch(fdb, tmp_path, capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     base = ["--db", str(fdb), "-c", "t", "--config", "fake", "--no-server", "--files"]
     for cmd in ("search", "vsearch", "query"):
@@ -206,7 +207,7 @@ def test_cli_filter_flags_on_search_vsearch_query_and_batch(fdb, tmp_path, capsy
 
 
 def test_mcp_search_tool_takes_a_filter(fdb, fake_cfg, fake_runner):
-    from faces.mcp_server import FanoutTools, ToolArgError, tool_list
+    from fanout.serve.mcp import FanoutTools, ToolArgError, tool_list
 
     tools = FanoutTools(fdb, "t", fake_cfg, fake_runner)
     schema = next(t for t in tool_list(tools) if t.name == "search").input_schema
@@ -219,7 +220,7 @@ def test_mcp_search_tool_takes_a_filter(fdb, fake_cfg, fake_runner):
 
 def test_the_warm_service_applies_a_request_filter(fdb, fake_cfg, fake_runner):
     """`fanout serve` answers through SearchService: the CLI's filter flags travel in the request."""
-    from faces.service import SearchService
+    from fanout.api.service import SearchService
 
     svc = SearchService(fdb, fake_cfg, fake_runner)
     req = {"mode": "search", "collections": ["t"], "query": "sync notes", "n": 10, "explain": True}

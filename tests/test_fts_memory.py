@@ -1,4 +1,4 @@
-"""The `memory` full-text engine (fanout/fts_memory.py) against Lance itself: the same rows, order and scores
+"""The `memory` full-text engine (fanout/store/fts_memory.py) against Lance itself: the same rows, order and scores
 bit for bit (float32), ties, repeated query words and several columns with boosts included; indexes it does not
 reproduce (rows deleted or added after the index was built) are left to Lance."""
 
@@ -11,14 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import write_vault
+from fanout.pipelines.index import index_vault
+from fanout.pipelines.lanes import fts_page_lists
 from lance.query import MultiMatchQuery
 from test_fts_rowids import TEXTS
 
-from fanout import fts
-from fanout.db import Collection
-from fanout.fts_memory import memory_column, search
-from pipelines.index import index_vault
-from pipelines.lanes import fts_page_lists
+from fanout.store import fts
+from fanout.store.db import Collection
+from fanout.store.fts_memory import memory_column, search
 
 WORDS = ["sync", "notes", "vault", "links", "graph", "the", "a", "plugin", "plugins", "settings", "backup", "linking",
          "canvas", "search", "searching", "théme", "theme", "файлы", "файл", "заметки"]
@@ -147,7 +147,7 @@ def test_collections_of_one_process_share_the_postings(tmp_path, fake_cfg, fake_
 
 
 def test_a_build_that_fails_leaves_the_searches_to_lance(tmp_path, fake_cfg, fake_runner, monkeypatch):
-    import fanout.fts_memory as fm
+    import fanout.store.fts_memory as fm
 
     db = tmp_path / "db"
     index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)

@@ -1,14 +1,14 @@
-"""Full-text results as row ids mapped through the pinned version's rows in memory (fanout/db.py row_keys):
+"""Full-text results as row ids mapped through the pinned version's rows in memory (fanout/store/db.py row_keys):
 the same page lists as reading path/chunk_id per call, rebuilt for a new index version, off above the limit."""
 
 from __future__ import annotations
 
 from conftest import write_vault
+from fanout.pipelines.index import index_vault
+from fanout.pipelines.lanes import fts_page_lists
 
-from fanout.db import Collection
-from fanout.fts import lance_chunks
-from pipelines.index import index_vault
-from pipelines.lanes import fts_page_lists
+from fanout.store.db import Collection
+from fanout.store.fts import lance_chunks
 
 TEXTS = ["sync notes", "internal links", "code blocks fenced", "синхронизация заметок", "блины", "", "zzzz nothing"]
 

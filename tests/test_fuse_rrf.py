@@ -1,9 +1,9 @@
 import pyarrow as pa
 import pytest
+from fanout.pipelines.fuse_rrf import fuse_rrf
 
 from fanout.config import FuseConfig
 from fanout.schemas import HITS
-from pipelines.fuse_rrf import fuse_rrf
 
 
 def hits(rows):
@@ -57,7 +57,7 @@ def variants(rows):
 
 
 def test_sent_lists_follow_the_routing():
-    from pipelines.fuse_rrf import sent_lists
+    from fanout.pipelines.fuse_rrf import sent_lists
 
     v = variants([("q", 0, "orig", "x", "query"), ("q", 1, "lex", "x", "agent"), ("q", 2, "hyde", "x", "agent")])
     got = {(r["vid"], r["lane"]) for r in sent_lists(v, ("fts", "vec", "alias")).to_pylist()}
@@ -67,7 +67,7 @@ def test_sent_lists_follow_the_routing():
 
 def test_a_lone_vector_hit_no_longer_scores_one_when_full_text_was_asked_too():
     # issue 13: "qwxzv plorf zzzt" found nothing in full text, one vector hit at cosine 0.26 -> was 1.000
-    from pipelines.fuse_rrf import sent_lists
+    from fanout.pipelines.fuse_rrf import sent_lists
 
     cfg = FuseConfig(k=60, w_original=2.0, fts_scale=0.5, bonus_first=0.05, calibrate=False)
     t = hits([("q", 0, "orig", "vec", "A", "A#0", 1, 0.26)])

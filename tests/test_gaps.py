@@ -55,7 +55,7 @@ LOG = [{"id": f"a{i}", "query": q} for i, q in enumerate(ANSWERED)] + \
 def index_vault_and_log(tmp: Path) -> tuple[Path, Path, Path, list[str]]:
     """NOTES written and indexed (fake profile, collection kb) and LOG as a query file: (vault, db, log,
     the common CLI arguments)."""
-    from faces.cli import main
+    from fanout.cli.main import main
 
     vault = write_vault(tmp / "vault", NOTES)
     db = tmp / "db"
@@ -69,7 +69,7 @@ def index_vault_and_log(tmp: Path) -> tuple[Path, Path, Path, list[str]]:
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory) -> dict[str, Path]:
     """The vault indexed with the fake profile and the log answered in all three formats."""
-    from faces.cli import main
+    from fanout.cli.main import main
 
     tmp = tmp_path_factory.mktemp("gaps")
     vault, db, log, common = index_vault_and_log(tmp)
@@ -81,14 +81,14 @@ def kb(tmp_path_factory) -> dict[str, Path]:
 
 
 def _gaps(kb, answers: Path, out: Path, collection: str = "kb") -> int:
-    from faces.cli import main
+    from fanout.cli.main import main
 
     return main(["gaps", str(answers), "--db", str(kb["db"]), "-c", collection, "--config", "fake",
                  "--out", str(out)])
 
 
 def test_batch_rows_carry_the_query_and_the_index(kb):
-    from fanout.db import Collection, index_stamp
+    from fanout.store.db import Collection, index_stamp
 
     t = pq.read_table(kb["parquet"])
     stamp = index_stamp("kb", Collection(str(kb["db"]), "kb").require())
@@ -131,13 +131,13 @@ def test_gaps_flags_the_off_topic_questions_and_groups_them(kb, capsys):
 def test_closest_pages_and_the_headings_they_lack(kb):
     out = kb["tmp"] / "report-pages"
     assert _gaps(kb, kb["parquet"], out) == 0
-    from faces.analyze import connect
+    from fanout.cli.analyze import connect
 
     con, made = connect(out)  # `fanout analyze DIR`: the gaps folder's views
     assert {"flagged", "groups"} <= set(made)
     pages = con.sql("select pages, terms from groups where group_id = 1").fetchall()[0]
     assert pages[0] and all(p.endswith(".md") for p in pages[0])
-    from faces.analyze import EXAMPLES
+    from fanout.cli.analyze import EXAMPLES
 
     assert con.sql(EXAMPLES["gaps"][0]).fetchall()[0][2] == 3  # the most asked group first: 3 asks
     assert {r[0]: r[1] for r in con.sql(EXAMPLES["gaps"][1]).fetchall()} == {"unanswered": 5, "weak": 2}
@@ -191,7 +191,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def test_answers_of_another_collection_or_index_version_are_refused(kb, tmp_path, capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     common = ["--db", str(kb["db"]), "--config", "fake", "--runner", "inproc"]
     assert main(["index", str(kb["vault"]), *common, "-c", "other"]) == 0
@@ -303,7 +303,7 @@ def _colours_in_png(shot: Path) -> None:
 def test_a_query_without_pages_keeps_a_row_and_is_unanswered(kb, tmp_path, capsys):
     """Under --min-score every page of an off-topic query is dropped: the batch file still has a row for it
     (no page), so gaps counts it as unanswered instead of never seeing it."""
-    from faces.cli import main
+    from fanout.cli.main import main
 
     log = tmp_path / "log.jsonl"
     log.write_text(json.dumps({"id": "x", "query": "billing invoice refund payment"}) + "\n"
@@ -327,7 +327,7 @@ def test_questions_missing_from_the_vector_cache_are_embedded_and_counted(kb, tm
     db = tmp_path / "db"
     shutil.copytree(kb["db"], db)
     lancedb.connect(str(db)).drop_table("kb_cache_qvec")
-    from faces.cli import main
+    from fanout.cli.main import main
 
     assert main(["gaps", str(kb["parquet"]), "--db", str(db), "-c", "kb", "--config", "fake", "--out",
                  str(tmp_path / "r")]) == 0

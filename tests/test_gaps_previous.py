@@ -11,7 +11,7 @@ from tests.test_gaps import LOG, index_vault_and_log
 
 
 def test_questions_whose_page_was_removed_are_lost_the_rest_are_not(tmp_path, capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     vault, db, log, common = index_vault_and_log(tmp_path)
     assert main(["batch", str(log), "--out", str(tmp_path / "before.parquet"), *common, "-n", "3"]) == 3

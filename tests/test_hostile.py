@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from fanout.pipelines.scan_notes import IGNORED, scan_notes
 
-from fanout.vault import VaultError, list_notes
-from pipelines.scan_notes import IGNORED, scan_notes
+from fanout.io.vault import VaultError, list_notes
 
 SECRET = "OUTSIDE-SECRET-7f3a"  # text that exists only outside the vault
 DIM = 64
@@ -177,7 +177,7 @@ def test_a_vault_that_is_itself_a_link_is_fine_and_links_inside_it_count_as_insi
 
 
 def test_a_file_swapped_for_a_fifo_after_the_walk_is_refused_not_waited_on(tmp_path):
-    from fanout.vault import NotARegularFile, read_regular
+    from fanout.io.vault import NotARegularFile, read_regular
 
     os.mkfifo(tmp_path / "x.md")
     with pytest.raises(NotARegularFile, match="FIFO"):
@@ -200,9 +200,10 @@ def fake_cfg(tmp_path_factory):
 
 @pytest.fixture()
 def fake_runner(fake_cfg, monkeypatch):
-    import fanout.runner as fr
+    import fanout.exec.runner as fr
+    import fanout.models.identity as fi
 
-    monkeypatch.setitem(fr.ROLES, "embedder", f"{__name__}:HashEmbedder")
+    monkeypatch.setitem(fi.ROLES, "embedder", f"{__name__}:HashEmbedder")
     with fr.Runner(fake_cfg) as r:
         yield r
 
@@ -223,9 +224,10 @@ def all_text(db: Path) -> str:
 
 def test_hostile_vault_indexes_in_bounded_time_with_nothing_from_outside(hostile, fake_cfg, fake_runner,
                                                                          tmp_path):
-    from fanout.db import Collection
+    from fanout.pipelines.index import index_vault
+
+    from fanout.store.db import Collection
     from fanout.text import est_tokens
-    from pipelines.index import index_vault
 
     db = tmp_path / "db"
     summary, _ = bounded(lambda: index_vault(hostile["vault"], db, "h", fake_cfg, fake_runner), 600)
@@ -247,8 +249,7 @@ def test_hostile_vault_indexes_in_bounded_time_with_nothing_from_outside(hostile
 @pytest.fixture()
 def small_index(tmp_path, fake_cfg, fake_runner):
     from conftest import write_vault
-
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
 
     vault = write_vault(tmp_path / "vault")
     db = tmp_path / "db"
@@ -261,10 +262,11 @@ def _data_files(db: Path, table: str) -> list[Path]:
 
 
 def test_random_bytes_in_a_data_file_are_detected_and_repaired(small_index, fake_cfg, fake_runner):
-    from fanout.db import Collection
-    from fanout.integrity import IndexStateError
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.store.db import Collection
+    from fanout.store.integrity import IndexStateError
 
     vault, db = small_index
     f = _data_files(db, "t_chunks")[0]
@@ -289,10 +291,11 @@ def test_random_bytes_in_a_data_file_are_detected_and_repaired(small_index, fake
 
 
 def test_a_truncated_data_file_is_named_and_rebuild_repairs_it(small_index, fake_cfg, fake_runner):
-    from fanout.db import Collection
-    from fanout.integrity import IndexStateError
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.store.db import Collection
+    from fanout.store.integrity import IndexStateError
 
     vault, db = small_index
     f = _data_files(db, "t_chunks")[0]
@@ -318,13 +321,14 @@ class NaNEmbedder(HashEmbedder):
 
 def test_nan_vectors_never_enter_the_index(tmp_path, fake_cfg, monkeypatch):
     from conftest import write_vault
+    from fanout.pipelines.index import index_vault
 
-    import fanout.runner as fr
-    from fanout.db import Collection
-    from fanout.integrity import bad_vector_rows
-    from pipelines.index import index_vault
+    import fanout.exec.runner as fr
+    import fanout.models.identity as fi
+    from fanout.store.db import Collection
+    from fanout.store.integrity import bad_vector_rows
 
-    monkeypatch.setitem(fr.ROLES, "embedder", f"{__name__}:NaNEmbedder")
+    monkeypatch.setitem(fi.ROLES, "embedder", f"{__name__}:NaNEmbedder")
     vault = write_vault(tmp_path / "v", {"ok.md": "fine text\n", "bad.md": "## A\nfine\n\n## B\nPOISON here\n"})
     with fr.Runner(fake_cfg) as r:
         s = index_vault(vault, tmp_path / "db", "n", fake_cfg, r)
@@ -344,10 +348,11 @@ def test_nan_vectors_never_enter_the_index(tmp_path, fake_cfg, monkeypatch):
 ])
 def test_a_bad_manifest_is_one_line_naming_the_file_and_the_fix(small_index, fake_cfg, fake_runner, text,
                                                                  match):
-    from fanout.db import Collection
-    from fanout.integrity import IndexStateError
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher
+
+    from fanout.store.db import Collection
+    from fanout.store.integrity import IndexStateError
 
     vault, db = small_index
     col = Collection(db, "t")
@@ -360,7 +365,7 @@ def test_a_bad_manifest_is_one_line_naming_the_file_and_the_fix(small_index, fak
 
 
 def test_cli_bad_manifest_and_bad_yaml_are_one_line_exit_2(small_index, tmp_path, capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     vault, db = small_index
     (db / "t.manifest.json").write_text("[1,2]")
@@ -379,7 +384,7 @@ def test_cli_bad_manifest_and_bad_yaml_are_one_line_exit_2(small_index, tmp_path
 
 
 def test_index_languages_win_over_a_config_that_differs(small_index, fake_cfg, fake_runner, caplog):
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.search import Searcher, SearchOptions
 
     _, db = small_index
     en_only = fake_cfg.replace(index={"languages": ("en",)})
@@ -391,9 +396,10 @@ def test_index_languages_win_over_a_config_that_differs(small_index, fake_cfg, f
 
 def test_a_damaged_vector_row_is_found_and_the_next_index_run_re_embeds_its_note(small_index, fake_cfg,
                                                                                   fake_runner):
-    from fanout.db import Collection
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.store.db import Collection
 
     vault, db = small_index
     col = Collection(db, "t")
@@ -415,7 +421,7 @@ def test_a_damaged_vector_row_is_found_and_the_next_index_run_re_embeds_its_note
 
 
 def test_cli_index_of_an_empty_vault_path_is_an_error(tmp_path, capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     assert main(["index", "", "--db", str(tmp_path / "db")]) == 2
     err = capsys.readouterr().err
@@ -423,7 +429,7 @@ def test_cli_index_of_an_empty_vault_path_is_an_error(tmp_path, capsys):
 
 
 def test_a_chunking_change_rebuilds_but_reuses_identical_vectors(small_index, fake_cfg, fake_runner):
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
 
     vault, db = small_index
     (vault / "Long.md").write_text("## Long\n" + "\n\n".join(f"Paragraph {i} of a long note about sync."
@@ -438,8 +444,10 @@ def test_a_chunking_change_rebuilds_but_reuses_identical_vectors(small_index, fa
 
 def test_mcp_get_never_blocks_on_a_fifo_or_follows_a_link_out(small_index, fake_cfg, fake_runner, tmp_path):
     pytest.importorskip("mcp")
-    from faces.mcp_server import FanoutTools
-    from faces.notes import NoteError  # ToolArgError and the resolver's errors: both refused to the client
+    from fanout.api.notes import (
+        NoteError,  # ToolArgError and the resolver's errors: both refused to the client
+    )
+    from fanout.serve.mcp import FanoutTools
 
     vault, db = small_index
     tools = FanoutTools(db, "t", fake_cfg, fake_runner)

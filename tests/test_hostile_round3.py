@@ -19,9 +19,9 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from fanout.pipelines.scan_notes import scan_notes
 
-from fanout.config_sections import IndexConfig
-from pipelines.scan_notes import scan_notes
+from fanout.config.sections import IndexConfig
 
 
 def nfd(s: str) -> str:
@@ -136,7 +136,7 @@ def test_deep_front_matter_is_skipped_by_name_never_a_recursion_error(tmp_path):
 
 
 def test_any_error_parsing_one_note_skips_only_that_note(tmp_path, monkeypatch):
-    import pipelines.scan_notes as sn
+    import fanout.pipelines.scan_notes as sn
 
     real = sn.prop_values
 
@@ -166,9 +166,10 @@ def test_bad_lang_values_fall_back_to_the_detected_language(tmp_path, caplog):
 
 
 def test_an_index_with_hostile_notes_keeps_updating(tmp_path, fake_cfg, fake_runner, capsys):
-    from faces.cli import main
-    from fanout.db import Collection
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
+
+    from fanout.cli.main import main
+    from fanout.store.db import Collection
 
     cfg = fake_cfg.replace(chunk={"check_context": False})  # its tokenizer alone peaks at ~550 MB
     vault = write(tmp_path / "v", GOOD)
@@ -188,7 +189,7 @@ def test_an_index_with_hostile_notes_keeps_updating(tmp_path, fake_cfg, fake_run
 
 
 def test_a_config_bomb_or_deep_config_is_one_short_line_naming_the_file(tmp_path, capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
     from fanout.config import ConfigError, load_config
 
     bomb = tmp_path / "bomb.yaml"
@@ -209,10 +210,11 @@ def test_a_config_bomb_or_deep_config_is_one_short_line_naming_the_file(tmp_path
 # -- 4. Unicode normal forms ------------------------------------------------------------------------------
 def test_full_text_matches_across_normal_forms_and_names_that_differ_by_form_are_one_note(
         tmp_path, fake_cfg, fake_runner, monkeypatch, capsys, caplog):
-    from faces.cli import main
-    from faces.service import SearchService
-    from fanout.db import Collection
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
+
+    from fanout.api.service import SearchService
+    from fanout.cli.main import main
+    from fanout.store.db import Collection
 
     vault = tmp_path / "v"
     write(vault, {
@@ -285,10 +287,10 @@ def _index_cli(vault: Path, db: Path) -> list[str]:
 
 def test_a_full_disk_during_index_is_one_line_leaves_no_orphans_and_the_next_run_succeeds(
         tmp_path, monkeypatch, capsys):
-    from faces.catalog import status
-    from faces.cli import main
+    from fanout.api.catalog import status
+    from fanout.cli.main import main
     from fanout.config import load_config
-    from fanout.db import Collection
+    from fanout.store.db import Collection
 
     vault = write(tmp_path / "v", GOOD)
     db = tmp_path / "db"
@@ -313,13 +315,14 @@ def test_a_full_disk_during_index_is_one_line_leaves_no_orphans_and_the_next_run
 
 
 def test_optimize_keep_days_0_after_a_failed_run_keeps_the_pinned_version(tmp_path, monkeypatch, fake_cfg):
-    from faces.catalog import status
-    from faces.service import SearchService
-    from fanout.db import Collection
-    from fanout.runner import Runner
-    from fanout.storage import DiskFull
-    from pipelines.index import index_vault
-    from pipelines.optimize_tables import optimize_tables
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.optimize_tables import optimize_tables
+
+    from fanout.api.catalog import status
+    from fanout.api.service import SearchService
+    from fanout.exec.runner import Runner
+    from fanout.store.db import Collection
+    from fanout.store.storage import DiskFull
 
     cfg = fake_cfg
     vault = write(tmp_path / "v", GOOD)
@@ -345,9 +348,9 @@ def test_optimize_keep_days_0_after_a_failed_run_keeps_the_pinned_version(tmp_pa
 def test_a_full_disk_during_batch_is_one_line_exit_4_and_the_rerun_resumes(tmp_path, monkeypatch, capsys,
                                                                              fake_cfg, fake_runner):
     import pyarrow.parquet as pq
+    from fanout.pipelines.index import index_vault
 
-    from faces.cli import main
-    from pipelines.index import index_vault
+    from fanout.cli.main import main
 
     vault = write(tmp_path / "v", GOOD)
     db = tmp_path / "db"
@@ -365,7 +368,7 @@ def test_a_full_disk_during_batch_is_one_line_exit_4_and_the_rerun_resumes(tmp_p
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(table, where, *a, **kw)
 
-    monkeypatch.setattr("pipelines.batch.pq.write_table", write_table)
+    monkeypatch.setattr("fanout.pipelines.batch.pq.write_table", write_table)
     argv = ["batch", str(q), "--out", str(out), "--db", str(db), "-c", "t", "--config", "fake", "--runner",
             "inproc", "--slice", "5"]
     capsys.readouterr()
@@ -392,7 +395,7 @@ def test_a_real_full_disk_on_a_small_tmpfs(tmp_path, capsys):
     """The same cycle on a real 1.5 MB file system (needs root to mount tmpfs; the tests above simulate it)."""
     import subprocess
 
-    from faces.cli import main
+    from fanout.cli.main import main
 
     mnt = tmp_path / "mnt"
     if not _tmpfs(mnt, "1500k"):
@@ -412,7 +415,7 @@ def test_a_real_full_disk_on_a_small_tmpfs(tmp_path, capsys):
 
 # -- 7. smaller -------------------------------------------------------------------------------------------
 def test_a_collection_name_that_leaves_the_db_is_refused_before_anything_is_written(tmp_path, capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     vault = write(tmp_path / "v", GOOD)
     db = tmp_path / "sub" / "db"
@@ -423,7 +426,7 @@ def test_a_collection_name_that_leaves_the_db_is_refused_before_anything_is_writ
 
 
 def test_huge_counts_are_a_usage_error_not_a_traceback(capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     for argv in (["search", "x", "-n", str(2**64)], ["get", "x", "-l", str(2**63)],
                  ["multi-get", "x", "--max-bytes", "9" * 40]):
@@ -463,7 +466,7 @@ def test_a_note_past_path_max_is_reported_not_dropped(tmp_path):
 
 
 def test_get_uses_the_index_size_limit_and_a_non_string_path_is_named(tmp_path):
-    from faces.notes import NoteError, find_file, read_note
+    from fanout.api.notes import NoteError, find_file, read_note
 
     vault = write(tmp_path / "v", GOOD)
     big = vault / "big.md"
@@ -484,7 +487,7 @@ def test_get_uses_the_index_size_limit_and_a_non_string_path_is_named(tmp_path):
 def test_each_skipped_note_is_reported_once(tmp_path, capsys, caplog):
     import logging
 
-    from faces.cli import main
+    from fanout.cli.main import main
 
     vault = write(tmp_path / "v", {**GOOD, "bad.md": "---\n[unclosed\n---\nx\n", "empty.md": ""})
     caplog.set_level(logging.INFO)
@@ -495,8 +498,8 @@ def test_each_skipped_note_is_reported_once(tmp_path, capsys, caplog):
 
 
 def test_optimize_keep_days_0_reclaims_files_no_version_references(tmp_path, fake_cfg, fake_runner):
-    from pipelines.index import index_vault
-    from pipelines.optimize_tables import optimize_tables
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.optimize_tables import optimize_tables
 
     vault = write(tmp_path / "v", GOOD)
     db = tmp_path / "db"
@@ -511,9 +514,10 @@ def test_optimize_keep_days_0_reclaims_files_no_version_references(tmp_path, fak
 
 
 def test_mcp_get_with_a_non_string_path_says_what_is_wrong(tmp_path, fake_cfg, fake_runner):
-    from faces.mcp_server import FanoutTools
-    from faces.notes import NoteError
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
+
+    from fanout.api.notes import NoteError
+    from fanout.serve.mcp import FanoutTools
 
     vault = write(tmp_path / "v", GOOD)
     index_vault(vault, tmp_path / "db", "t", fake_cfg, fake_runner)

@@ -6,9 +6,9 @@ import time
 import numpy as np
 import pytest
 from conftest import NOTES, write_vault
+from fanout.pipelines.index import index_vault
 
-from fanout.db import Collection
-from pipelines.index import index_vault
+from fanout.store.db import Collection
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def test_bad_files_are_skipped_with_reasons(tmp_path, cfg, runner, tiny_vault):
 
 
 def test_ray_run_equals_in_process_run(tmp_path, cfg, tiny_vault, tiny_db):
-    from fanout.ray_runner import RayRunner
+    from fanout.exec.ray_runner import RayRunner
 
     rcfg = cfg.replace(embedder={"num_cpus": 0.5, "count": 1}, runner={"object_store_mb": 256})
     with RayRunner(rcfg) as rr:

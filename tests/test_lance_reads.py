@@ -1,4 +1,4 @@
-"""The query path reads through Lance itself (fanout/db.py `Collection.dataset`, `read`, `vector_search_many`)
+"""The query path reads through Lance itself (fanout/store/db.py `Collection.dataset`, `read`, `vector_search_many`)
 and must return what lancedb's query builder returns for the same table: checked here on vector indexes
 (probes, refine, ef, a prefilter, rows added after the index was built). Full-text equality:
 tests/test_fts_rowids.py."""
@@ -26,8 +26,8 @@ def test_vector_search_through_lance_is_lancedbs(tmp_path, kind, search, where):
     import lancedb
 
     from fanout.config import load_config
-    from fanout.db import Collection
-    from fanout.vectors import build_vector_index
+    from fanout.store.db import Collection
+    from fanout.store.vectors import build_vector_index
 
     rng = np.random.default_rng(7)
     cfg = load_config("fake").replace(index={"vector_index_type": kind, "vector_partitions": 4, "nprobes": 1,
@@ -59,7 +59,7 @@ def test_reads_follow_the_pinned_versions(tmp_path):
     read at its latest version."""
     import lancedb
 
-    from fanout.db import Collection
+    from fanout.store.db import Collection
 
     rng = np.random.default_rng(3)
     db = lancedb.connect(str(tmp_path))

@@ -1,4 +1,10 @@
-"""Layers point one way: base (fanout/) <- actors/ <- pipelines/ <- faces/. Walks every import statement."""
+"""Layers point one way, module by module, across the whole `fanout` package (the repo's actors/ and pipelines/
+are fanout.actors and fanout.pipelines). Walks every import statement.
+
+    base: errors, config, schemas < models, filters, explain, text < store < io, exec, agent_fields
+    < fanout.actors < fanout.pipelines < fanout.api, fanout.ray < the faces (cli, serve, evaluation, gaps)
+    < the front door (fanout/__init__.py's lazy re-exports, fanout/__main__.py)
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,36 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RANK = {"fanout": 0, "actors": 1, "pipelines": 2, "faces": 3}
+PACKAGES = {"fanout": ROOT / "fanout", "fanout.actors": ROOT / "actors", "fanout.pipelines": ROOT / "pipelines"}
+RANK = {  # the longest matching prefix wins
+    "fanout.errors": 0, "fanout.config": 0, "fanout.schemas": 0,
+    "fanout.models": 1, "fanout.filters": 1, "fanout.explain": 1, "fanout.text": 1,
+    "fanout.store": 2,
+    "fanout.io": 3, "fanout.exec": 3, "fanout.agent_fields": 3,
+    "fanout.actors": 4,
+    "fanout.pipelines": 5,
+    "fanout.api": 6, "fanout.ray": 6,
+    "fanout.cli": 7, "fanout.serve": 7, "fanout.evaluation": 7, "fanout.gaps": 7,
+    "fanout": 8, "fanout.__main__": 8,
+}
+
+
+def rank(mod: str) -> int:
+    parts = mod.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in RANK:
+            return RANK[".".join(parts[:i])]
+    raise AssertionError(f"{mod} has no layer: add its subpackage to RANK")
+
+
+def _files() -> dict[str, Path]:
+    """Every module of the package by dotted name."""
+    mods = {}
+    for pkg, folder in PACKAGES.items():
+        for f in sorted(folder.rglob("*.py")):
+            rel = f.relative_to(folder).with_suffix("").parts
+            mods[".".join((pkg, *rel)).removesuffix(".__init__")] = f
+    return mods
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -21,25 +56,29 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 def test_no_upward_import():
     bad = []
-    for pkg, rank in RANK.items():
-        for f in sorted((ROOT / pkg).rglob("*.py")):
-            for line, mod in _imports(f):
-                top = mod.split(".")[0]
-                if top in RANK and RANK[top] > rank:
-                    bad.append(f"{f.relative_to(ROOT)}:{line} imports {mod} ({top} is above {pkg})")
+    for mod, f in _files().items():
+        for line, other in _imports(f):
+            if other.split(".")[0] in ("fanout", "actors", "pipelines", "faces") and rank(other) > rank(mod):
+                bad.append(f"{f.relative_to(ROOT)}:{line} imports {other} (above {mod})")
     assert not bad, "upward imports:\n" + "\n".join(bad)
 
 
-RAY_MODULES = {"fanout/ray_runner.py"}  # the runner (fanout/ray_data.py reaches ray.data through it)
+def test_only_fanout_imports_its_own_names():
+    """One import name: no module imports the old top-level names (actors, pipelines, faces)."""
+    bad = [f"{f.relative_to(ROOT)}:{line} imports {other}" for mod, f in _files().items()
+           for line, other in _imports(f) if other.split(".")[0] in ("actors", "pipelines", "faces")]
+    assert not bad, "\n".join(bad)
+
+
+RAY_MODULES = {"fanout/exec/ray_runner.py"}  # the runner (fanout/exec/ray_data.py reaches ray.data through it)
 
 
 def test_only_the_runner_imports_ray():
     bad = []
-    for pkg in RANK:
-        for f in sorted((ROOT / pkg).rglob("*.py")):
-            rel = str(f.relative_to(ROOT))
-            bad += [f"{rel}:{line} imports {mod}" for line, mod in _imports(f)
-                    if mod.split(".")[0] == "ray" and rel not in RAY_MODULES]
+    for f in _files().values():
+        rel = str(f.relative_to(ROOT))
+        bad += [f"{rel}:{line} imports {mod}" for line, mod in _imports(f)
+                if mod.split(".")[0] == "ray" and rel not in RAY_MODULES]
     assert not bad, "Ray imported outside the runner modules:\n" + "\n".join(bad)
 
 
@@ -65,12 +104,7 @@ def _runtime_imports(path: Path, known: set[str]) -> set[str]:
 
 
 def _modules() -> dict[str, Path]:
-    mods = {}
-    for pkg in RANK:
-        for f in sorted((ROOT / pkg).rglob("*.py")):
-            name = ".".join(f.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-            mods[name] = f
-    return mods
+    return _files()
 
 
 def test_no_import_circle():
@@ -92,14 +126,14 @@ def test_no_import_circle():
     assert not circles, "import circles:\n" + "\n".join(sorted(circles))
 
 
-COMPOSITIONS = {"pipelines.search", "pipelines.index", "pipelines.batch", "pipelines.precompute"}
+COMPOSITIONS = {"fanout.pipelines.search", "fanout.pipelines.index", "fanout.pipelines.batch", "fanout.pipelines.precompute"}
 
 
 def test_no_stage_imports_another_stage():
     """A stage module (one that defines a stage class: a class with `__call__`) imports shared helper modules,
     never another stage's module; compositions list stages and may import them all."""
     mods = _modules()
-    stages = {m for m, f in mods.items() if m.startswith("pipelines.") and m not in COMPOSITIONS and any(
+    stages = {m for m, f in mods.items() if m.startswith("fanout.pipelines.") and m not in COMPOSITIONS and any(
         isinstance(n, ast.ClassDef) and any(isinstance(b, ast.FunctionDef) and b.name == "__call__" for b in n.body)
         for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"))))}
     bad = [f"{m} imports {o}" for m in sorted(stages) for o in sorted(_runtime_imports(mods[m], stages) - {m})]
@@ -114,9 +148,9 @@ def test_a_model_stage_holds_no_index():
     import sys
 
     code = ("import sys; from fanout.config import load_config; cfg = load_config('fake'); "
-            "from pipelines.retrieve_variants import EmbedVariants; EmbedVariants(cfg); "
-            "from pipelines.expand_queries import ExpandQueries; ExpandQueries(cfg); "
-            "from pipelines.rerank_candidates import RerankCandidates; RerankCandidates(cfg); "
+            "from fanout.pipelines.retrieve_variants import EmbedVariants; EmbedVariants(cfg); "
+            "from fanout.pipelines.expand_queries import ExpandQueries; ExpandQueries(cfg); "
+            "from fanout.pipelines.rerank_candidates import RerankCandidates; RerankCandidates(cfg); "
             "print(sorted(m for m in ('lancedb', 'pandas', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
@@ -124,7 +158,7 @@ def test_a_model_stage_holds_no_index():
 
 def test_lancedb_import_defers_the_namespace_client():
     """`import fanout` first (as every fanout process does) leaves the REST namespace client's API modules
-    unimported by `import lancedb` (fanout/imports.py), and they still load when asked for."""
+    unimported by `import lancedb` (fanout/exec/imports.py), and they still load when asked for."""
     import subprocess
     import sys
     import tempfile

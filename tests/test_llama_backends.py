@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from actors import _llama
+from fanout.actors import _llama
 
 ROOT = Path(__file__).resolve().parent.parent
 _REAL_REFUSED = _llama.refused_variants
@@ -107,8 +106,8 @@ def test_unknown_score_bits_are_not_trusted():
 EMBED = """
 import json, sys
 import numpy as np, pyarrow as pa
-from actors._llama import backend_info
-from actors.embedder import Embedder
+from fanout.actors._llama import backend_info
+from fanout.actors.embedder import Embedder
 from fanout.config import load_config
 emb = Embedder(load_config())
 v = emb(pa.table({"text": [sys.argv[1]], "role": ["document"]}))["vector"][0].as_py()
@@ -150,7 +149,8 @@ def test_machine_without_avx512_gives_the_same_vectors():
 
 @pytest.mark.model
 def test_gpu_layers_without_a_gpu_backend_fail_with_what_was_asked_and_the_fix():
-    from actors.embedder import Embedder
+    from fanout.actors.embedder import Embedder
+
     from fanout.config import load_config
 
     cfg = load_config("local").replace(embedder={"n_gpu_layers": -1})
@@ -193,7 +193,7 @@ def test_gguf_skeleton_rebuilds_a_model_of_the_same_shape(tmp_path):
     with open(real, "rb") as f:
         assert synth.read_bytes()[:skel.stat().st_size] == f.read(skel.stat().st_size)
     assert gs.read_layout(skel.read_bytes()) == gs.read_layout(synth.read_bytes()[:skel.stat().st_size])
-    from actors.embedder import Embedder
+    from fanout.actors.embedder import Embedder
 
     emb = Embedder(cfg.replace(models={"embedder": str(synth)}))
     v = emb.embed_texts(["Sync keeps your notes the same on every device."])

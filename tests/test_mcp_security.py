@@ -38,7 +38,7 @@ LANG_LINE = ("The knowledge base is in English and Russian; write short_query an
 
 @pytest.fixture(scope="module")
 def hostile_db(tmp_path_factory, fake_cfg, fake_runner) -> Path:
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
 
     root = tmp_path_factory.mktemp("mcp-security")
     vault = write_vault(root / "vault", {**NOTES, **HOSTILE})
@@ -49,14 +49,14 @@ def hostile_db(tmp_path_factory, fake_cfg, fake_runner) -> Path:
 
 def agent_facing(tools) -> str:
     """Everything an agent reads before its first call: instructions, tool descriptions and schemas."""
-    from faces.mcp_server import build_server, tool_list
+    from fanout.serve.mcp import build_server, tool_list
 
     listed = [t.model_dump(mode="json") for t in tool_list(tools)]
     return json.dumps(listed, ensure_ascii=False) + "\n" + build_server(tools).instructions
 
 
 def test_a_notes_lang_value_never_reaches_agent_facing_text(hostile_db, fake_cfg, fake_runner):
-    from faces.mcp_server import FanoutTools
+    from fanout.serve.mcp import FanoutTools
 
     tools = FanoutTools(hostile_db, "t", fake_cfg, fake_runner)
     text = agent_facing(tools)
@@ -92,7 +92,7 @@ def http_server(hostile_db):
     env = {**{k: v for k, v in os.environ.items() if k != "FANOUT_MCP_TOKEN"}, "PYTHONPATH": str(REPO)}
     log_path = hostile_db.parent / "http.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "faces.cli", "mcp", "--db", str(hostile_db),
+        proc = subprocess.Popen([sys.executable, "-m", "fanout.cli.main", "mcp", "--db", str(hostile_db),
                                  "--collection", "t", "--config", "fake", "--http", str(port)],
                                 cwd=REPO, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}/mcp"
@@ -198,7 +198,7 @@ def _leaves(e: BaseException) -> list[BaseException]:
 
 
 def test_http_token_sources(tmp_path, monkeypatch):
-    from faces.mcp_server import http_token
+    from fanout.serve.mcp import http_token
 
     monkeypatch.delenv("FANOUT_MCP_TOKEN", raising=False)
     db = tmp_path / "db"
@@ -222,7 +222,7 @@ def test_http_token_sources(tmp_path, monkeypatch):
 
 
 def test_token_file_without_http_is_refused(hostile_db, capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     code = main(["mcp", "--db", str(hostile_db), "--collection", "t", "--config", "fake", "--token-file", "x"])
     assert code == 2 and "--token-file is for --http" in capsys.readouterr().err

@@ -43,7 +43,7 @@ def mcp_db(tmp_path_factory, tiny_db, tiny_vault) -> Path:
 
 
 def server_cmd(db: Path, *extra: str) -> list[str]:
-    return ["-m", "faces.cli", "mcp", "--db", str(db), "--collection", "t",
+    return ["-m", "fanout.cli.main", "mcp", "--db", str(db), "--collection", "t",
             "--config", str(db.parent / "noexpand.yaml"), *extra]
 
 

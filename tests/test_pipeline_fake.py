@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture()
 def fake_db(tmp_path, fake_cfg, fake_runner) -> Path:
     """The tiny vault indexed with the fake embedder, a fresh db per test (caches start empty)."""
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
 
     vault = write_vault(tmp_path / "vault")
     db = tmp_path / "db"
@@ -41,7 +41,7 @@ def _jsonl(path: Path, rows: list) -> Path:
 
 
 def _cli(*args: str) -> int:
-    from faces.cli import main
+    from fanout.cli.main import main
 
     return main(list(args))
 
@@ -54,10 +54,11 @@ def test_config_defaults_are_the_local_profile():
 
 @pytest.mark.model
 def test_fake_index_is_searchable_with_the_fake_profile_only(fake_db, fake_cfg, fake_runner):
+    from fanout.pipelines.search import Searcher, SearchOptions
+
     from fanout.config import load_config
-    from fanout.db import Collection
-    from fanout.runner import Runner
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.exec.runner import Runner
+    from fanout.store.db import Collection
 
     assert Collection(fake_db, "t").read_manifest()["embedder"]["file"] == "fake-embedder"
     s = Searcher(fake_db, "t", fake_cfg, fake_runner)
@@ -72,7 +73,7 @@ def test_fake_index_is_searchable_with_the_fake_profile_only(fake_db, fake_cfg, 
 
 
 def test_repeat_is_answered_from_the_cache_written_by_the_one_writer(fake_db, fake_cfg, fake_runner):
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.search import Searcher, SearchOptions
 
     s = Searcher(fake_db, "t", fake_cfg, fake_runner)
     rows = [{"id": "c", "query": "restore old versions", "rephrased_query": "file version history"}]
@@ -86,7 +87,7 @@ def test_repeat_is_answered_from_the_cache_written_by_the_one_writer(fake_db, fa
 
 
 def test_cached_expansions_are_used_even_when_expansion_is_off(fake_db, fake_cfg, fake_runner):
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.search import Searcher, SearchOptions
 
     cfg = fake_cfg.replace(probe={"enabled": False})
     rows = [{"id": "e", "query": "sync settings on devices"}]
@@ -107,7 +108,7 @@ def test_cached_expansions_are_used_even_when_expansion_is_off(fake_db, fake_cfg
 
 def test_expansions_precomputed_by_fanout_expand_are_used_with_expansion_off(tmp_path, fake_db, fake_cfg,
                                                                            fake_runner):
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.search import Searcher, SearchOptions
 
     q = "sync settings on devices"
     log = _jsonl(tmp_path / "log.jsonl", [{"id": "p1", "query": q}])
@@ -121,7 +122,7 @@ def test_expansions_precomputed_by_fanout_expand_are_used_with_expansion_off(tmp
     assert res.stats["stages"]["EmbedVariants"]["embedded"] == 0 < res.stats["stages"]["LookupVectors"]["cached"]
     assert res.stats["expansion"]["cache"] == 1 and res.stats["stages"]["LookupExpansions"]["cache"] == 1
     assert {v["source"] for v in res.variants.to_pylist() if v["kind"] != "orig"} == {"cache"}
-    from faces.service import SearchService  # `fanout query -v` says so: "expansion: t cache"
+    from fanout.api.service import SearchService  # `fanout query -v` says so: "expansion: t cache"
 
     resp = SearchService(fake_db, cfg, fake_runner).run({"mode": "query", "collections": ["t"], "query": q})
     assert resp["expansion"] == {"t": "cache"} and resp["results"]
@@ -200,10 +201,11 @@ def test_bad_out_fails_before_any_work(tmp_path, fake_db, case, capsys):
 
 
 def test_expand_job_streams_skips_cached_and_resumes(tmp_path, fake_db, fake_cfg):
-    from fanout.caches import Caches
-    from fanout.db import Collection
-    from fanout.runner import Runner
-    from pipelines.precompute import run_expand
+    from fanout.pipelines.precompute import run_expand
+
+    from fanout.exec.runner import Runner
+    from fanout.store.caches import Caches
+    from fanout.store.db import Collection
 
     log = _jsonl(tmp_path / "log.jsonl", [{"id": f"q{i}", "query": f"query number {i % 700}"} for i in range(1000)]
                  + ["{broken"])
@@ -219,8 +221,8 @@ def test_expand_job_streams_skips_cached_and_resumes(tmp_path, fake_db, fake_cfg
 
 
 def test_reader_dedupes_duplicates_an_old_version_left(fake_db):
-    from fanout.caches import Caches, qvec_table
-    from fanout.db import Collection
+    from fanout.store.caches import Caches, qvec_table
+    from fanout.store.db import Collection
 
     c = Caches(Collection(fake_db, "t"), "m", "p")
     vecs = {("query", f"text {i}"): [float(i), 1.0] for i in range(50)}
@@ -239,7 +241,7 @@ def test_two_concurrent_batch_jobs_leave_no_duplicate_cache_keys(tmp_path, fake_
     for j in range(2):
         own = [{"id": f"o{j}-{i}", "query": f"own question {j} {i}"} for i in range(20)]
         q = _jsonl(tmp_path / f"q{j}.jsonl", shared + own)
-        cmd = [sys.executable, "-m", "faces.cli", "batch", str(q), "--out", str(tmp_path / f"o{j}.jsonl"),
+        cmd = [sys.executable, "-m", "fanout.cli.main", "batch", str(q), "--out", str(tmp_path / f"o{j}.jsonl"),
                "--db", str(fake_db), "--collection", "t", "--config", "fake", "--runner", "inproc",
                "--slice", "5"]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
@@ -253,9 +255,10 @@ def test_two_concurrent_batch_jobs_leave_no_duplicate_cache_keys(tmp_path, fake_
 
 
 def test_grounded_expansion_shows_the_expander_the_querys_bm25_pages(fake_db, fake_cfg, fake_runner):
-    from fanout.db import Collection
-    from pipelines.expand_queries import grounding
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.expand_queries import grounding
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.store.db import Collection
 
     cfg = fake_cfg.replace(probe={"enabled": False}, expand={"enabled": True, "format": "fields", "ground_hits": 2})
     seen: list[pa.Table] = []
@@ -281,10 +284,10 @@ def test_grounded_expansion_shows_the_expander_the_querys_bm25_pages(fake_db, fa
 def test_the_query_path_never_imports_lancedb(fake_db):
     """Searching (full text, vectors, titles, filters, the caches read and written) goes through Lance itself:
     a process that only answers queries (the CLI's search, a Ray Data retrieval actor, the batch driver) does
-    not pay lancedb's import (fanout/db.py `Collection.db`). Run twice: the second pass reads what the first
+    not pay lancedb's import (fanout/store/db.py `Collection.db`). Run twice: the second pass reads what the first
     one's cache writer committed."""
-    code = ("import sys, json; from fanout.config import load_config; from fanout.runner import Runner; "
-            "from pipelines.search import Searcher, SearchOptions; cfg = load_config('fake'); "
+    code = ("import sys, json; from fanout.config import load_config; from fanout.exec.runner import Runner; "
+            "from fanout.pipelines.search import Searcher, SearchOptions; cfg = load_config('fake'); "
             "rows = [{'id': 'a', 'query': 'version history of a file', 'short_query': 'version history', "
             "'rephrased_query': 'restore an older copy of a note', 'expected_answer': 'File recovery keeps snapshots.'}, "
             "{'id': 'b', 'query': 'Wikilinks', 'filter': {'path': ['Links/']}}]\n"

@@ -1,7 +1,6 @@
 import pytest
-
-from pipelines.probe_bm25 import normalise, strong_signal
-from pipelines.rerank_candidates import best_passage, blend_weight
+from fanout.pipelines.probe_bm25 import normalise, strong_signal
+from fanout.pipelines.rerank_candidates import best_passage, blend_weight
 
 
 def test_probe_fires_only_when_top_is_high_and_clearly_ahead():
@@ -25,7 +24,7 @@ def test_best_passage_picks_the_lines_with_query_terms():
 
 
 def test_a_snippet_is_never_only_a_heading_and_prefers_query_or_short_query_terms():
-    from pipelines.rerank_candidates import query_keys, snippet
+    from fanout.pipelines.rerank_candidates import query_keys, snippet
 
     long_line = "Brownout mode " + "lowers the sync rate when the server is busy, " * 12
     text = "## Brownout\n" + long_line  # the heading, then one line longer than the window

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from faces.progress import Progress
+from fanout.exec.progress import Progress
 
 
 def test_off_a_tty_it_writes_lines_with_rate_and_eta():
@@ -53,11 +53,12 @@ def test_nothing_for_no_work():
 def _fake_batch(tmp_path, step_s: float, on_slice, n: int = 12, explain: bool = False, out_name: str = "a.parquet"):
     import json
 
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
     from fanout.config import load_config
-    from fanout.runner import Runner
-    from pipelines.batch import run_batch
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.exec.runner import Runner
     from tests.conftest import write_vault
 
     cfg = load_config("fake").replace(runner={"progress_step_s": step_s})

@@ -33,8 +33,9 @@ def fake_cfg():
 
 @pytest.fixture(scope="module")
 def fake_db(tmp_path_factory, fake_cfg) -> Path:
-    from fanout.runner import Runner
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
+
+    from fanout.exec.runner import Runner
 
     base = tmp_path_factory.mktemp("rd")
     db = base / "db"
@@ -45,7 +46,7 @@ def fake_db(tmp_path_factory, fake_cfg) -> Path:
 
 @pytest.fixture(scope="module")
 def ray_runner(fake_cfg):
-    from fanout.ray_runner import RayRunner
+    from fanout.exec.ray_runner import RayRunner
 
     with RayRunner(fake_cfg) as r:
         yield r
@@ -68,9 +69,10 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 
 def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, ray_runner):
-    from fanout.runner import Runner
-    from pipelines.batch import run_batch
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.exec.runner import Runner
 
     q = _write(tmp_path / "q.jsonl", _queries(300))
     opts = SearchOptions(n=5, explain=True)
@@ -81,14 +83,14 @@ def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, r
                   on_slice=lambda done, total: seen.append((done, total)))
     assert a["engine"] == "loop" and b["engine"] == "data"
     # every CPU stage has its own timing, measured in the actors and carried back with each block (RunStats); the
-    # model stages run unwrapped on Ray Data (fanout/ray_data.py chained says why)
+    # model stages run unwrapped on Ray Data (fanout/exec/ray_data.py chained says why)
     timed = b["timings"]
     assert set(timed) == set(a["timings"]) - {"EmbedVariants"} and timed["Retrieve"] > 0, timed
     assert seen[0] == (0, 302) and seen[-1] == (302, 302) and seen == sorted(seen)
     assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
     assert a["errors"] == b["errors"] == 3 and a["queries"] == b["queries"] == 302
     # the same job with its input read by Ray Data's read tasks (a job over runner.driver_read_rows), and its
-    # embedder actor holding two model instances that take its calls side by side (fanout/runner.py Instances)
+    # embedder actor holding two model instances that take its calls side by side (fanout/exec/runner.py Instances)
     ray_runner.cfg = fake_cfg.replace(runner={"driver_read_rows": 0}, embedder={"instances": 2})
     try:
         c = run_batch(q, tmp_path / "ray.parquet", Searcher(fake_db, "t", fake_cfg, ray_runner), opts)
@@ -104,9 +106,10 @@ def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, r
 def test_every_model_stage_on_ray_data_equals_in_process(tmp_path, fake_db, fake_cfg, ray_runner):
     """Expansion and rerank on: three model pools, each after the CPU stage that reads its cache
     (LookupExpansions, LookupVectors, LookupRerank), fit the private local Ray and answer as the loop does."""
-    from fanout.runner import Runner
-    from pipelines.batch import run_batch
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.exec.runner import Runner
 
     cfg = fake_cfg.replace(cache={"enabled": False})  # both runs generate and score (no cache between them)
     rows = _queries(40)
@@ -122,7 +125,7 @@ def test_every_model_stage_on_ray_data_equals_in_process(tmp_path, fake_db, fake
     assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
     assert a["expansion"] == b["expansion"] and a["queries"] == b["queries"] == 42
     # the CPU stages' counters, summed over every Ray Data actor (carried in the parts), are the in-process
-    # loop's; the model stages' own are reported in-process only (fanout/ray_data.py chained says why)
+    # loop's; the model stages' own are reported in-process only (fanout/exec/ray_data.py chained says why)
     model = {"ExpandQueries", "EmbedVariants", "RerankCandidates"}
     assert b["stages"] == {k: v for k, v in a["stages"].items() if k not in model}, (a["stages"], b["stages"])
     assert a["stages"]["ExpandQueries"]["model"] == a["expansion"]["model"] > 0
@@ -145,9 +148,10 @@ def _procs_with(text: str) -> list[int]:
 
 
 def test_kill_9_of_a_ray_batch_resumes_to_the_same_output_and_leaves_nothing(tmp_path, fake_db, fake_cfg):
-    from fanout.runner import Runner
-    from pipelines.batch import run_batch
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.exec.runner import Runner
 
     slow = tmp_path / "slow.yaml"
     slow.write_text("extends: fake\nfake:\n  embed_sleep_s: 0.004\nretriever:\n  batch_size: 16\n"
@@ -158,7 +162,7 @@ def test_kill_9_of_a_ray_batch_resumes_to_the_same_output_and_leaves_nothing(tmp
         run_batch(q, expected, Searcher(fake_db, "t", fake_cfg.replace(cache={"enabled": False}), r),
                   SearchOptions(n=3))
     out = tmp_path / "out.jsonl"
-    cmd = [sys.executable, "-m", "faces.cli", "batch", str(q), "--out", str(out), "--db", str(fake_db),
+    cmd = [sys.executable, "-m", "fanout.cli.main", "batch", str(q), "--out", str(out), "--db", str(fake_db),
            "--collection", "t", "--config", str(slow), "--runner", "ray", "-n", "3"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
     before = _fanout_ray_dirs()
@@ -185,8 +189,9 @@ def test_kill_9_of_a_ray_batch_resumes_to_the_same_output_and_leaves_nothing(tmp
 
 
 def test_unplaceable_pool_fails_fast_with_the_message(fake_cfg, fake_db, ray_runner):
-    from fanout.ray_runner import RayRunner
-    from pipelines.search import search_stages
+    from fanout.pipelines.search import search_stages
+
+    from fanout.exec.ray_runner import RayRunner
 
     for change, why in (({"retriever": {"num_cpus": 64}}, "no node has 64 CPUs: lower retriever.num_cpus"),
                         ({"embedder": {"n_gpu_layers": -1}}, "set embedder.n_gpu_layers: 0"),
@@ -199,9 +204,10 @@ def test_unplaceable_pool_fails_fast_with_the_message(fake_cfg, fake_db, ray_run
 
 
 def test_expand_job_runs_as_one_dataset(tmp_path, fake_db, fake_cfg, ray_runner):
-    from fanout.caches import Caches
-    from fanout.db import Collection
-    from pipelines.precompute import run_expand
+    from fanout.pipelines.precompute import run_expand
+
+    from fanout.store.caches import Caches
+    from fanout.store.db import Collection
 
     log = tmp_path / "log.jsonl"
     log.write_text("".join(json.dumps({"query": f"expand me {i}"}) + "\n" for i in range(2000)))
@@ -215,10 +221,11 @@ def test_expand_job_runs_as_one_dataset(tmp_path, fake_db, fake_cfg, ray_runner)
 
 def test_ray_data_equals_in_process_with_real_models_on_the_sample_vault(tmp_path, cfg, runner):
     """The bundled sample vault and its queries, real embedder: byte-identical results files."""
-    from fanout.ray_runner import RayRunner
-    from pipelines.batch import run_batch
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.exec.ray_runner import RayRunner
 
     db = tmp_path / "db"
     index_vault(ROOT / "samples" / "vault", db, "samples", cfg, runner)
@@ -263,9 +270,10 @@ def test_the_private_local_ray_refuses_a_connection_without_its_token(ray_runner
 def test_indexing_on_ray_data_with_two_models_per_embedder_actor_equals_in_process(tmp_path, fake_db, fake_cfg,
                                                                                     ray_runner):
     """`embedder.instances: 2`: the index job's embedder actor takes two calls at once, each on a model of its
-    own (fanout/runner.py Instances); the chunks and their vectors are the in-process index's."""
-    from fanout.db import Collection
-    from pipelines.index import index_vault
+    own (fanout/exec/runner.py Instances); the chunks and their vectors are the in-process index's."""
+    from fanout.pipelines.index import index_vault
+
+    from fanout.store.db import Collection
 
     ray_runner.cfg = fake_cfg.replace(embedder={"instances": 2, "batch_size": 2})
     try:

@@ -4,8 +4,8 @@ result parts: no Ray needed."""
 from __future__ import annotations
 
 from fanout.config import load_config
-from fanout.ray_data import model_block_rows, read_blocks
-from fanout.runner import StageSpec
+from fanout.exec.ray_data import model_block_rows, read_blocks
+from fanout.exec.runner import StageSpec
 
 
 class _Stage:
@@ -51,9 +51,9 @@ def test_a_small_job_is_read_by_the_driver_and_its_last_chain_writes_the_parts(t
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from fanout.ray_data import driver_tables, writing
-    from fanout.runner import Chain
-    from fanout.runs import STATS_COLUMN, WRITTEN, Parts, RunStats, Source
+    from fanout.exec.ray_data import driver_tables, writing
+    from fanout.exec.runner import Chain
+    from fanout.exec.runs import STATS_COLUMN, WRITTEN, Parts, RunStats, Source
 
     todo = tmp_path / "todo.parquet"
     pq.write_table(pa.table({"_row": pa.array(range(600), pa.int64())}), todo)
@@ -84,7 +84,7 @@ def test_a_small_job_is_read_by_the_driver_and_its_last_chain_writes_the_parts(t
 def test_a_pool_starts_no_more_actors_than_the_job_has_calls_for():
     """pool_sizes: the configured count, but at most one actor per call the job has for that pool (its input
     blocks bundled up to its batch size): a 1-query job starts one actor per pool whatever the config."""
-    from fanout.ray_data import pool_sizes
+    from fanout.exec.ray_data import pool_sizes
 
     cfg = load_config("fake").replace(embedder={"count": 16, "batch_size": 8}, retriever={"count": 2, "batch_size": 32})
     cpu, emb = StageSpec(_Stage, pool="retriever"), StageSpec(_Stage, pool="embedder", role="embedder")
@@ -100,7 +100,7 @@ def test_a_pool_starts_no_more_actors_than_the_job_has_calls_for():
 def test_model_instances_share_an_actor_and_count_as_its_workers():
     """`instances` (a model pool's models per actor): the input is cut for count x instances models, and a pool
     starts one actor per `instances` calls its job has."""
-    from fanout.ray_data import pool_sizes
+    from fanout.exec.ray_data import pool_sizes
 
     cfg = load_config("fake").replace(runner={"model_blocks_per_actor": 8}, embedder={"count": 4, "instances": 4,
                                                                                       "batch_size": 8})
@@ -113,13 +113,13 @@ def test_model_instances_share_an_actor_and_count_as_its_workers():
 
 
 def test_instances_builds_a_model_only_when_every_built_one_is_busy():
-    """fanout/runner.py Instances: the first instance with the actor, another only when a call finds every
+    """fanout/exec/runner.py Instances: the first instance with the actor, another only when a call finds every
     built one busy, never more than `n`; a build that fails leaves the actor with the models it has."""
     import threading
 
     import pyarrow as pa
 
-    from fanout.runner import Instances
+    from fanout.exec.runner import Instances
 
     built: list[int] = []
     gate = threading.Event()

@@ -45,11 +45,13 @@ def cfg_fake(tmp_path):
 
 
 def test_search_session_across_a_reindex_never_mixes_versions(tmp_path, cfg_fake, monkeypatch):
-    import fanout.runner as fr
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
 
-    monkeypatch.setitem(fr.ROLES, "embedder", "test_reader_consistency:SlowHashEmbedder")
+    import fanout.exec.runner as fr
+    import fanout.models.identity as fi
+
+    monkeypatch.setitem(fi.ROLES, "embedder", "test_reader_consistency:SlowHashEmbedder")
     vault = write_vault(tmp_path / "v", OLD)
     db = tmp_path / "db"
     with fr.Runner(cfg_fake) as r:
@@ -120,12 +122,14 @@ def test_search_session_across_a_reindex_never_mixes_versions(tmp_path, cfg_fake
 def test_optimize_moves_readers_to_the_compacted_versions_only_when_no_index_run_is_pending(tmp_path,
                                                                                            cfg_fake,
                                                                                            monkeypatch):
-    import fanout.runner as fr
-    from fanout.db import Collection
-    from pipelines.index import index_vault
-    from pipelines.optimize_tables import optimize_tables
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.optimize_tables import optimize_tables
 
-    monkeypatch.setitem(fr.ROLES, "embedder", "test_reader_consistency:HashEmbedder")
+    import fanout.exec.runner as fr
+    import fanout.models.identity as fi
+    from fanout.store.db import Collection
+
+    monkeypatch.setitem(fi.ROLES, "embedder", "test_reader_consistency:HashEmbedder")
     vault = write_vault(tmp_path / "v", OLD)
     db = tmp_path / "db"
     with fr.Runner(cfg_fake) as r:
@@ -144,13 +148,15 @@ def test_optimize_moves_readers_to_the_compacted_versions_only_when_no_index_run
 
 
 def test_requests_during_a_rebuild_say_so_instead_of_reading_a_partial_index(tmp_path, cfg_fake, monkeypatch):
-    import fanout.runner as fr
-    from fanout.db import Collection
-    from fanout.integrity import IndexStateError
-    from pipelines.index import index_vault
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
 
-    monkeypatch.setitem(fr.ROLES, "embedder", "test_reader_consistency:HashEmbedder")
+    import fanout.exec.runner as fr
+    import fanout.models.identity as fi
+    from fanout.store.db import Collection
+    from fanout.store.integrity import IndexStateError
+
+    monkeypatch.setitem(fi.ROLES, "embedder", "test_reader_consistency:HashEmbedder")
     vault = write_vault(tmp_path / "v", OLD)
     db = tmp_path / "db"
     with fr.Runner(cfg_fake) as r:

@@ -1,11 +1,11 @@
-"""Tests for actors.reranker with the real local GGUF (Qwen2.5-Coder-0.5B by default), loaded once."""
+"""Tests for fanout.actors.reranker with the real local GGUF (Qwen2.5-Coder-0.5B by default), loaded once."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from fanout.actors.reranker import Reranker
 
-from actors.reranker import Reranker
 from fanout.config import Config
 
 # (query, relevant passage, unrelated passage)

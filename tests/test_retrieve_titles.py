@@ -8,13 +8,13 @@ import shutil
 
 import pyarrow as pa
 import pytest
+from fanout.pipelines.fuse_rrf import fuse_rrf
+from fanout.pipelines.retrieve_titles import RetrieveTitles, ensure_titles, title_texts, titles_name
+from fanout.pipelines.search import Searcher, SearchOptions, search_stages
 
 from fanout.config import FuseConfig
-from fanout.db import Collection
 from fanout.schemas import HITS
-from pipelines.fuse_rrf import fuse_rrf
-from pipelines.retrieve_titles import RetrieveTitles, ensure_titles, title_texts, titles_name
-from pipelines.search import Searcher, SearchOptions, search_stages
+from fanout.store.db import Collection
 from tests.conftest import write_vault
 
 LANES = ["fts", "vec", "alias", "title_vec", "heading_vec"]
@@ -103,8 +103,9 @@ def test_title_lanes_are_a_stage_only_when_asked_for(fake_cfg):
 
 
 def test_title_lanes_with_the_fake_embedder_rank_title_words_and_update_incrementally(tmp_path, fake_cfg):
-    from fanout.runner import Runner
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
+
+    from fanout.exec.runner import Runner
 
     vault = write_vault(tmp_path / "vault")
     db = tmp_path / "db"

@@ -13,7 +13,7 @@ def cfg():
 
 
 def test_auto_stays_in_process_on_a_small_machine_and_uses_ray_when_attached(cfg, monkeypatch):
-    from fanout import engines as runner
+    from fanout.exec import engines as runner
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(runner.os, "cpu_count", lambda: 2)
@@ -28,7 +28,7 @@ def test_auto_stays_in_process_on_a_small_machine_and_uses_ray_when_attached(cfg
 
 
 def test_a_private_local_ray_advertises_what_every_pool_asks_for(cfg, monkeypatch):
-    from fanout import ray_runner as runner
+    from fanout.exec import ray_runner as runner
 
     monkeypatch.setattr(runner.os, "cpu_count", lambda: 2)
     # embedder 1 + expander .5 + reranker .5 + 4 retrieval pools x .25 + writer .25 + io .2 = 3.45 -> 4 (a search

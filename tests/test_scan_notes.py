@@ -2,8 +2,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from pipelines.scan_notes import parse_note, scan_notes
+from fanout.pipelines.scan_notes import parse_note, scan_notes
 
 
 def note(text: str) -> dict:
@@ -54,7 +53,7 @@ def test_scan_skips_bad_and_hidden_and_survives_symlink_loop(tmp_path: Path, mon
     (tmp_path / "sub").mkdir()
     os.symlink(tmp_path, tmp_path / "sub" / "loop")
     (tmp_path / "locked.md").write_text("x")
-    import pipelines.scan_notes as sn
+    import fanout.pipelines.scan_notes as sn
 
     real = sn.read_regular
 

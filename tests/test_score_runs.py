@@ -1,4 +1,4 @@
-"""Tests for faces.score_runs, bootstrap_ci and report_eval on the Obsidian Help benchmark."""
+"""Tests for fanout.evaluation.score_runs, bootstrap_ci and report_eval on the Obsidian Help benchmark."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from faces import bench_data as bd
-from faces import bootstrap_ci as bc
-from faces import report_eval as rep
-from faces import score_runs as sr
+from fanout.evaluation import bench_data as bd
+from fanout.evaluation import bootstrap_ci as bc
+from fanout.evaluation import report as rep
+from fanout.evaluation import score_runs as sr
 
 BENCH = bd.default_bench_dir()
 needs_bench = pytest.mark.skipif(

@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from pipelines.search import Searcher, SearchOptions
+from fanout.pipelines.search import Searcher, SearchOptions
 
 pytestmark = pytest.mark.slow
 NOEXP = SearchOptions(n=5, expand=False, rerank=False, explain=True)
@@ -90,7 +89,7 @@ def test_batch_killed_with_sigkill_resumes_without_duplicates(tmp_path, tiny_db)
     rows.append({"id": "broken", "query": ""})
     qfile.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n{not json\n")
     out = tmp_path / "out.jsonl"
-    cmd = [sys.executable, "-m", "faces.cli", "batch", str(qfile), "--out", str(out), "--db", str(tiny_db),
+    cmd = [sys.executable, "-m", "fanout.cli.main", "batch", str(qfile), "--out", str(out), "--db", str(tiny_db),
            "--collection", "t", "--slice", "2", "--no-expand", "--runner", "inproc", "-n", "3"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from faces.cli import main
-from faces.serve import PORT_FILE
+from fanout.cli.main import main
+from fanout.serve.http import PORT_FILE
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def served(tmp_path_factory, tiny_db):
     cfg = root / "noexpand.yaml"
     cfg.write_text("extends: local\nexpand:\n  enabled: false\n", encoding="utf-8")
     with open(root / "serve.log", "w") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen([sys.executable, "-m", "faces.cli", "serve", "--db", str(db), "-c", "t",
+        proc = subprocess.Popen([sys.executable, "-m", "fanout.cli.main", "serve", "--db", str(db), "-c", "t",
                                  "--config", str(cfg)], cwd=REPO, stdout=log, stderr=log,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
     deadline = time.monotonic() + 180

@@ -1,12 +1,12 @@
 """`fanout serve` answers a repeated identical request from memory, never after a re-index, and never keeps
-an answer with errors (faces/serve.py `_App`; no models, no HTTP)."""
+an answer with errors (fanout/serve/http.py `_App`; no models, no HTTP)."""
 
 from __future__ import annotations
 
 import os
 import threading
 
-from faces.serve import _App
+from fanout.serve.http import _App
 
 
 class CountingService:

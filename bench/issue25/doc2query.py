@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=3, help="questions per page")
     args = ap.parse_args(argv)
 
-    from actors._llama import load_llama, model_path
+    from fanout.actors._llama import load_llama, model_path
+
     from fanout.config import load_config
 
     cfg = load_config("local-1.5b")

@@ -2,7 +2,7 @@
 
 `fanout expand QUERIES --db DB -c NAME --config local-1.5b` caches each query's three fields as lex / vec /
 hyde lines; this writes them as `{id, short_query, rephrased_query, expected_answer}` (golden ids, the
-benchmark's agent-fields format) so `faces.eval_matrix` can search them with `fields_from` like any agent's,
+benchmark's agent-fields format) so `fanout.evaluation.matrix` can search them with `fields_from` like any agent's,
 with the field hygiene on or off. Queries not in the cache are left out (a row without fields).
 
 python bench/issue25/export_expansions.py QUERIES.jsonl --db DB -c NAME --model SUBSTR --out PREFIX-LANG.json

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from faces.bench_data import load_agent_fields, load_queries
+from fanout.evaluation.bench_data import load_agent_fields, load_queries
 from fanout.text import STOPWORDS, detect_lang
 
 VARIANTS = ("copy", "comma", "long", "docs", "question", "lang", "empty", "weak")

@@ -1,0 +1,424 @@
+"""fanout: batch hybrid search over markdown notes (full text + vectors + agent fields, fused by RRF).
+
+Everyday use: `fanout index VAULT`, then `fanout query "..."` (the whole pipeline), `fanout search` (full text
+only), `fanout vsearch` (vectors only), `fanout get NOTE`, `fanout status`. Start `fanout serve` once and those
+commands answer from a warm process (milliseconds instead of seconds). Batches: `fanout batch FILE --out FILE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+TYPE_CHECKING = False  # typing and pathlib cost the warm `fanout query` path ~13 ms of imports
+if TYPE_CHECKING:
+    from pathlib import Path
+
+from fanout.cli.args import _fmt, filter_arg
+from fanout.cli.args import build_parser as _build_parser
+from fanout.cli.common import collections_arg, config_from_args, setup_logging
+from fanout.errors import UserError
+
+# -- commands ---------------------------------------------------------------------------------------------
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from fanout.cli.common import config_from_args
+    from fanout.exec.engines import make_runner
+    from fanout.exec.progress import EMBED_STARTING, Progress
+    from fanout.pipelines.index import index_vault
+
+    cfg = config_from_args(args)
+    names = collections_arg(args.collection)
+    if len(names) > 1:
+        raise UserError(f"index builds one collection at a time, got {names}; run it once per collection")
+    with make_runner(cfg, n_rows=0 if args.runner is None else 10**9) as runner, \
+            Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
+        s = index_vault(args.vault, args.db, names[0], cfg, runner, progress=progress,
+                        rebuild=getattr(args, "rebuild", False))
+    for sk in s.skipped:
+        print(f"skipped {sk['path']}: {sk['reason']} ({sk['detail']})", file=sys.stderr)
+    print(s.text())
+    return 3 if s.skipped else 0
+
+
+def _request(args: argparse.Namespace, mode: str) -> dict:
+    req = {"mode": mode, "collections": collections_arg(args.collection), "query": args.text, "n": args.n,
+           "min_score": args.min_score, "explain": args.explain, "full": args.full,
+           "line_numbers": args.line_numbers, "filter": filter_arg(args)}
+    if mode == "query":
+        req.update(intent=args.intent, short_query=args.short_query, rephrased_query=args.rephrased_query,
+                   expected_answer=args.expected_answer, expand=args.expand, rerank=args.rerank)
+    return req
+
+
+def run_request(args: argparse.Namespace, req: dict) -> dict:
+    """Ask a running `fanout serve` for this db, else run the pipeline here."""
+    from fanout.serve.http import ask_server
+
+    if not args.no_server and not getattr(args, "runner", None) and not getattr(args, "ray_address", None):
+        resp = ask_server(args.db, req, args.config)
+        if resp is not None:
+            return resp
+    from fanout.api.service import SearchService
+    from fanout.cli.common import config_from_args
+    from fanout.exec.engines import make_runner
+
+    setup_logging(args.verbose)  # main leaves it to here: the warm path above never logs
+    cfg = config_from_args(args)
+    with make_runner(cfg, n_rows=1) as runner:
+        return SearchService(args.db, cfg, runner).run(req)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """query / search / vsearch: one query, printed in the chosen format."""
+    from fanout.cli.render import render
+
+    resp = run_request(args, _request(args, args.mode))
+    resp["min_score"] = args.min_score
+    text = render(resp, _fmt(args), args.snippet_chars, args.line_numbers, args.explain, args.full)
+    if text:
+        print(text)
+    for e in resp["errors"]:
+        print(f"error: {e['field']}: {e['error']}", file=sys.stderr)
+    if args.verbose:
+        where = f"fanout serve :{resp['served_by']}" if resp.get("served_by") else "in-process"
+        if resp.get("answered") == "memory":
+            where += " (a repeated request: its answer from memory; timings of the first)"
+        print(f"{where}; " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in resp["timings"].items()),
+              file=sys.stderr)
+        if resp.get("expansion"):  # "cache": a precomputed expansion (`fanout expand`) was used
+            print("expansion: " + ", ".join(f"{c} {src}" for c, src in resp["expansion"].items()), file=sys.stderr)
+    return 2 if resp["errors"] else 0
+
+
+def _open(args: argparse.Namespace):
+    from fanout.store.db import Collection
+
+    names = collections_arg(args.collection)
+    if len(names) > 1:
+        raise UserError(f"{args.cmd} reads one collection, got {names}")
+    col = Collection(args.db, names[0], config_from_args(args))
+    col.refresh()  # the table versions the manifest pins: what searches are served
+    return col
+
+
+def _vault(col) -> Path | None:
+    from pathlib import Path
+
+    v = col.read_manifest().get("vault")
+    return Path(v).resolve() if v else None
+
+
+def _docs(col):
+    rows: list[dict] = []
+
+    def load() -> list[dict]:
+        if not rows:
+            t = col.table(col.documents_name).search().select(["path", "title", "aliases"]).limit(None)
+            rows.extend(t.to_arrow().to_pylist())
+        return rows
+    return load
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    from fanout.api.notes import locate, note_lines, parse_ref, read_note, render_lines
+
+    col = _open(args)
+    vault, docs = _vault(col), _docs(col)
+    ref = parse_ref(args.ref)
+    target = locate(vault, ref.name, docs)
+    note = read_note(vault, target, "note", col.cfg.index)
+    head, first, lines = note_lines(note, ref.heading, ref.line_from, ref.line_to, args.lines)
+    if args.json:
+        print(json.dumps({"path": note["path"], "title": note["title"], "heading": head, "lang": note["lang"],
+                          "first_line": first, "text": "\n".join(lines)}, ensure_ascii=False, indent=2))
+    else:
+        print(render_lines(first, lines, args.line_numbers))
+    return 0
+
+
+def cmd_multi_get(args: argparse.Namespace) -> int:
+    from fanout.api.notes import NoteError, locate, match_many, note_lines, read_note, render_lines
+
+    col = _open(args)
+    vault, docs = _vault(col), _docs(col)
+    refs = match_many(args.pattern, [d["path"] for d in docs()])
+    if not refs:
+        raise UserError(f"no indexed note matches {args.pattern!r}; see `fanout ls` for the paths")
+    out, bad = [], 0
+    for ref in refs:
+        try:
+            target = locate(vault, ref, docs)
+            size = target.stat().st_size
+            if size > args.max_bytes:
+                out.append({"path": ref, "skipped": f"{size} bytes > --max-bytes {args.max_bytes}"})
+                continue
+            note = read_note(vault, target, "note", col.cfg.index)
+            _, first, lines = note_lines(note, max_lines=args.lines)
+            out.append({"path": note["path"], "title": note["title"], "first_line": first, "text": lines})
+        except NoteError as e:
+            bad += 1
+            out.append({"path": ref, "error": str(e)})
+    if args.json:
+        print(json.dumps([{**o, "text": "\n".join(o["text"])} if "text" in o else o for o in out],
+                         ensure_ascii=False, indent=2))
+    else:
+        for o in out:
+            print(f"==> {o['path']} <==")
+            if "text" in o:
+                print(render_lines(o["first_line"], o["text"], args.line_numbers) + "\n")
+            else:
+                print(f"({o.get('skipped') or o.get('error')})\n", file=sys.stderr if "error" in o else sys.stdout)
+    return 2 if bad else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from fanout.api.catalog import status, status_text
+    from fanout.cli.common import config_from_args
+
+    st = status(_open(args), config_from_args(args), detail=True)
+    print(json.dumps(st, ensure_ascii=False, indent=2) if args.json else status_text(st))
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    import time
+
+    from fanout.api.catalog import list_files
+
+    rows = list_files(_open(args), args.prefix or "")
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+    else:
+        for r in rows:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["mtime"])) if r["mtime"] else "-"
+            print(f"{r['path']}\t{r['lang']}\t{r['n_chunks']} chunks\t{when}")
+    return 0
+
+
+def cmd_collection(args: argparse.Namespace) -> int:
+    from fanout.api.catalog import list_collections, remove_collection
+
+    if args.action == "add":
+        args.collection = args.name
+        return cmd_index(args)
+    if args.action == "remove":
+        for n in remove_collection(args.db, args.name):
+            print(f"removed {n}")
+        return 0
+    rows = list_collections(args.db)
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+    elif not rows:
+        print(f"no collections in {args.db}; add one with `fanout collection add NAME VAULT --db {args.db}`")
+    for r in [] if args.json else rows:
+        print(f"{r['collection']}\t{r['notes']} notes\t{r['chunks']} chunks\t{r['indexed_at']}\t{r['vault']}")
+    return 0
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    """Exit 0 when every row was answered, 3 when some rows are error rows (the rest is in --out)."""
+    from fanout.cli.common import config_from_args
+    from fanout.exec.engines import make_runner
+    from fanout.exec.progress import Progress
+    from fanout.filters import as_option
+    from fanout.io.batch_io import check_out
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    cfg = config_from_args(args)
+    if args.engine:
+        cfg = cfg.replace(runner={"engine": args.engine})
+    check_out(args.out, args.file, cfg.storage)  # before any work (and before Ray starts)
+    opts = SearchOptions(n=args.n, min_score=args.min_score, expand=args.expand, rerank=args.rerank,
+                         filter=as_option(filter_arg(args)), explain=args.explain)
+    mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
+    with make_runner(cfg, n_rows=0, mode=mode) as runner, Progress("batch", "query") as progress:
+        searcher = Searcher(args.db, args.collection, cfg, runner)
+        st = run_batch(args.file, args.out, searcher, opts, args.slice, progress=sys.stderr.isatty(),
+                       on_slice=progress)
+    times = " ".join(f"{k} {v:.2f}s" for k, v in st["timings"].items())
+    exp = ", ".join(f"{k} {v}" for k, v in sorted(st["expansion"].items()))
+    print(f"{st['queries']} queries ({st['resumed']} resumed), {st['errors']} errors, {st['seconds']:.1f}s "
+          f"-> {args.out}\nexpansion: {exp or 'none'} ({st['cached_expansions']} used a cached expansion)"
+          + (f"\nstages: {times}" if times else f"\nengine: {st['engine']}"))
+    return 3 if st["errors"] else 0
+
+
+def _big_input(path: str, cfg) -> bool:
+    """auto mode (runner.auto_ray): Ray for inputs of at least runner.ray_min_rows rows (counted by a
+    streaming pass, only when the answer depends on it)."""
+    from fanout.exec.engines import attached, auto_ray
+    from fanout.io.batch_io import read_input
+
+    if cfg.runner.mode != "auto":
+        return cfg.runner.mode == "ray"
+    if attached(cfg) or not auto_ray(cfg, 10**18):  # decided without counting
+        return attached(cfg)
+    n = 0
+    for t in read_input(path, cfg.storage):
+        n += t.num_rows
+        if n >= cfg.runner.ray_min_rows:
+            return True
+    return False
+
+
+def cmd_expand(args: argparse.Namespace) -> int:
+    """Precompute expansions for a query file into the cache (no retrieval); resumable, streaming."""
+    from fanout.cli.common import config_from_args
+    from fanout.exec.engines import make_runner
+    from fanout.pipelines.precompute import run_expand
+
+    cfg = config_from_args(args)
+    mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
+    with make_runner(cfg, n_rows=0, mode=mode) as runner:
+        st = run_expand(args.file, args.db, args.collection, cfg, runner)
+    print(f"{st['queries']} queries in {st['seconds']:.1f}s: {st['expanded']} expanded, {st['cached']} already "
+          f"cached, {st['agent']} had agent variants, {st['errors']} bad rows")
+    return 3 if st["errors"] else 0
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from fanout.cli.common import config_from_args
+    from fanout.pipelines.optimize_tables import optimize_tables, optimize_text
+
+    print(optimize_text(optimize_tables(args.db, args.collection, args.keep_days, cfg=config_from_args(args))))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from fanout.models import files as models
+
+    manifest = models.load_manifest()
+    if args.action == "install":
+        names = args.names or manifest["profiles"][args.profile]
+        unknown = [n for n in names if n not in manifest["models"]]
+        if unknown:
+            raise UserError(f"unknown model recipe(s) {unknown}; known: {sorted(manifest['models'])}")
+        for name, path in models.provision_profile(names, args.cache_dir, manifest).items():
+            print(f"{name}\t{path}")
+        if not args.keep_convert_venv and any(manifest["models"][n].get("convert") for n in names):
+            models.drop_converter(models.cache_root(args.cache_dir))
+    elif args.action == "list":
+        for r in models.list_models(args.cache_dir, manifest):
+            size = f"{r['size'] / 2**20:.0f}MiB" if r["size"] else "?"
+            print(f"{r['name']:40} {'yes' if r['present'] else 'no ':3} {size:>7} {r['sha256']}  {r['path']}")
+    else:
+        print(models.resolve_model(args.spec, args.cache_dir, manifest=manifest))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from fanout.cli.demo import run_demo
+
+    return run_demo(args)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from fanout.evaluation.evaluate import main_eval
+
+    return main_eval(args)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from fanout.cli.analyze import main_analyze
+
+    return main_analyze(args)
+
+
+def cmd_gaps(args: argparse.Namespace) -> int:
+    from fanout.gaps.report import main_gaps
+
+    return main_gaps(args)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from fanout.serve.mcp import main_mcp
+
+    return main_mcp(args)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from fanout.serve.http import serve
+
+    args.warm = collections_arg(args.collection) if args.collection else []
+    return serve(args)
+
+
+# -- the parser -------------------------------------------------------------------------------------------
+
+
+COMMANDS = ("index", "query", "search", "vsearch", "get", "multi-get", "status", "ls", "collection", "batch",
+            "expand", "optimize", "models", "demo", "eval", "analyze", "gaps", "mcp", "serve")
+
+FNS = {name: globals()["cmd_" + name.replace("-", "_")] for name in COMMANDS if name not in ("query", "vsearch")}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The one parser (fanout/cli/args.py); `only` builds just that command's subparser."""
+    return _build_parser(FNS, __doc__, only)
+
+
+EXIT_DISK_FULL = 4  # no space (or quota) left where the command writes
+
+
+def disk_full_line(e: BaseException, args: argparse.Namespace) -> str:
+    """The one line for a full disk: DiskFull's own message, else the locations this command writes."""
+    from fanout.store.storage import DiskFull, free_bytes, free_text
+
+    if isinstance(e, DiskFull):
+        return str(e)
+    where = [w for w in (getattr(e, "filename", None), getattr(args, "out", None), getattr(args, "db", None)) if w]
+    where = list(dict.fromkeys(str(w) for w in where))
+    full = [w for w in where if (f := free_bytes(w)) is not None and f < 3e6]  # the full ones, if known
+    shown = " or ".join(f"{w}{free_text(w)}" for w in full or where) or "the output location"
+    rerun = " (finished parts are kept: the same command resumes)" if args.cmd == "batch" else ""
+    return (f"no space left on the device while writing {shown}; free space there (or write to another disk) "
+            f"and run the same command again{rerun}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+    if args.fn is not cmd_search or args.verbose:  # a search sets it up only when it runs in-process
+        setup_logging(getattr(args, "verbose", False))
+    try:
+        return int(args.fn(args) or 0)
+    except BrokenPipeError:  # `fanout ls | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a full disk, whatever raised it, is one line and exit 4
+        from fanout.store.storage import is_disk_full
+
+        if is_disk_full(e):
+            print(f"fanout: {disk_full_line(e, args)}", file=sys.stderr)
+            return EXIT_DISK_FULL
+        if isinstance(e, (FileNotFoundError, ValueError, RuntimeError)):  # incl. UserError, ModelError, NoteError
+            print(f"fanout: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+def entry() -> None:
+    """The `fanout` command: `main`, the exit handlers (a runner left open closes; logging flushes), then out
+    without the interpreter's teardown: with Ray, lancedb and pandas loaded, finalizing their modules took
+    0.4-0.6 s of every command's wall, more than a cached `fanout search` takes. An exception leaves the usual
+    way, with its traceback."""
+    import atexit
+    import contextlib
+
+    rc = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(rc)
+
+
+if __name__ == "__main__":
+    entry()

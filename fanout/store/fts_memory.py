@@ -1,0 +1,181 @@
+"""The `memory` full-text engine: Lance's BM25 over postings held in memory, a query's lists in numpy.
+
+Each full-text call into Lance costs ~1.4 ms of CPU on the sample and benchmark indexes (most of it per call: query
+planning, its thread pool) and ~5 ms at 60,000 chunks (bench/query_cost.py, issue 23), two a query. This engine
+computes the same lists without calling Lance: per FTS column it tokenizes the pinned version's texts ONCE with
+Lance's own tokenizer (`lance.tokenize`, with the parameters the column's index was built with, read from
+`index_statistics`) and keeps each token's postings (row position, BM25 contribution). A query is then one
+`lance.tokenize` per language and a few numpy operations per column, scored as Lance 13 scores a MultiMatch query
+(Lance 1.0's source, the one reachable here, corrected where 13 differs, and checked against it bit for bit, on
+~5,000 query texts over the benchmark's and the sample's indexes: bench/fts_engines.py; tests/test_fts_memory.py):
+
+- per column, BM25 with k1 = 1.2, b = 0.75 in float32: idf = ln(1 + (N - n + 0.5) / (n + 0.5)), a document's
+  weight (k1 + 1) f / (f + k1 (1 - b + b dl / avgdl)); N, dl and avgdl count only documents with at least
+  one token; a token repeated in the query counts each time, summed in query order; x the column's boost;
+- per column the top k (ties: lower row id first), then per row the best column's score, top k again;
+- with a prefilter, the same over the rows it keeps (N, avgdl and idf stay the whole column's).
+
+A column is served from memory only when its index matches what was rebuilt here: one segment, no
+unindexed rows, the same document and token counts (anything else, e.g. rows deleted after the index was
+built, is answered by Lance itself: `memory_column` returns None and says why at debug level).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from fanout.store.db import Collection
+
+log = logging.getLogger(__name__)
+# CPU to build the postings of one chunk's text in one column (Lance's tokenizer on it, counting): measured
+# 0.04-0.08 ms (the sample vault's 6 columns 0.083, the benchmark's English index 0.067, a 60,000-chunk
+# synthetic index 0.042); retrieve.fts_memory_after weighs it against the Lance calls a process makes
+BUILD_S_PER_CELL = 0.00006
+K1 = np.float32(1.2)
+B = np.float32(0.75)
+# index parameters that lance.tokenize takes (the rest of `index_statistics`' params describe the index)
+_TOKENIZE_ARGS = ("base_tokenizer", "language", "max_token_length", "lower_case", "stem", "remove_stop_words",
+                  "custom_stop_words", "ascii_folding", "min_ngram_length", "max_ngram_length", "prefix_only",
+                  "split_identifiers", "split_on_numerics", "preserve_original", "index_operators")
+
+
+class MemoryColumn:
+    """One FTS column's postings: token -> slice of `rows` (positions in the pinned rows, ascending) and
+    `contrib` (that token's float32 BM25 contribution to each of those rows)."""
+
+    def __init__(self, tokenize_args: dict[str, Any], slices: dict[str, tuple[int, int]], rows: np.ndarray,
+                 contrib: np.ndarray, n_rows: int):
+        self.tokenize_args, self.slices, self.rows, self.contrib, self.n_rows = \
+            tokenize_args, slices, rows, contrib, n_rows
+        self.analyzer = tuple(sorted(tokenize_args.items()))  # columns with equal ones tokenize a query alike
+
+    def top(self, tokens: list[str], k: int, allowed: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(positions, scores) of this column's top k for the query's tokens, None when none matches;
+        `allowed` (a bool per row): a prefilter, the top k of the rows it keeps (the statistics stay the
+        whole column's, as Lance's prefiltered search keeps them)."""
+        hits = [self.slices[t] for t in tokens if t in self.slices]
+        if not hits:
+            return None
+        if len(hits) == 1:
+            s, e = hits[0]
+            cand, score = self.rows[s:e], self.contrib[s:e]
+        else:
+            dense = np.zeros(self.n_rows, np.float32)
+            for s, e in hits:  # one float32 add per query token, in query order: Lance's sums to the bit
+                dense[self.rows[s:e]] += self.contrib[s:e]
+            cand = np.flatnonzero(dense)  # every contribution is > 0: the rows some token matched
+            score = dense[cand]
+        if allowed is not None:
+            keep = allowed[cand]
+            cand, score = cand[keep], score[keep]
+        return topk(cand, score, k) if len(cand) else None
+
+
+def topk(pos: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best (highest score first, lower position first among equal scores)."""
+    if len(pos) > 4 * k:  # cut to the scores at or above the k-th before sorting
+        kth = np.partition(score, len(score) - k)[len(score) - k]
+        keep = score >= kth
+        pos, score = pos[keep], score[keep]
+    order = np.lexsort((pos, -score))[:k]
+    return pos[order], score[order]
+
+
+def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, allowed: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """One MultiMatch query over `columns`: (positions, float32 scores), best first, at most k (of the
+    `allowed` rows when a prefilter is given)."""
+    import lance
+
+    tokens: dict[tuple, list[str]] = {}
+    parts = []
+    for col, boost in zip(columns, boosts):
+        if col.analyzer not in tokens:  # the body/title/heading columns of one language share one tokenize call
+            tokens[col.analyzer] = [t.text for t in lance.tokenize(text, **col.tokenize_args)]
+        got = col.top(tokens[col.analyzer], k, allowed)
+        if got is not None:
+            parts.append((got[0], got[1] * np.float32(boost)))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    if len(parts) == 1:
+        return parts[0]
+    pos = np.concatenate([p for p, _ in parts])
+    score = np.concatenate([s for _, s in parts])
+    order = np.lexsort((-score, pos))  # per position, its best column first
+    pos, score = pos[order], score[order]
+    first = np.ones(len(pos), bool)
+    first[1:] = pos[1:] != pos[:-1]
+    return topk(pos[first], score[first], k)
+
+
+def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
+    """`column`'s postings from the pinned version `ds` (a Lance dataset), in the row order of `ids` (sorted
+    row ids); None (and why, at debug level) when its index is not one this engine reproduces."""
+    name = next((d.name for d in ds.describe_indices()
+                 if list(d.field_names) == [column] and "Inverted" in d.type_url), None)
+    if name is None:
+        return _skip(col, column, "no full-text index")
+    st = ds.index_statistics(name)
+    if st.get("num_segments") != 1 or len(st.get("indices", [])) != 1 or st.get("num_unindexed_rows"):
+        return _skip(col, column, f"index layout {st.get('num_segments')} segments, "
+                                  f"{st.get('num_unindexed_rows')} unindexed rows")
+    meta = st["indices"][0]
+    params = meta["params"]
+    if params.get("lance_tokenizer", "text") != "text":
+        return _skip(col, column, f"tokenizer {params.get('lance_tokenizer')}")
+    args = {a: params[a] for a in _TOKENIZE_ARGS if a in params}
+    t = ds.to_table(columns=[column], with_row_id=True)
+    at = np.searchsorted(ids, t["_rowid"].to_numpy())
+    if len(ids) != t.num_rows or not (ids[np.minimum(at, len(ids) - 1)] == t["_rowid"].to_numpy()).all():
+        return _skip(col, column, "rows differ from the pinned row ids")
+    import lance
+
+    postings: dict[str, tuple[list[int], list[int]]] = {}
+    dl = np.zeros(len(ids), np.uint32)
+    n_docs = total = 0
+    for p, text in zip(at.tolist(), t[column].to_pylist()):
+        if not text:
+            continue
+        toks = [x.text for x in lance.tokenize(text, **args)]
+        if not toks:  # Lance counts only documents with a token (N, avgdl)
+            continue
+        n_docs += 1
+        total += len(toks)
+        dl[p] = len(toks)
+        for tok, f in Counter(toks).items():
+            r, fs = postings.setdefault(tok, ([], []))
+            r.append(p)
+            fs.append(f)
+    if n_docs != meta.get("num_docs") or len(postings) != meta.get("num_tokens"):
+        return _skip(col, column, f"index has {meta.get('num_docs')} documents / {meta.get('num_tokens')} tokens, "
+                                  f"the rows give {n_docs} / {len(postings)}")
+    tokens = list(postings)
+    lengths = np.fromiter((len(postings[x][0]) for x in tokens), np.int64, len(tokens))
+    ends = np.cumsum(lengths)
+    rows = np.fromiter((p for x in tokens for p in postings[x][0]), np.int32, int(ends[-1]) if len(ends) else 0)
+    freq = np.fromiter((f for x in tokens for f in postings[x][1]), np.float32, len(rows))
+    avgdl = np.float32(total) / np.float32(n_docs) if n_docs else np.float32(1)
+    norm = K1 * (np.float32(1) - B + B * dl.astype(np.float32) / avgdl)
+    weight = (K1 + np.float32(1)) * freq / (freq + norm[rows])
+    idf = np.array([_idf(int(n), n_docs) for n in lengths], np.float32)
+    contrib = (np.repeat(idf, lengths) * weight).astype(np.float32)
+    slices = {x: (int(e - n), int(e)) for x, n, e in zip(tokens, lengths, ends)}
+    return MemoryColumn(args, slices, rows, contrib, len(ids))
+
+
+def _idf(token_docs: int, num_docs: int) -> np.float32:
+    """Lance's idf in float32 (its f32 ops, then ln rounded to float32)."""
+    n, q = np.float32(num_docs), np.float32(token_docs)
+    x = (n - q + np.float32(0.5)) / (q + np.float32(0.5)) + np.float32(1.0)
+    return np.float32(math.log(float(x)))
+
+
+def _skip(col: Collection, column: str, why: str) -> None:
+    log.debug("full-text column %s of %s is searched by Lance: %s", column, col.name, why)
