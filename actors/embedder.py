@@ -6,9 +6,10 @@ import logging
 
 import numpy as np
 import pyarrow as pa
-from fanout.actors._llama import file_sha256, load_llama, model_path
+from fanout.actors._llama import load_llama, model_path
 
 from fanout.config import Config
+from fanout.models.files import file_sha256
 
 log = logging.getLogger(__name__)
 

@@ -51,21 +51,26 @@ warnings.filterwarnings("ignore", message="lance is not fork-safe", category=Use
 TYPE_CHECKING = False  # typing costs the CLI's warm path ~5 ms of imports
 if TYPE_CHECKING:
     from fanout.api import (
-        BatchReport,
+        BatchResult,
         ConfigError,
+        FilterError,
         Hit,
         Hits,
         IndexReport,
         IndexStateError,
         KnowledgeBase,
         ModelError,
+        Note,
         NoteError,
-        RowError,
+        RequestError,
+        StorageError,
+        UserError,
         open,
     )
 
-__all__ = ["BatchReport", "ConfigError", "FanoutError", "Hit", "Hits", "IndexReport", "IndexStateError",
-           "KnowledgeBase", "ModelError", "NoteError", "RowError", "__version__", "open"]
+__all__ = ["BatchResult", "ConfigError", "FanoutError", "FilterError", "Hit", "Hits", "IndexReport",
+           "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "RequestError", "StorageError",
+           "UserError", "__version__", "open"]
 _LAZY = set(__all__) - {"FanoutError", "__version__"}
 
 

@@ -136,6 +136,7 @@ VECTOR_LANES = ("vec", "title_vec", "heading_vec")  # the lanes that search with
 
 
 # batch columns that pass between stages (engine columns start with `_`)
+CARRY = "_carry"  # a Ray Data caller's own columns, as one struct, carried from WrapRows to UnwrapAnswers
 WHERE = "_where"  # each query's LanceDB prefilter (null: none), set by ProbeBM25, read by the retrieval lanes
 PROBE_SEEN = "_probe_seen"  # the probe's normalised top score and gap, for --explain
 

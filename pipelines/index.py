@@ -45,7 +45,10 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class IndexSummary:
+class IndexReport:
+    """What an index run did: notes and chunks now indexed, what it embedded, reused, deleted and skipped
+    (`skipped`: one dict per note with its `path`, `reason` and `detail`), and how long it took."""
+
     notes: int = 0
     chunks: int = 0
     embedded_notes: int = 0
@@ -107,7 +110,7 @@ def _old_manifest(col: Collection) -> dict:
 
 
 def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
-                progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexSummary:
+                progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexReport:
     """Index (or update) one vault into `db_dir` as `collection`; `rebuild` starts from empty tables.
 
     `progress`: True draws a tqdm bar; a callable is called as `progress(chunks_done, chunks_total)` after
@@ -131,7 +134,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
 
 
 def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
-                 progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexSummary:
+                 progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexReport:
     t0 = time.perf_counter()
     vault = resolve_vault(vault)
     notes, skipped = scan_notes(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
@@ -160,7 +163,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             existing = col.table(col.documents_name).to_arrow().select(["path", "content_hash"])
     changed, deleted, _ = plan_changes(notes, existing)
     changed |= set(damaged) & set(notes["path"].to_pylist())
-    summary = IndexSummary(notes=notes.num_rows, rebuilt=rebuild, deleted=len(deleted),
+    summary = IndexReport(notes=notes.num_rows, rebuilt=rebuild, deleted=len(deleted),
                            skipped=skipped.to_pylist(), ignored=ignored.num_rows, repaired=len(damaged),
                            rederived=rederived)
     reuse: dict[str, list[float]] = {}

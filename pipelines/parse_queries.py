@@ -16,7 +16,7 @@ import pyarrow as pa
 from fanout.config.vocab import FIELD_KINDS
 from fanout.errors import FanoutError
 from fanout.filters import FilterError, combine, parse_filter
-from fanout.schemas import ERRORS, QUERIES, VARIANT
+from fanout.schemas import CARRY, ERRORS, QUERIES, VARIANT
 from fanout.text import nfc
 
 SEARCH_TYPES = ("lex", "vec", "hyde")
@@ -187,4 +187,7 @@ class ParseQueries:
                 self.stats["dropped_bad_row"] += 1
             out.append(rec)
         self.stats["rows"] += n
-        return pa.Table.from_pylist(out, schema=PARSED)
+        parsed = pa.Table.from_pylist(out, schema=PARSED)
+        if CARRY in cols:  # a Ray Data caller's own columns (pipelines/carry_rows.py), row for row
+            parsed = parsed.append_column(CARRY, batch.column(CARRY))
+        return parsed

@@ -20,8 +20,8 @@ RANK = {  # the longest matching prefix wins
     "fanout.io": 3, "fanout.exec": 3, "fanout.agent_fields": 3,
     "fanout.actors": 4,
     "fanout.pipelines": 5,
-    "fanout.api": 6, "fanout.ray": 6,
-    "fanout.cli": 7, "fanout.serve": 7, "fanout.evaluation": 7, "fanout.gaps": 7,
+    "fanout.api": 6, "fanout.ray": 6, "fanout.gaps": 6,
+    "fanout.cli": 7, "fanout.serve": 7, "fanout.evaluation": 7,
     "fanout": 8, "fanout.__main__": 8,
 }
 

@@ -1,6 +1,23 @@
 """The public Python API (above the pipelines): `open` -> `KnowledgeBase` with index, search, batch, expand,
-get, status and gaps; the request -> response service the CLI and `fanout serve` share (service.py); reading
-notes confined to the vault (notes.py); what a db holds (catalog.py).
+get, status and gaps (kb.py); its result types (types.py); the request -> response service the CLI and
+`fanout serve` share (service.py); reading notes confined to the vault (notes.py); what a db holds
+(catalog.py). `fanout/__init__.py` re-exports the public names; `fanout.ray` is the Ray Data processor.
 
-May import the base, fanout.actors and fanout.pipelines; never the faces (cli, serve, evaluation, gaps).
+May import the base, fanout.actors, fanout.pipelines and fanout.gaps; never the faces (cli, serve, evaluation).
 """
+
+from fanout.api.kb import KnowledgeBase, open
+from fanout.api.notes import NoteError
+from fanout.api.service import RequestError
+from fanout.api.types import BatchResult, Hit, Hits, Note
+from fanout.config import ConfigError
+from fanout.errors import FanoutError, UserError
+from fanout.filters import FilterError
+from fanout.models.files import ModelError
+from fanout.pipelines.index import IndexReport
+from fanout.store.integrity import IndexStateError
+from fanout.store.storage import StorageError
+
+__all__ = ["BatchResult", "ConfigError", "FanoutError", "FilterError", "Hit", "Hits", "IndexReport",
+           "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "RequestError", "StorageError",
+           "UserError", "open"]

@@ -36,7 +36,24 @@ COLLECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # what a Lanc
 
 
 class RequestError(FanoutError, ValueError):
-    """A malformed request (a 400 from `fanout serve`); the message names the field and what is allowed."""
+    """A malformed request or query (a 400 from `fanout serve`); the message names the field and what is
+    allowed, `field` holds the field's name."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        # the field a message names first (`n`, `mode`, ...) unless given
+        self.field = field or (m.group(1) if (m := re.search(r"`(\w+)`", message)) else None)
+
+
+COLLECTION_RULE = ("letters, digits, `_`, `-` and `.`, up to 128 characters, not starting with `.`; "
+                   "`fanout collection list` names them")
+
+
+def check_collection(name: object) -> str:
+    """`name` when it is a collection name (COLLECTION_NAME), else RequestError saying what is allowed."""
+    if not isinstance(name, str) or not COLLECTION_NAME.fullmatch(name):
+        raise RequestError(f"{_show(name)} is not a collection name ({COLLECTION_RULE})", field="collection")
+    return name
 
 
 def check_request(req: Any, max_results: int) -> None:
@@ -64,9 +81,8 @@ def check_request(req: Any, max_results: int) -> None:
             raise RequestError(f"`collections` must be a non-empty list of collection names, got {_show(names)}")
         for name in names:
             if not isinstance(name, str) or not COLLECTION_NAME.fullmatch(name):
-                raise RequestError(f"`collections`: {_show(name)} is not a collection name (letters, digits, "
-                                   "`_`, `-` and `.`, up to 128, not starting with `.`); `fanout collection "
-                                   "list` names them")
+                raise RequestError(f"`collections`: {_show(name)} is not a collection name ({COLLECTION_RULE})",
+                                   field="collections")
     n = req.get("n", 10)
     if isinstance(n, float) and n.is_integer():
         n = int(n)

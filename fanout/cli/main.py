@@ -24,20 +24,25 @@ from fanout.errors import UserError
 # -- commands ---------------------------------------------------------------------------------------------
 
 
-def cmd_index(args: argparse.Namespace) -> int:
-    from fanout.cli.common import config_from_args
-    from fanout.exec.engines import make_runner
-    from fanout.exec.progress import EMBED_STARTING, Progress
-    from fanout.pipelines.index import index_vault
+def _kb(args: argparse.Namespace, collection: str | None = None):
+    """The API object the command works through (fanout.open with the command's db, collection and config)."""
+    from fanout.api import KnowledgeBase
 
-    cfg = config_from_args(args)
+    return KnowledgeBase(args.db, collection or _one_collection(args), config_from_args(args))
+
+
+def _one_collection(args: argparse.Namespace) -> str:
     names = collections_arg(args.collection)
     if len(names) > 1:
-        raise UserError(f"index builds one collection at a time, got {names}; run it once per collection")
-    with make_runner(cfg, n_rows=0 if args.runner is None else 10**9) as runner, \
-            Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
-        s = index_vault(args.vault, args.db, names[0], cfg, runner, progress=progress,
-                        rebuild=getattr(args, "rebuild", False))
+        raise UserError(f"{args.cmd} works on one collection at a time, got {names}; run it once per collection")
+    return names[0]
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from fanout.exec.progress import EMBED_STARTING, Progress
+
+    with _kb(args) as kb, Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
+        s = kb.index(args.vault, progress=progress, rebuild=getattr(args, "rebuild", False))
     for sk in s.skipped:
         print(f"skipped {sk['path']}: {sk['reason']} ({sk['detail']})", file=sys.stderr)
     print(s.text())
@@ -62,14 +67,9 @@ def run_request(args: argparse.Namespace, req: dict) -> dict:
         resp = ask_server(args.db, req, args.config)
         if resp is not None:
             return resp
-    from fanout.api.service import SearchService
-    from fanout.cli.common import config_from_args
-    from fanout.exec.engines import make_runner
-
     setup_logging(args.verbose)  # main leaves it to here: the warm path above never logs
-    cfg = config_from_args(args)
-    with make_runner(cfg, n_rows=1) as runner:
-        return SearchService(args.db, cfg, runner).run(req)
+    with _kb(args, req["collections"][0]) as kb:
+        return kb.answer(req)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -124,19 +124,15 @@ def _docs(col):
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    from fanout.api.notes import locate, note_lines, parse_ref, read_note, render_lines
+    from fanout.api.notes import render_lines
 
-    col = _open(args)
-    vault, docs = _vault(col), _docs(col)
-    ref = parse_ref(args.ref)
-    target = locate(vault, ref.name, docs)
-    note = read_note(vault, target, "note", col.cfg.index)
-    head, first, lines = note_lines(note, ref.heading, ref.line_from, ref.line_to, args.lines)
+    with _kb(args) as kb:
+        note = kb.get(args.ref, max_lines=args.lines)
     if args.json:
-        print(json.dumps({"path": note["path"], "title": note["title"], "heading": head, "lang": note["lang"],
-                          "first_line": first, "text": "\n".join(lines)}, ensure_ascii=False, indent=2))
+        print(json.dumps({"path": note.path, "title": note.title, "heading": note.heading, "lang": note.lang,
+                          "first_line": note.first_line, "text": note.text}, ensure_ascii=False, indent=2))
     else:
-        print(render_lines(first, lines, args.line_numbers))
+        print(render_lines(note.first_line, note.text.split("\n"), args.line_numbers))
     return 0
 
 
@@ -176,10 +172,10 @@ def cmd_multi_get(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from fanout.api.catalog import status, status_text
-    from fanout.cli.common import config_from_args
+    from fanout.api.catalog import status_text
 
-    st = status(_open(args), config_from_args(args), detail=True)
+    with _kb(args) as kb:
+        st = kb.status(detail=True)
     print(json.dumps(st, ensure_ascii=False, indent=2) if args.json else status_text(st))
     return 0
 
@@ -221,25 +217,17 @@ def cmd_collection(args: argparse.Namespace) -> int:
 
 def cmd_batch(args: argparse.Namespace) -> int:
     """Exit 0 when every row was answered, 3 when some rows are error rows (the rest is in --out)."""
-    from fanout.cli.common import config_from_args
-    from fanout.exec.engines import make_runner
-    from fanout.exec.progress import Progress
-    from fanout.filters import as_option
-    from fanout.io.batch_io import check_out
-    from fanout.pipelines.batch import run_batch
-    from fanout.pipelines.search import Searcher, SearchOptions
+    from fanout.api import KnowledgeBase
 
     cfg = config_from_args(args)
     if args.engine:
         cfg = cfg.replace(runner={"engine": args.engine})
-    check_out(args.out, args.file, cfg.storage)  # before any work (and before Ray starts)
-    opts = SearchOptions(n=args.n, min_score=args.min_score, expand=args.expand, rerank=args.rerank,
-                         filter=as_option(filter_arg(args)), explain=args.explain)
-    mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
-    with make_runner(cfg, n_rows=0, mode=mode) as runner, Progress("batch", "query") as progress:
-        searcher = Searcher(args.db, args.collection, cfg, runner)
-        st = run_batch(args.file, args.out, searcher, opts, args.slice, progress=sys.stderr.isatty(),
-                       on_slice=progress)
+    if args.slice:
+        cfg = cfg.replace(runner={"slice_rows": args.slice})
+    with KnowledgeBase(args.db, args.collection, cfg) as kb:
+        st = kb.batch(args.file, out=args.out, n=args.n, min_score=args.min_score, expand=args.expand,
+                      rerank=args.rerank, filter=filter_arg(args), explain=args.explain, runner=args.runner,
+                      progress=True).stats
     times = " ".join(f"{k} {v:.2f}s" for k, v in st["timings"].items())
     exp = ", ".join(f"{k} {v}" for k, v in sorted(st["expansion"].items()))
     print(f"{st['queries']} queries ({st['resumed']} resumed), {st['errors']} errors, {st['seconds']:.1f}s "
@@ -248,34 +236,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 3 if st["errors"] else 0
 
 
-def _big_input(path: str, cfg) -> bool:
-    """auto mode (runner.auto_ray): Ray for inputs of at least runner.ray_min_rows rows (counted by a
-    streaming pass, only when the answer depends on it)."""
-    from fanout.exec.engines import attached, auto_ray
-    from fanout.io.batch_io import read_input
-
-    if cfg.runner.mode != "auto":
-        return cfg.runner.mode == "ray"
-    if attached(cfg) or not auto_ray(cfg, 10**18):  # decided without counting
-        return attached(cfg)
-    n = 0
-    for t in read_input(path, cfg.storage):
-        n += t.num_rows
-        if n >= cfg.runner.ray_min_rows:
-            return True
-    return False
-
-
 def cmd_expand(args: argparse.Namespace) -> int:
     """Precompute expansions for a query file into the cache (no retrieval); resumable, streaming."""
-    from fanout.cli.common import config_from_args
-    from fanout.exec.engines import make_runner
-    from fanout.pipelines.precompute import run_expand
-
-    cfg = config_from_args(args)
-    mode = args.runner or ("ray" if _big_input(args.file, cfg) else "inproc")
-    with make_runner(cfg, n_rows=0, mode=mode) as runner:
-        st = run_expand(args.file, args.db, args.collection, cfg, runner)
+    with _kb(args, args.collection) as kb:
+        st = kb.expand(args.file, runner=args.runner, progress=None)
     print(f"{st['queries']} queries in {st['seconds']:.1f}s: {st['expanded']} expanded, {st['cached']} already "
           f"cached, {st['agent']} had agent variants, {st['errors']} bad rows")
     return 3 if st["errors"] else 0
@@ -330,9 +294,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_gaps(args: argparse.Namespace) -> int:
-    from fanout.gaps.report import main_gaps
+    """`fanout gaps ANSWERS --db DB -c NAME --out DIR`."""
+    from fanout.exec.progress import Progress
+    from fanout.gaps.report import make_report, summary_text
 
-    return main_gaps(args)
+    with Progress("gaps: reading answers", "byte") as progress:
+        res = make_report(args.answers, args.out, args.db, args.collection, config_from_args(args),
+                          previous=args.previous, progress=progress)
+    print(summary_text(res, args.out))
+    return 0
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

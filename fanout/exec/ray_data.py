@@ -68,7 +68,7 @@ def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any
 
 def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-            rows: int = 0, block_rows: int = 0, parts: Parts | None = None) -> Any:
+            rows: int = 0, block_rows: int = 0, parts: Parts | None = None, source: Any = None) -> Any:
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver, one block each) -> map_batches per
     stage (actor pools). Lazy: nothing runs until it is iterated. With `parts`, the last operator writes
     its answered rows there as parts and hands on only their counters (`Parts.write_block`).
@@ -78,7 +78,10 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     `rows` (the input's row count, when known) splits the read into blocks (`read_blocks`): a todo file holds
     up to 1,024 rows and one block reaches one actor, so without the split a 1,000-row job would keep one
     retrieval actor and one embedder busy however many there are. `block_rows` overrides
-    `runner.block_rows` (a model-bound job wants small blocks: its progress moves per block)."""
+    `runner.block_rows` (a model-bound job wants small blocks: its progress moves per block).
+
+    `source`: a Dataset of the caller's (fanout.ray.search) to add the stages to, lazily, instead of a read;
+    its blocks are the caller's and the pools take their configured sizes (its row count is not known)."""
     rd = runner.ray_data()
     ctx = rd.DataContext.get_current()
     ctx.execution_options.preserve_order = preserve_order
@@ -121,7 +124,9 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     cuts = [model_block_rows(runner.cfg, spec, rows, read_rows) for spec in specs]
     sizes = pool_sizes(runner.cfg, specs, cuts, rows, read_rows)
     check_fits(runner, specs, sizes)
-    if tables is not None:
+    if source is not None:
+        ds = source
+    elif tables is not None:
         # from_blocks: one block per table, metadata computed here; from_arrow runs a remote task per table for
         # it before the job starts (a worker process's start and imports on the driver's critical path)
         ds = rd.from_blocks(tables) if hasattr(rd, "from_blocks") else rd.from_arrow(tables)

@@ -105,7 +105,10 @@ class RayRunner(Runner):
 
     kind = "ray"
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, private: bool = True):
+        """`private=False` (a Ray Data processor added to the caller's Dataset, fanout.ray): with no Ray session
+        yet, start the plain local one Ray Data itself would start, and leave it to the caller; never a private
+        one whose end would cut the caller's Dataset short."""
         super().__init__(cfg)
         import ray
 
@@ -116,7 +119,9 @@ class RayRunner(Runner):
         self._owns = False
         address = cfg.runner.ray_address or os.environ.get("RAY_ADDRESS", "")
         self._env_before: dict[str, str | None] = {}
-        if not ray.is_initialized():
+        if not ray.is_initialized() and not private and not address:
+            ray.init(include_dashboard=False, logging_level="ERROR", configure_logging=False)
+        elif not ray.is_initialized():
             if address:  # a cluster's auth mode is its operator's (docs/cluster.md): token clusters set it
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -283,10 +288,11 @@ class RayRunner(Runner):
 
     def dataset(self, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
                 progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-                rows: int = 0, block_rows: int = 0) -> Any:
-        """ONE lazy Dataset: read -> map_batches per stage (see ray_data.dataset)."""
+                rows: int = 0, block_rows: int = 0, source: Any = None) -> Any:
+        """ONE lazy Dataset: read (or the caller's `source` Dataset) -> map_batches per stage (see
+        ray_data.dataset)."""
         return ray_data.dataset(self, specs, paths, filesystem, progress, tables, preserve_order, rows,
-                                block_rows=block_rows)
+                                block_rows=block_rows, source=source)
 
     def run(self, specs: list[StageSpec], source: Source, *, parts: Parts | None = None,
             pipeline: Pipeline | None = None, slice_rows: int = 0, block_rows: int = 0,

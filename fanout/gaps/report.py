@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from fanout.gaps.analysis import FLAGGED, groups_table
 
 if TYPE_CHECKING:
+    from fanout.config import Config
     from fanout.config.sections import GapsConfig
     from fanout.gaps.analysis import GapsResult, Group
 
@@ -170,29 +171,27 @@ def page(res: GapsResult, g: GapsConfig, source: str) -> str:
             f'<th>closest pages</th></tr></thead><tbody>{"".join(rows)}</tbody></table></body></html>\n')
 
 
-def main_gaps(args: Any) -> int:
-    """`fanout gaps ANSWERS --db DB -c NAME --out DIR`."""
-    import sys
-
-    from fanout.cli.common import config_from_args
-    from fanout.exec.progress import Progress
+def make_report(answers: str, out: str | Path, db: str, collection: str, cfg: Config,
+                previous: str | None = None, progress: Any = None) -> GapsResult:
+    """`fanout gaps`: read the answers, find and group the gaps, write report.md, report.html,
+    flagged.parquet and groups.parquet into `out`; returns the result (its `stats`, `groups`)."""
     from fanout.gaps.analysis import find_gaps
 
-    cfg = config_from_args(args)
-    out = Path(args.out)
+    out = Path(out)
     spool = out / ".flagged.spool.parquet"
     try:
-        with Progress("gaps: reading answers", "byte") as progress:
-            res = find_gaps(args.answers, args.db, args.collection, cfg, spool, progress=progress,
-                            previous=args.previous)
-        write_report(res, out, cfg.gaps, args.answers)
+        res = find_gaps(answers, db, collection, cfg, spool, progress=progress, previous=previous)
+        write_report(res, out, cfg.gaps, answers)
     finally:
         spool.unlink(missing_ok=True)
-    s = res.stats
-    print(f"{s.queries} queries ({s.errors} error rows, {s.bad_lines} unreadable lines): {s.answered} answered, "
-          f"{s.flagged['weak']} weakly answered, {s.flagged['unanswered']} unanswered, {s.flagged['lost']} lost "
-          f"their page -> {len(res.groups)} groups "
-          f"of {res.distinct} distinct questions ({res.embedded} embedded, not in the cache)\n"
-          f"report: {out / 'report.md'}, {out / 'report.html'}; flagged queries: {out / 'flagged.parquet'}",
-          file=sys.stdout)
-    return 0
+    return res
+
+
+def summary_text(res: GapsResult, out: str | Path) -> str:
+    """The lines `fanout gaps` prints after a report."""
+    s, out = res.stats, Path(out)
+    return (f"{s.queries} queries ({s.errors} error rows, {s.bad_lines} unreadable lines): {s.answered} answered, "
+            f"{s.flagged['weak']} weakly answered, {s.flagged['unanswered']} unanswered, {s.flagged['lost']} lost "
+            f"their page -> {len(res.groups)} groups "
+            f"of {res.distinct} distinct questions ({res.embedded} embedded, not in the cache)\n"
+            f"report: {out / 'report.md'}, {out / 'report.html'}; flagged queries: {out / 'flagged.parquet'}")

@@ -337,3 +337,20 @@ def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str, index: str | N
                 cols.append(pa.array([index] * batch.num_rows, pa.string()))
                 writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=FLAT))
             writer.close()
+
+
+def read_output(out: str | Path, storage_cfg: StorageConfig | None = None) -> pa.Table:
+    """A `fanout batch` output file read back whole: parquet and CSV as FLAT rows (CSV cells typed by FLAT),
+    JSONL as one row per query with its `results` list."""
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+
+    ext = _ext(out, OUT_FORMATS, "output")
+    fs, path = filesystem(out, storage_cfg)
+    if ext == ".parquet":
+        return pq.read_table(path, filesystem=fs)
+    with fs.open_input_stream(path) as f:
+        if ext == ".csv":
+            return pcsv.read_csv(f, convert_options=pcsv.ConvertOptions(
+                column_types={fl.name: fl.type for fl in FLAT}, strings_can_be_null=True))
+        return pjson.read_json(f)

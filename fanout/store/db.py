@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from fanout.store import storage
 from fanout.store.integrity import (
+    IndexMissing,
     IndexStateError,
     bad_vector_rows,
     describe_error,
@@ -238,8 +239,8 @@ class Collection:
 
     def require(self) -> dict[str, Any]:
         """The manifest of an existing index, checked (IndexStateError names the file and the fix)."""
-        missing = FileNotFoundError(f"no index {self.name!r} in {str(self.db_dir)!r}; build it with "
-                                    f"`fanout index VAULT --db {self.db_dir} --collection {self.name}`")
+        missing = IndexMissing(f"no index {self.name!r} in {str(self.db_dir)!r}; build it with "
+                               f"`fanout index VAULT --db {self.db_dir} --collection {self.name}`")
         if not storage.exists(self.manifest_path, self._scfg):
             raise missing
         try:

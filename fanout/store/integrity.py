@@ -36,6 +36,10 @@ class IndexStateError(FanoutError, ValueError):
     """A manifest, config or index table is damaged or does not match; the message says how to fix it."""
 
 
+class IndexMissing(IndexStateError, FileNotFoundError):
+    """There is no index of that name in that db (yet); the message gives the command that builds it."""
+
+
 def rebuild_hint(db_dir: str | Path, collection: str, vault: str | None = None) -> str:
     coll = "" if collection == "notes" else f" --collection {collection}"
     return f"`fanout index {vault or 'VAULT'} --db {db_dir}{coll} --rebuild`"

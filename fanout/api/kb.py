@@ -1,0 +1,345 @@
+"""`fanout.open(db, collection, config)` -> a `KnowledgeBase`: index, search, batch, expand, get, status, gaps.
+
+The CLI, `fanout serve` and MCP answer through the same objects (fanout/api/service.py turns one request into
+one response; this module holds the runners, the service and the lock). One code path: `search` is what
+`fanout query` runs, `batch` is `fanout batch` (the same resumable job, the same output), `expand` is
+`fanout expand`.
+
+Thread safety: one KnowledgeBase may be shared by threads; its calls run one at a time (a lock), because the
+in-process models (llama.cpp) are not thread-safe. For parallel throughput give many queries to one `batch`
+call (it fans out over Ray when that pays), or open one KnowledgeBase per thread (each loads its own models).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+import pyarrow as pa
+
+from fanout.api.types import BatchResult, Hits, Note, as_path
+from fanout.config import Config, ConfigError, load_config
+from fanout.errors import UserError
+
+if TYPE_CHECKING:
+    from fanout.api.service import SearchService
+    from fanout.exec.runner import Runner
+    from fanout.gaps.analysis import GapsResult
+    from fanout.pipelines.index import IndexReport
+
+RunnerMode = Literal["auto", "inproc", "ray"]
+RUNNER_MODES = ("auto", "inproc", "ray")
+AGENT_FIELDS = ("short_query", "rephrased_query", "expected_answer", "intent")
+Rows = pa.Table | Iterable[Mapping[str, Any]] | str | os.PathLike | Any  # Any: a pandas DataFrame
+
+
+def _config(config: str | os.PathLike | Config | None) -> Config:
+    if isinstance(config, Config):
+        return config
+    if config is not None and not isinstance(config, str | os.PathLike):
+        raise ConfigError(f"`config` must be a profile name (e.g. 'local', 'fake'), a YAML path or a "
+                          f"fanout Config, got {type(config).__name__}")
+    return load_config(None if config is None else os.fspath(config))
+
+
+def _mode(runner: Any) -> str | None:
+    if runner is not None and runner not in RUNNER_MODES:
+        raise UserError(f"`runner` must be one of {list(RUNNER_MODES)}, got {runner!r}")
+    return runner
+
+
+class KnowledgeBase:
+    """One collection of one db, with its config, models and stages loaded once and reused across calls.
+
+    Use it as a context manager (or call `close()`): closing releases the models and any Ray session
+    fanout started. Build one with `fanout.open`.
+    """
+
+    def __init__(self, db: str | os.PathLike, collection: str = "notes",
+                 config: str | os.PathLike | Config | None = None, *, runner: RunnerMode | None = None):
+        from fanout.api.service import check_collection
+        from fanout.store import storage
+
+        self.db = storage.normalize_uri(as_path(db, "db"))
+        self.collection = check_collection(collection)
+        cfg = _config(config)
+        self.cfg = cfg.replace(runner={"mode": _mode(runner)}) if runner else cfg
+        self._lock = threading.RLock()
+        self._runners: dict[str, Runner] = {}
+        self._service: SearchService | None = None
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the models and stages; a Ray session fanout started for a job ends here."""
+        with self._lock:
+            for r in self._runners.values():
+                r.close()
+            self._runners.clear()
+            self._service = None
+            self._closed = True
+
+    def __repr__(self) -> str:
+        return f"KnowledgeBase(db={self.db!r}, collection={self.collection!r})"
+
+    def _runner(self, mode: str) -> Runner:
+        from fanout.exec.engines import make_runner
+
+        if self._closed:
+            raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")
+        if mode not in self._runners:
+            self._runners[mode] = make_runner(self.cfg, mode=mode)
+        return self._runners[mode]
+
+    def _svc(self) -> SearchService:
+        from fanout.api.service import SearchService
+        from fanout.exec.engines import job_mode
+
+        if self._service is None:
+            self._service = SearchService(self.db, self.cfg, self._runner(job_mode(self.cfg, rows=1)))
+        return self._service
+
+    # -- index --------------------------------------------------------------------------------------------------
+    def index(self, vault: str | os.PathLike, *, rebuild: bool = False,
+              progress: bool | Callable[[int, int], Any] = False) -> IndexReport:
+        """Index (or bring up to date) the notes of `vault`: new and changed notes are embedded, deleted ones
+        removed, unchanged ones kept. Returns an `IndexReport` (notes, chunks, skipped notes with reasons)."""
+        from fanout.exec.engines import job_mode
+        from fanout.pipelines.index import index_vault
+
+        vault = as_path(vault, "vault")
+        with self._lock:
+            rep = index_vault(vault, self.db, self.collection, self.cfg, self._runner(job_mode(self.cfg, rows=0)),
+                              progress=progress, rebuild=rebuild)
+            self._service = None  # the next search pins the new index version
+            return rep
+
+    # -- search -------------------------------------------------------------------------------------------------
+    def search(self, query: str, *, short_query: str | None = None, rephrased_query: str | None = None,
+               expected_answer: str | None = None, intent: str | None = None, n: int = 10,
+               filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
+               rerank: bool | None = None, explain: bool = False, mode: Literal["query", "search", "vsearch"] = "query",
+               min_score: float = 0.0, line_numbers: bool = False, full: bool = False,
+               collections: list[str] | None = None) -> Hits:
+        """The pages that answer `query`, best first: the answers of `fanout query` (`mode="search"`: full text
+        only, `"vsearch"`: vectors only, as the commands of those names).
+
+        The agent fields (`short_query`: keywords -> full text; `rephrased_query`: a paraphrase -> vectors;
+        `expected_answer`: an answer-like passage -> vectors; `intent`: what the asker wants) replace local
+        expansion when given. `filter`: {"folder": ..., "tag": ..., "path": ..., "lang": ...} (a value or a list).
+        `expand` / `rerank`: None = the config's default. Raises `RequestError` (a `FanoutError`) naming the
+        field for bad input, `IndexStateError` when there is no index to search.
+        """
+        from fanout.api.service import RequestError
+
+        fields = {"short_query": short_query, "rephrased_query": rephrased_query,
+                  "expected_answer": expected_answer, "intent": intent}
+        for name, value in {"query": query, **fields}.items():
+            if value is not None and not isinstance(value, str):
+                raise RequestError(f"`{name}` must be text (str), got {type(value).__name__}", field=name)
+        if isinstance(filter, Mapping):
+            filter = dict(filter)
+        req: dict[str, Any] = {"mode": mode, "collections": collections or [self.collection], "query": query,
+                               "n": n, "min_score": min_score, "explain": explain, "full": full,
+                               "line_numbers": line_numbers, "filter": filter,
+                               **{k: v for k, v in fields.items() if v is not None}}
+        if mode == "query":
+            req.update(expand=expand, rerank=rerank)
+        with self._lock:
+            resp = self._svc().run(req)
+        if resp["errors"]:
+            e = resp["errors"][0]
+            raise RequestError(f"{e['field'] or 'query'}: {e['error']}", field=e["field"] or "query")
+        return Hits.from_response(resp, query)
+
+    def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """One search request as the JSON object `fanout serve` takes (mode, collections, query, agent fields,
+        n, min_score, filter, expand, rerank, explain, full, line_numbers) -> the JSON-ready response the CLI
+        prints and the server sends (results, errors, timings, expansion). Raises RequestError for a malformed
+        request; a bad query comes back as an error in `errors`."""
+        with self._lock:
+            return self._svc().run(dict(request) if isinstance(request, Mapping) else request)
+
+    # -- batch --------------------------------------------------------------------------------------------------
+    def batch(self, rows: Rows, *, out: str | os.PathLike | None = None, n: int = 10, min_score: float = 0.0,
+              filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
+              rerank: bool | None = None, explain: bool = False, runner: RunnerMode | None = None,
+              progress: bool = False) -> BatchResult:
+        """Answer many queries: what `fanout batch` does, with the same output.
+
+        `rows`: a pa.Table, a pandas DataFrame, a list of dicts (each with `query`, optional `id`, the agent
+        fields, `filter`), or the path/URI of a JSONL, CSV or parquet file. A bad row becomes an error row
+        (its id, field and reason) and never stops the others. `out`: a .parquet/.jsonl/.csv path or URI to
+        write (resumable: the same call after a kill redoes only the unfinished rows); None keeps the answers
+        in memory. `runner`: "inproc", "ray" (Ray Data; a running Ray session or cluster is used), or "auto"
+        (the config's rule: Ray for big jobs on big machines). `progress`: a bar on stderr.
+        """
+        from fanout.exec.engines import job_mode
+        from fanout.exec.progress import Progress
+        from fanout.filters import as_option, parse_filter
+        from fanout.io.batch_io import check_out
+        from fanout.pipelines.batch import run_batch
+        from fanout.pipelines.search import Searcher, SearchOptions
+
+        opts = SearchOptions(n=_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
+                             filter=as_option(parse_filter(filter)), explain=bool(explain))
+        with self._lock, tempfile.TemporaryDirectory(prefix="fanout-batch-") as tmp:
+            src, n_rows = _input_file(rows, tmp)
+            dest = os.fspath(out) if out is not None else os.path.join(tmp, "answers.parquet")
+            check_out(dest, src, self.cfg.storage)
+            mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
+            runner_ = self._runner(mode)
+            searcher = Searcher(self.db, self.collection, self.cfg, runner_)
+            if progress:
+                with Progress("batch", "query") as bar:
+                    st = run_batch(src, dest, searcher, opts, on_slice=bar)
+            else:
+                st = run_batch(src, dest, searcher, opts)
+            if out is not None:
+                return BatchResult(out=dest, stats=st, storage=self.cfg.storage)
+            from fanout.io.batch_io import read_output
+
+            return BatchResult(out=None, stats=st, table=read_output(dest))  # read before the folder goes
+
+    def expand(self, rows: Rows, *, runner: RunnerMode | None = None, progress: bool = False) -> dict[str, Any]:
+        """Precompute expansions of `rows` (as for `batch`) into the collection's cache, so later searches of
+        the same queries call no expander (`fanout expand`). Returns counters: queries, expanded, cached, agent,
+        errors, seconds."""
+        from fanout.exec.engines import job_mode
+        from fanout.pipelines.precompute import run_expand
+
+        with self._lock, tempfile.TemporaryDirectory(prefix="fanout-expand-") as tmp:
+            src, n_rows = _input_file(rows, tmp)
+            mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
+            st = run_expand(src, self.db, self.collection, self.cfg, self._runner(mode), progress=progress)
+            self._service = None  # cached expansions are read anew
+            return st
+
+    # -- notes and state ----------------------------------------------------------------------------------------
+    def get(self, ref: str, *, max_lines: int | None = None) -> Note:
+        """A note by path, title or alias, optionally a section (`Note#Heading > Sub`) or file lines
+        (`Note:40-60`): what `fanout get` prints. Never reads outside the vault (`NoteError` says why)."""
+        from fanout.api.notes import locate, note_lines, parse_ref, read_note
+
+        if not isinstance(ref, str) or not ref.strip():
+            raise UserError(f"`ref` must be a note's path, title or alias (text), got {ref!r}")
+        col = self._collection()
+        vault = _vault(col)
+        r = parse_ref(ref)
+        target = locate(vault, r.name, _docs(col))
+        note = read_note(vault, target, "note", col.cfg.index)
+        head, first, lines = note_lines(note, r.heading, r.line_from, r.line_to, max_lines)
+        return Note(path=note["path"], title=note["title"], heading=head, first_line=first,
+                    text="\n".join(lines), lang=note.get("lang"))
+
+    def status(self, detail: bool = False) -> dict[str, Any]:
+        """What the collection holds: vault, notes, chunks, languages, models, when it was indexed
+        (`detail`: table versions and cache sizes too), as `fanout status --json` prints it."""
+        from fanout.api.catalog import status
+
+        return status(self._collection(), self.cfg, detail=detail)
+
+    def gaps(self, answers: str | os.PathLike, out: str | os.PathLike, *, previous: str | None = None,
+             progress: bool = False) -> GapsResult:
+        """The gap report of a batch's answers file (`fanout gaps`): the questions the notes do not answer,
+        grouped, written to `out` (report.md, report.html, flagged.parquet, groups.parquet). Returns the
+        result: `.stats` (queries, answered, weak, unanswered, ...) and `.groups` (name, asks, band, pages).
+        `previous`: an earlier report folder to compare with."""
+        from fanout.exec.progress import Progress
+        from fanout.gaps.report import make_report
+
+        with self._lock, (Progress("gaps: reading answers", "byte") if progress else _nothing()) as bar:
+            return make_report(as_path(answers, "answers"), as_path(out, "out"), self.db, self.collection,
+                               self.cfg, previous=previous, progress=bar)
+
+    def _collection(self):
+        from fanout.store.db import Collection
+
+        col = Collection(self.db, self.collection, self.cfg)
+        col.refresh()  # the table versions the manifest pins: what searches are served
+        return col
+
+
+def open(db: str | os.PathLike = ".fanout/db", collection: str = "notes",
+         config: str | os.PathLike | Config | None = None, *, runner: RunnerMode | None = None) -> KnowledgeBase:
+    """Open collection `collection` of the index at `db` (a folder or an object-store URI such as s3://...).
+
+    `config`: a bundled profile by name ("local": the default models; "fake": stand-in models for tests;
+    "production"), a YAML path, or a `Config`; None = $FANOUT_CONFIG or "local". `runner`: where jobs run
+    ("auto", "inproc", "ray"; None = the config's `runner.mode`). Nothing is loaded until first use; the db
+    may not exist yet (`index` creates it).
+
+        with fanout.open(".fanout/db", config="fake") as kb:
+            kb.index("notes/")
+            hits = kb.search("how do I sync?")
+    """
+    return KnowledgeBase(db, collection, config, runner=runner)
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"`{name}` must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _input_file(rows: Rows, tmp: str) -> tuple[str, int | None]:
+    """`rows` as a path the batch reader takes (a file of the caller's, or one written to `tmp`) and its row
+    count when known without reading."""
+    if isinstance(rows, str | os.PathLike):
+        return as_path(rows, "rows"), None
+    if type(rows).__name__ == "DataFrame" and hasattr(rows, "to_dict"):  # pandas, without importing it
+        rows = pa.Table.from_pandas(rows, preserve_index=False)
+    if isinstance(rows, pa.Table):
+        import pyarrow.parquet as pq
+
+        path = os.path.join(tmp, "input.parquet")
+        pq.write_table(rows, path)
+        return path, rows.num_rows
+    if isinstance(rows, Mapping) or not isinstance(rows, Iterable):
+        raise UserError(f"`rows` must be a pa.Table, a pandas DataFrame, a list of dicts or a file path/URI, "
+                        f"got {type(rows).__name__}")
+    path = os.path.join(tmp, "input.jsonl")
+    n = 0
+    with Path(path).open("w", encoding="utf-8") as f:
+        for row in rows:
+            n += 1
+            # a row that is not an object becomes that row's error row (the reader names it); values JSON has
+            # no type for (dates, decimals) are written as their text
+            try:
+                line = json.dumps(row, ensure_ascii=False, default=str)
+            except (TypeError, ValueError, RecursionError) as e:
+                line = json.dumps(f"row {n} cannot be read: {type(e).__name__}: {str(e)[:80]}")
+            f.write(line + "\n")
+    return path, n
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield None
+
+
+def _vault(col) -> Path | None:
+    v = col.read_manifest().get("vault")
+    return Path(v).resolve() if v else None
+
+
+def _docs(col):
+    rows: list[dict] = []
+
+    def load() -> list[dict]:
+        if not rows:
+            rows.extend(col.read(col.documents_name, ["path", "title", "aliases"]).to_pylist())
+        return rows
+    return load

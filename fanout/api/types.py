@@ -1,0 +1,150 @@
+"""The public API's result types: `Hit` / `Hits` (a search's pages), `BatchResult` (a batch job's answers),
+`Note` (what `get` reads). Arrow is the interchange format: every result converts with `.to_arrow()` and
+`.to_pandas()` (pandas only when asked for)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+HIT_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("path", pa.string()), ("title", pa.string()), ("heading", pa.string()),
+    ("snippet", pa.string()), ("score", pa.float64()), ("collection", pa.string()), ("line", pa.int32()),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One page a search returned, with its best passage.
+
+    `rank` is 1-based; `score` is in [0, 1] (the fused score over the best any page could reach, or the
+    reranker's blend); `heading` is the passage's heading path ("" at the top of a note); `line` is the file
+    line where the passage starts (only with `line_numbers=True`, else None); `explain` holds every list's
+    rank and score for this page (only with `explain=True`); `section` the whole section's text (`full=True`).
+    """
+
+    rank: int
+    path: str
+    title: str
+    heading: str
+    snippet: str
+    score: float
+    collection: str
+    line: int | None = None
+    explain: dict[str, Any] | None = None
+    section: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Hits(list[Hit]):
+    """A search's pages, best first (a list of `Hit`), with what the query became.
+
+    `query`: the query as searched; `expansion`: where its variants came from per collection (agent, cache,
+    model, fallback, probe_skip, none); `timings`: seconds per stage; `explain`: the query-level facts when
+    `explain=True` (probe, filter).
+    """
+
+    def __init__(self, hits: list[Hit], query: str = "", expansion: dict[str, str] | None = None,
+                 timings: dict[str, float] | None = None, explain: dict[str, Any] | None = None):
+        super().__init__(hits)
+        self.query = query
+        self.expansion = expansion or {}
+        self.timings = timings or {}
+        self.explain = explain
+
+    @classmethod
+    def from_response(cls, resp: dict[str, Any], query: str = "") -> Hits:
+        """The service's JSON-ready response (fanout/api/service.py) as typed hits."""
+        hits = [Hit(rank=r["rank"], path=r["path"], title=r["title"], heading=r["heading"] or "",
+                    snippet=r["snippet"] or "", score=float(r["score"]), collection=r["collection"],
+                    line=r.get("line"), explain=r.get("explain"), section=r.get("section"))
+                for r in resp["results"]]
+        return cls(hits, query, resp.get("expansion"), resp.get("timings"), resp.get("explain"))
+
+    def to_arrow(self) -> pa.Table:
+        """One row per page: rank, path, title, heading, snippet, score, collection, line."""
+        return pa.Table.from_pylist([{f.name: getattr(h, f.name) for f in HIT_SCHEMA} for h in self],
+                                    schema=HIT_SCHEMA)
+
+    def to_pandas(self) -> Any:
+        return self.to_arrow().to_pandas()
+
+    def __repr__(self) -> str:
+        return f"Hits({self.query!r}, {len(self)} pages: {[h.path for h in self[:5]]}{'...' if len(self) > 5 else ''})"
+
+
+@dataclass
+class BatchResult:
+    """What `KnowledgeBase.batch` answered: the output of `fanout batch` (one row per page of every query, one
+    row per bad query with its `field` and `error`; columns qid, rank, path, title, heading, snippet, score,
+    field, error, query), held in memory (`out=None`) or in the file `out`, and the job's counters
+    (`stats`: queries, errors, resumed, expansion sources, seconds, stage timings).
+    """
+
+    out: str | None
+    stats: dict[str, Any] = field(default_factory=dict)
+    table: pa.Table | None = None
+    storage: Any = None  # the config's storage section, to read `out` back (object stores included)
+
+    @property
+    def queries(self) -> int:
+        return int(self.stats.get("queries", 0))
+
+    @property
+    def errors(self) -> int:
+        return int(self.stats.get("errors", 0))
+
+    def to_arrow(self) -> pa.Table:
+        if self.table is None:
+            from fanout.io.batch_io import read_output
+
+            self.table = read_output(self.out, self.storage)
+        return self.table
+
+    def to_pandas(self) -> Any:
+        return self.to_arrow().to_pandas()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.to_arrow().to_pylist())
+
+    def __len__(self) -> int:
+        return self.to_arrow().num_rows
+
+
+@dataclass(frozen=True)
+class Note:
+    """A note (or the section or line range a reference names) read from the vault: `path` relative to the
+    vault, `title`, `heading` (the section's heading path, None for the whole body), `first_line` (the file
+    line of `text`'s first line), `text`, `lang`."""
+
+    path: str
+    title: str
+    heading: str | None
+    first_line: int
+    text: str
+    lang: str | None = None
+
+    @property
+    def lines(self) -> tuple[int, int]:
+        """(first, last) file line of `text`."""
+        return self.first_line, self.first_line + max(0, self.text.count("\n"))
+
+
+def as_path(value: Any, what: str) -> str:
+    """A str or os.PathLike as a string; anything else is a typed error naming the argument."""
+    import os
+
+    from fanout.errors import UserError
+
+    if isinstance(value, Path | os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, str) and value.strip():
+        return value
+    raise UserError(f"`{what}` must be a path or URI (str or os.PathLike), got {type(value).__name__} "
+                    f"{str(value)[:60]!r}")
