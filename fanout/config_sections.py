@@ -181,16 +181,16 @@ class ExpandConfig:
     # fields format: show the model the original query's top BM25 pages (title > heading: snippet), so it
     # writes fields grounded in this knowledge base rather than in what it guesses the words mean (the 1.5B
     # read `корзина` as a shopping cart). 0 = off; the probe's lists are reused when the search ran one.
-    # Off: with 3, on the first 20 queries of each set (bench/issue11/ground_screen.yaml, all four sets), the
+    # Off: with 3, on the first 20 queries of each set (bench/no_agent/ground_screen.yaml, all four sets), the
     # 1.5B's fields scored -0.007 / -0.045 / +0.039 / +0.000 against its ungrounded fields at ~2x the seconds.
     ground_hits: int = 0
     ground_chars: int = 160  # each grounding snippet is cut to this many characters
     # which expansion kinds are searched (lex -> full text, vec/hyde -> vectors); the cache keeps every line,
-    # so a subset is tried without generating again (bench/issue11/full.yaml)
+    # so a subset is tried without generating again (bench/no_agent/full.yaml)
     use_kinds: tuple[str, ...] = ("lex", "vec", "hyde")
     # `fanout expand` also embeds each query's vector-lane variants into the query-vector cache, so a later
     # search of a precomputed query calls no model at all (1.5B fields, 236 queries: 0.43-0.54 s/query of
-    # embedding moved offline; bench/issue11/full.yaml)
+    # embedding moved offline; bench/no_agent/full.yaml)
     precompute_vectors: bool = True
 
     def validate(self) -> None:
@@ -212,7 +212,7 @@ class ExpandConfig:
 class CleanConfig:
     """Field hygiene (pipelines/clean_fields.py): repairs the shapes a weak writer gives its fields."""
 
-    # Chosen on en-base, en-tricky (and ru-base where measured); ru-tricky held out (bench/issue25/hygiene.yaml,
+    # Chosen on en-base, en-tricky (and ru-base where measured); ru-tricky held out (bench/weak_fields/hygiene.yaml,
     # README "Weak fields"). On: the rules that helped weak fields and never hurt the strong agent's.
     enabled: bool = True  # run the CleanFields stage at all (after ExpandQueries)
     sources: tuple[str, ...] = ("agent", "cache", "model", "fallback")  # variant sources cleaned
