@@ -8,7 +8,7 @@
     -> the parts streamed into OUT in input order (duckdb over a pyarrow dataset) -> `OUT.parts/` removed.
 
 Resume (kill -9, then the same command): a done-row filter on our own parts, not Ray Data checkpointing
-(README "Resume" says why). A part is one parquet file, complete or unreadable (no footer); unreadable
+(docs/architecture.md says why). A part is one parquet file, complete or unreadable (no footer); unreadable
 ones are deleted and their rows redone. Memory stays flat: the driver never holds the input, the ids or the
 results as Python lists; counting and ordering are columnar passes.
 """

@@ -1,4 +1,4 @@
-"""fanout/evaluation/matrix.py: every rows file of bench/issue11 names valid configurations, and finished rows merge."""
+"""fanout/evaluation/matrix.py: every rows file of bench/no_agent names valid configurations, and finished rows merge."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import yaml
 from fanout.evaluation.matrix import fields_from, row_config, save
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = sorted((ROOT / "bench" / "issue11").glob("*.yaml")) + sorted((ROOT / "bench" / "issue25").glob("*.yaml"))
+SPECS = sorted((ROOT / "bench" / "no_agent").glob("*.yaml")) + sorted((ROOT / "bench" / "weak_fields").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", [p for p in SPECS if "rows" in yaml.safe_load(p.read_text(encoding="utf-8"))],
@@ -55,7 +55,7 @@ def test_a_row_reads_its_own_fields_files(tmp_path: Path) -> None:
 
 
 def _weak_fields():
-    spec = importlib.util.spec_from_file_location("weak_fields", ROOT / "bench" / "issue25" / "weak_fields.py")
+    spec = importlib.util.spec_from_file_location("weak_fields", ROOT / "bench" / "weak_fields" / "weak_fields.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -162,7 +162,7 @@ output file (.parquet / .jsonl / .csv) gives results. Examples:
 GAPS_HELP = """which questions of a `fanout batch` answers file the notes do not answer, grouped.
 
 A query whose best score is below gaps.unanswered_below (0.7) is unanswered, below gaps.weak_below (0.83)
-weakly answered (the calibrated scores: README "Score calibration"). Flagged queries are grouped by their
+weakly answered (the calibrated scores: docs/benchmark.md). Flagged queries are grouped by their
 vectors (the query-vector cache of the collection), each group named by its most typical questions and
 terms, counted (repeats included), with the pages that came closest and the terms their headings lack.
 The answers must come from this collection's current index (each row's `index` column). Example:

@@ -1,8 +1,8 @@
 """The sections of a fanout config: one frozen dataclass per stage or actor, each with its checks.
 
-Every field has a default (the value the benchmark chose, see configs/local.yaml for the reasons) and is
-checked on load with a message that names the field, the value and what is allowed. `fanout/config/__init__.py`
-puts them together (`Config`) and loads YAML profiles.
+Every field has a default (the value the benchmark chose; the comments say why and point to the figures in
+docs/benchmark.md and docs/performance.md) and is checked on load with a message that names the field, the
+value and what is allowed. `fanout/config/__init__.py` puts them together (`Config`) and loads YAML profiles.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class ActorConfig:
 
 @dataclass(frozen=True)
 class ChunkConfig:
-    max_tokens: int = 450  # token budget per chunk (benchmark: 450 beat 900, see configs/local.yaml)
+    max_tokens: int = 450  # token budget per chunk (ties 900, fits one ubatch: docs/benchmark.md#chunk-size)
     overlap: float = 0.15  # fraction of max_tokens repeated at a forced (non-heading) split
     min_tokens: int = 40  # a trailing piece smaller than this is merged into the previous chunk
     breadcrumb: bool = True  # prefix the embedded text with "title > h1 > h2"
@@ -111,14 +111,12 @@ class IndexConfig:
     # (each field counted on its own): the note is skipped (bad_front_matter); every chunk carries them
     max_field_chars: int = 10_000
     verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
-    # below this vector search is brute force: exact, ~5.6 ms/query at 50k rows (STACK.md); at 100k rows
-    # brute force was ~10x slower than the index below (bench/index_scale.py, same run)
+    # below this vector search is brute force: exact and fast enough; at twice this the index was an order of
+    # magnitude faster (bench/index_scale.py; docs/performance.md#storage-at-scale)
     vector_index_min_rows: int = 50000
-    # bench/index_scale.py, 100k clustered 768-d rows, 100 queries per call, shared 2-core box: IVF_HNSW_SQ
-    # reached recall@10 1.0 (nprobes 20, refine 2, ef 100) at ~1/10 of brute force's time, 91 MB, built in
-    # 395 s; IVF_RQ built 5x faster but stopped at recall 0.93 (refine 10); IVF_PQ took 10x HNSW's build
-    # time at 20k rows for recall 0.998 (refine 10). Same settings at 200k / 400k rows (2026-12-01, lighter
-    # load): recall@10 1.0 / 0.998 at 7.05 / 9.2 ms/query vs brute force 44 / 87, built in 110 / 231 s
+    # IVF_HNSW_SQ: with the query settings below it keeps recall@10 near 1.0 at a fraction of brute force's
+    # time; IVF_RQ stopped at a lower recall, IVF_PQ built many times slower (bench/index_scale.py;
+    # docs/performance.md#storage-at-scale)
     vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
     vector_partitions: int = 0  # IVF partitions; 0 = sqrt(rows)
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
@@ -128,12 +126,9 @@ class IndexConfig:
     refine_factor: int = 2  # re-rank k x this with exact distances (query time; SQ alone: recall 0.92-0.96)
     ef: int = 100  # HNSW beam width, at least k x refine_factor; 0 = Lance's default (query time)
     # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
-    # Full it is: bench/matryoshka.py on the English sets (115 queries), hybrid nDCG@5 base/tricky 768
-    # 0.797/0.804, 512 0.782/0.789, 256 0.779/0.780, 128 0.770/0.722; vector-only (--score-index, all four
-    # sets, en-base/en-tricky/ru-base/ru-tricky) 768 .796/.772/.728/.757, 512 .783/.765/.721/.750, 256
-    # .778/.777/.696/.754, 128 .741/.639/.698/.676: every cut loses on at least 3 of 4 sets. Search cost
-    # does not matter below the vector index threshold (0.4-0.5 ms/query at 768 on the benchmark's ~1k chunks). A
-    # smaller size only pays where index memory does (1M rows: 3 GB at 768).
+    # Full it is: every smaller size loses nDCG@5 on at least 3 of the 4 benchmark sets (bench/matryoshka.py;
+    # docs/benchmark.md#matryoshka-sizes), and search cost does not matter below the vector index threshold.
+    # A smaller size only pays where index memory does (1M rows: 3 GB at 768).
     vector_dim: int = 0
 
     def validate(self) -> None:
@@ -173,9 +168,9 @@ class ExpandConfig:
     prompt_version: str = "v1"  # part of the cache key: bump when the prompt or grammar changes
     max_variants: int = 6  # lines kept after filtering (qmd format)
     # qmd: lex/vec/hyde lines under a grammar; fields: the agent's three fields from the MCP descriptions
-    # (issue 11; fanout/agent_fields.py). qmd stays the local default because expansion is off there (the
-    # 0.5B's qmd lines did not help: README "Without an agent"); local-1.5b uses fields, which with the 1.5B
-    # (all 236 queries, precomputed) scored 0.805/0.836/0.728/0.809 vs hybrid 0.796/0.803/0.742/0.796.
+    # (fanout/agent_fields.py). qmd stays the local default because expansion is off there (the 0.5B's qmd
+    # lines did not help); local-1.5b uses fields, which with the 1.5B (precomputed) scored above hybrid on
+    # three of the four benchmark sets (docs/benchmark.md#without-an-agent).
     format: Literal["qmd", "fields"] = "qmd"
     fields: tuple[str, ...] = ("short_query", "rephrased_query", "expected_answer")  # fields format: which to write
     titles_in_prompt: bool = False  # fields format: list the collection's page titles in the prompt
@@ -183,16 +178,16 @@ class ExpandConfig:
     # fields format: show the model the original query's top BM25 pages (title > heading: snippet), so it
     # writes fields grounded in this knowledge base rather than in what it guesses the words mean (the 1.5B
     # read `корзина` as a shopping cart). 0 = off; the probe's lists are reused when the search ran one.
-    # Off: with 3, on the first 20 queries of each set (bench/issue11/ground_screen.yaml, all four sets), the
-    # 1.5B's fields scored -0.007 / -0.045 / +0.039 / +0.000 against its ungrounded fields at ~2x the seconds.
+    # Off: grounding helped Russian keyword queries, hurt English paraphrases and doubled the seconds
+    # (bench/no_agent/ground_screen.yaml; docs/benchmark.md#without-an-agent).
     ground_hits: int = 0
     ground_chars: int = 160  # each grounding snippet is cut to this many characters
     # which expansion kinds are searched (lex -> full text, vec/hyde -> vectors); the cache keeps every line,
-    # so a subset is tried without generating again (bench/issue11/full.yaml)
+    # so a subset is tried without generating again (bench/no_agent/full.yaml)
     use_kinds: tuple[str, ...] = ("lex", "vec", "hyde")
     # `fanout expand` also embeds each query's vector-lane variants into the query-vector cache, so a later
-    # search of a precomputed query calls no model at all (1.5B fields, 236 queries: 0.43-0.54 s/query of
-    # embedding moved offline; bench/issue11/full.yaml)
+    # search of a precomputed query calls no model at all (its embedding moves offline:
+    # docs/benchmark.md#without-an-agent)
     precompute_vectors: bool = True
 
     def validate(self) -> None:
@@ -214,8 +209,9 @@ class ExpandConfig:
 class CleanConfig:
     """Field hygiene (pipelines/clean_fields.py): repairs the shapes a weak writer gives its fields."""
 
-    # Chosen on en-base, en-tricky (and ru-base where measured); ru-tricky held out (bench/issue25/hygiene.yaml,
-    # README "Weak fields"). On: the rules that helped weak fields and never hurt the strong agent's.
+    # Chosen on en-base and en-tricky; the Russian sets, run afterwards, changed no value (bench/weak_fields/
+    # hygiene.yaml; docs/benchmark.md#weak-fields-field-hygiene). On: the rules that helped weak fields and
+    # never hurt the strong agent's.
     enabled: bool = True  # run the CleanFields stage at all (after ExpandQueries)
     sources: tuple[str, ...] = ("agent", "cache", "model", "fallback")  # variant sources cleaned
     split_lists: bool = False  # a comma/semicolon short_query becomes one lex per item (off: -0.003/-0.005 weak)
@@ -262,11 +258,11 @@ class CleanConfig:
 @dataclass(frozen=True)
 class RetrieveConfig:
     k: int = 20  # hits per list
-    fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, configs/local.yaml)
+    fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, docs/benchmark.md)
     fts_boost_heading: float = 1.0  # heading path
     fts_boost_body: float = 1.0  # chunk text
-    # which lanes run (ablations turn some off); + title_vec / heading_vec (issue 11, pipelines/retrieve_titles.py):
-    # off, they hurt English no-agent nDCG@5 (configs/local.yaml)
+    # which lanes run (ablations turn some off); + title_vec / heading_vec (pipelines/retrieve_titles.py):
+    # off, each lowered no-agent nDCG@5 on three of the four sets (docs/benchmark.md#without-an-agent)
     lanes: tuple[str, ...] = ("fts", "vec", "alias")
     hyde_prompt: Literal["query", "document"] = "document"  # embed hyde lines with the document prompt
     snippet_tokens: int = 60  # a result's snippet: the ~60-token run of lines with the most query terms
@@ -275,21 +271,21 @@ class RetrieveConfig:
     heading_text: Literal["heading", "breadcrumb"] = "breadcrumb"  # embed "title > heading" or the heading (not tuned)
     # full-text results as row ids, their path/chunk_id taken from the pinned version's rows in memory (built
     # once per version: ~100 MB per million chunks per retrieval process); above this many chunks each call
-    # reads the two columns itself. Results are identical; the memory path costs ~1.1 ms less CPU per call
-    # (bench/query_cost.py, issue 23). 0 turns it off.
+    # reads the two columns itself. Results are identical; the memory path costs less CPU per call
+    # (bench/query_cost.py; docs/performance.md#query-cost). 0 turns it off.
     rowid_map_rows: int = 2_000_000
     # who runs a full-text call: `memory` computes Lance's BM25 in numpy over postings built once per index
     # version with Lance's tokenizer (fanout/store/fts_memory.py: the same lists and scores, bit for bit, prefiltered
     # or not; indexes it does not reproduce go to Lance); `lance` calls Lance itself (pylance, pinned to the
     # Lance release lancedb embeds: identical lists, tests/test_fts_rowids.py); `lancedb` its query builder on
-    # its asyncio loop. CPU a call on the benchmark's English index: memory 0.19, lance 1.5, lancedb ~1.7 ms
-    # (bench/fts_engines.py, bench/query_cost.py; issue 23)
+    # its asyncio loop. memory costs about a tenth of Lance's CPU a call (bench/fts_engines.py;
+    # docs/performance.md#full-text-engines)
     fts_engine: Literal["memory", "lance", "lancedb"] = "memory"
     # the memory engine's postings are built per process and index version once its Lance calls on that version
-    # have cost this many times the build's estimated CPU (~0.06 ms a chunk and column; a Lance call costs
-    # ~1.4 ms on the sample and benchmark indexes, 5 ms at 60,000 chunks): a batch builds after its first call,
-    # a one-off search of a large index is not held up, and 1.0 never spends more than twice the cheaper choice
-    # (the ski-rental rule; 0 builds at the first call). fanout/store/fts.py memory_columns
+    # have cost this many times the build's estimated CPU (per chunk and column; the figures:
+    # docs/performance.md#query-cost): a batch builds after its first call, a one-off search of a large index
+    # is not held up, and 1.0 never spends more than twice the cheaper choice (the ski-rental rule; 0 builds
+    # at the first call). fanout/store/fts.py memory_columns
     fts_memory_after: float = 1.0
 
     def validate(self) -> None:
@@ -311,11 +307,11 @@ class FuseConfig:
     w_alias: float = 2.0  # weight of the exact title/alias lane
     w_title_vec: float = 1.0  # weight of the query-vector-vs-title/alias-vectors lane (1 and 2 tried, EN sets)
     w_heading_vec: float = 1.0  # weight of the query-vector-vs-heading-vectors lane (only 1 tried, EN sets)
-    fts_scale: float = 0.5  # multiplies the weight of every full-text list (English sweep, configs/local.yaml)
+    fts_scale: float = 0.5  # multiplies the weight of every full-text list (English sweep, docs/benchmark.md)
     bonus_first: float = 0.05  # added once for a page ranked 1st in any list
     bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
     calibrate: bool = True  # multiply a query's scores by its absolute evidence (best cosine / BM25)
-    cos_floor: float = 0.20  # best cosine at or below this: no vector evidence (fit: configs/local.yaml)
+    cos_floor: float = 0.20  # best cosine at or below this: no vector evidence (fit: docs/benchmark.md)
     cos_full: float = 0.35  # best cosine at or above this: full vector evidence
     bm25_floor: float = 0.0  # best raw BM25 score at or below this: no full-text evidence
     bm25_full: float = 24.0  # best raw BM25 score at or above this: full full-text evidence
@@ -336,7 +332,8 @@ class RerankConfig:
     blend: tuple[float, float, float] = (0.75, 0.60, 0.40)  # fused-rank weight for ranks 1-3, 4-10, 11+
     instruction: str = "Given a search query, retrieve relevant passages that answer the query"
     # passages of one query decoded together as parallel sequences (actors/reranker.py ParallelScorer); 1 = one
-    # by one, the scores the benchmark measured. For a GPU (bench/gpu_check.sh --rerank-parallel)
+    # by one, the scores the benchmark measured. For a GPU (bench/gpu_check.sh --rerank-parallel;
+    # docs/performance.md#gpu)
     parallel: int = 1
 
     def validate(self) -> None:
@@ -351,8 +348,8 @@ class CacheConfig:
     # model + prompt + text) and chunk texts of the pinned index version; ~1-3 KB each. 0 = always read Lance
     memory_rows: int = 20_000
     # answers `fanout serve` keeps for repeated identical requests (keyed by the request and the collections'
-    # manifest stamps; a re-index invalidates them). A repeat costs the warm CLI ~94 -> ~60 ms here
-    # (bench/cli_latency.py); 0 = answer every request anew
+    # manifest stamps; a re-index invalidates them): a repeat skips the pipeline (bench/cli_latency.py;
+    # docs/performance.md#cli-and-mcp-latency); 0 = answer every request anew
     serve_answers: int = 256
 
     def validate(self) -> None:
@@ -364,14 +361,14 @@ class CacheConfig:
 class GapsConfig:
     """`fanout gaps`: which answered queries count as unanswered or weakly answered, and how they are grouped."""
 
-    # a query's best score below this: unanswered. bench/calibration.py (README "Score calibration"): at
-    # --min-score 0.7 100% of relevant top-1 pages were kept and 100% of nonsense top-1 results dropped, on
-    # the tuned and the held-out English rows (nonsense p95 0.608 / 0.685)
+    # a query's best score below this: unanswered. At --min-score 0.7 every relevant top-1 page was kept and
+    # every nonsense top-1 result dropped, tuned and held-out English rows alike (bench/calibration.py;
+    # docs/benchmark.md#score-calibration)
     unanswered_below: float = 0.7
     # ...below this (and >= unanswered_below): weakly answered. The calibrated threshold is the 5th percentile
-    # of relevant top-1 scores, the score 0.8347 (README: 0.835), which the threshold keeps (>=): it is the
-    # level of a page first in the vector list that no full-text list found (cross-language questions,
-    # paraphrases), so the band ends just below it
+    # of relevant top-1 scores, the score 0.8347 (docs/benchmark.md#score-calibration), which the threshold
+    # keeps (>=): it is the level of a page first in the vector list that no full-text list found
+    # (cross-language questions, paraphrases), so the band ends just below it
     weak_below: float = 0.83
     # average-linkage cosine distance under which two queries' vectors join one group (scikit-learn
     # AgglomerativeClustering distance_threshold); fitted on the benchmark's flagged queries (README "Gaps")
@@ -436,9 +433,9 @@ class StorageConfig:
 class RunnerConfig:
     mode: Literal["auto", "inproc", "ray"] = "auto"  # auto: Ray for batches >= ray_min_rows, else in-process
     ray_min_rows: int = 64  # batches at least this large go to Ray in auto mode
-    # ...and only on a machine with this many cores (or attached to a cluster): a private local Ray on a
-    # 2-core Zen1 costs 30-50 s per Ray Data job (each actor process imports lancedb in ~4.5 s) and adds no
-    # core, so there the in-process loop is faster at every size (bench/scale_curve.py fixed s per job)
+    # ...and only on a machine with this many cores (or attached to a cluster): a private local Ray costs
+    # every Ray Data job seconds of start-up and adds no core, so on a small machine the in-process loop is
+    # faster at every size (bench/query_cost.py fixed cost; docs/performance.md#query-cost)
     local_ray_min_cores: int = 8
     ray_address: str = ""  # attach to a cluster ("" = $RAY_ADDRESS or a quiet private local Ray)
     object_store_mb: int = 512  # object store size of a local Ray
@@ -448,18 +445,17 @@ class RunnerConfig:
     # on Ray: "data" runs a batch/expand/index job as ONE Ray Data pipeline (every stage fans out);
     # "slices" is the pre-Ray-Data loop (the driver runs the stages, only model calls go to actors), kept
     # for comparison (bench/scale_curve.py). "data" is the default: same output (tests/test_ray_data.py),
-    # driver CPU per query and scaling measured in bench/scale_curve.py (README "Scale-out")
+    # driver CPU per query and scaling measured in bench/scale_curve.py (docs/performance.md#scale-out)
     engine: Literal["data", "slices"] = "data"
     slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
     # a Ray Data job's input is read as blocks of about this many queries, but at least two blocks per actor
     # of its widest pool (each actor has one to work on and one queued); every block pays Ray Data's hand-offs
-    # between operators. bench/query_cost.py --also (one run, 2,000 vs 200 queries, fake models): CPU per
-    # query 6.85 ms at 256, 8.88 at 64, 10.72 at 32 (the old block: one retriever batch); 512 and 1,024 were
-    # within that bench's noise of 256 (6.5-15 ms) and give fewer blocks to spread over actors
+    # between operators. Smaller blocks cost more CPU per query; larger ones were within noise and give fewer
+    # blocks to spread over actors (bench/query_cost.py --also; docs/performance.md#query-cost)
     block_rows: int = 256
-    # a Ray Data job of at most this many queries is read by the driver (from_arrow: held in memory at once,
-    # ~1 KB a query with agent fields) instead of by read tasks, whose worker processes cost ~1 CPU-s and ~1 s
-    # of a job's start each on 2 cores (bench/query_cost.py fixed cost); larger jobs stream from the todo files
+    # a Ray Data job of at most this many queries is read by the driver (from_blocks: held in memory at once,
+    # ~1 KB a query with agent fields) instead of by read tasks, each of whose worker processes adds to a
+    # job's start (docs/performance.md#query-cost); larger jobs stream from the todo files
     driver_read_rows: int = 100_000
     # a Ray Data pool starts at most one actor per call the job has for it (fanout/exec/ray_data.py pool_sizes): a
     # 1-query job on a 16-embedder config starts one embedder, not 16 processes loading the model for nothing
@@ -467,11 +463,10 @@ class RunnerConfig:
     size_pools_to_job: bool = True
     # before each model pool the blocks are cut (a streaming repartition) so that each of its actors gets
     # about this many (0 = keep the read blocks; never larger than them): a pool of N actors given the read's
-    # 2N blocks spread them 1-4 per actor, so a 16-actor job waited on its busiest actor. bench/scale_curve.py,
-    # 16 fake embedders, 1,920 queries: rows per actor 64-224 -> 112-136, 50.9 -> 77.0 queries/s net; 8, 16
-    # and 32 per actor the same within noise (README "Scale-out"). Small blocks cost CPU per block
-    # (query_cost: 16-row blocks everywhere +3 ms a query), so they are cut only as fine as the actor count
-    # needs; a 1-actor pool keeps the read blocks
+    # 2N blocks spread them 1-4 per actor, so a 16-actor job waited on its busiest actor. Cutting evened the
+    # rows per actor and raised the 16-actor throughput by half; 8, 16 and 32 per actor were the same within
+    # noise (bench/scale_curve.py; docs/performance.md#scale-out). Small blocks cost CPU per block, so they
+    # are cut only as fine as the actor count needs; a 1-actor pool keeps the read blocks
     model_blocks_per_actor: int = 8
     # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
     # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)

@@ -8,7 +8,7 @@ per-query seconds per row, split by model role (embedder / expander / reranker) 
 A rows file is YAML: `rows: [{name, fields: bool, fields_from: PREFIX, expand: bool, rerank: bool, config: PROFILE,
 limit: N or {lang: N}, set: {section.key: value}}, ...]`, `pairs: [[a, b], ...]` (b may be a published run, e.g. fields-w1).
 `fields_from` reads the row's agent fields from `PREFIX-en.json` / `PREFIX-ru.json` (the benchmark's
-agent-fields format) instead of the strong agent's (bench/issue25/weak_fields.py writes such files). Each row gets a fresh
+agent-fields format) instead of the strong agent's (bench/weak_fields/weak_fields.py writes such files). Each row gets a fresh
 in-process runner (models load per row); results, variants and run files go under --out as parquet/JSON.
 """
 
@@ -111,7 +111,7 @@ def fields_from(prefix: str, langs: list[str]) -> dict[str, dict[str, str]]:
         path = Path(f"{prefix}-{lang}.json")
         if not path.is_file():
             raise FileNotFoundError(f"fields_from: {path} not found; write it first (e.g. python "
-                                    "bench/issue25/weak_fields.py) or fix the row's `fields_from` prefix")
+                                    "bench/weak_fields/weak_fields.py) or fix the row's `fields_from` prefix")
         out.update(read_agent_fields(path, lang))
     return out
 

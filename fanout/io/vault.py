@@ -1,6 +1,6 @@
 """The vault as a boundary: which files are notes, and reading them without leaving the vault or blocking.
 
-Rules (README "Vault boundary"):
+Rules (docs/security.md "Vault boundary"):
 - Symlinks are followed only when they resolve inside the vault (its real path); a link that leads outside,
   or is broken, is skipped with a reason. A file link inside the vault is indexed under the link's path; a
   folder link inside it is not walked (its notes are indexed under their real path), so loops cannot occur,

@@ -9,7 +9,7 @@ per-language columns, on one of three engines (`retrieve.fts_engine`).
 - `lance`: each search is one call into Lance itself (pylance, the Lance release lancedb embeds, pinned
   together in pyproject: the same index files, tokenizers and BM25, identical lists; tested in
   tests/test_fts_rowids.py), a few at a time on min(4, cores) threads (Lance releases the GIL). About 20% less
-  CPU a call than lancedb's query builder and its asyncio loop (README "Query cost outside the models").
+  CPU a call than lancedb's query builder and its asyncio loop (docs/performance.md#query-cost).
 - `lancedb`: lancedb queries gathered on lancedb's own loop (async gather is ~2x faster than a loop there).
 
 Either way a search that wants only `path` / `chunk_id` asks for row ids and takes those columns from the

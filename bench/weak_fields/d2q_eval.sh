@@ -4,7 +4,7 @@
 # the index (every vector reused); then `fanout eval` with no fields, the strong agent's, the weak rule set's
 # and the 1.5B's, and the paired difference on per-query nDCG@5 with a 95% bootstrap interval.
 #
-#   [SET='section.key=value'] bash bench/issue25/d2q_eval.sh BENCH DB QUESTIONS.jsonl WORK [LANG]
+#   [SET='section.key=value'] bash bench/weak_fields/d2q_eval.sh BENCH DB QUESTIONS.jsonl WORK [LANG]
 #   (BENCH: ../shared/eval/obsidian-help; DB: the benchmark index folder; QUESTIONS: doc2query.py's output
 #    for LANG's corpus; WORK: a scratch folder outside the project; needs out/weak/weak-LANG.json from
 #    weak_fields.py and out/exp15/exp15all-LANG.json from export_expansions.py)
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 mkdir -p "$WORK"
 rm -rf "$WORK/corpus" && mkdir -p "$WORK/corpus"
 for l in en ru; do [ "$l" = "$LANG_" ] || ln -sfn "$BENCH/corpus/$l" "$WORK/corpus/$l"; done
-.venv/bin/python bench/issue25/d2q_aliases.py "$BENCH/corpus/$LANG_" "$Q" "$WORK/corpus/$LANG_"
+.venv/bin/python bench/weak_fields/d2q_aliases.py "$BENCH/corpus/$LANG_" "$Q" "$WORK/corpus/$LANG_"
 for side in off on; do
   rm -rf "$WORK/db-$side" && mkdir -p "$WORK/db-$side"
   cp -r "$DB"/bench-"$LANG_"_* "$DB/bench-$LANG_.manifest.json" "$WORK/db-$side/"

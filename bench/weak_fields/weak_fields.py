@@ -16,7 +16,7 @@ queries and the agent's fields are read (never the docs), and the output goes un
   weak      per query (by a hash of its id): one short_query behaviour (copy/comma/long/kept), one
             expected_answer behaviour (docs/question/empty/kept), and every fifth query the wrong language
 
-python bench/issue25/weak_fields.py [--bench DIR] [--out out/weak]   -> out/weak/<variant>-{en,ru}.json
+python bench/weak_fields/weak_fields.py [--bench DIR] [--out out/weak]   -> out/weak/<variant>-{en,ru}.json
 """
 
 from __future__ import annotations

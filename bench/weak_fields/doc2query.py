@@ -7,7 +7,7 @@ OUT (outside the project when the vault is the benchmark's: its docs carry no li
 already in OUT are skipped. Nothing here is wired into the index yet; this measures the cost per page and
 keeps the questions for the experiment that adds them as a lane.
 
-    python bench/issue25/doc2query.py VAULT --out /work/d2q/ru.jsonl [--limit N] [--chars 1200] [--n 3]
+    python bench/weak_fields/doc2query.py VAULT --out /work/d2q/ru.jsonl [--limit N] [--chars 1200] [--n 3]
 
 Measured 2026-12-04 (2 cores, Qwen2.5-Coder-1.5B Q4_K_M, 2 threads): 5.5-6.2 s a page (prompt ~420 tokens,
 40-63 generated), so ~18 minutes for the 176 pages of one language; the Russian questions come in Russian.

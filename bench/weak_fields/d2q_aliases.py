@@ -1,10 +1,10 @@
 """Doc2query through the full-text side: copy one language folder of a corpus, adding each page's generated
-questions (bench/issue25/doc2query.py) to its front matter `aliases`, so they land in the title column of
+questions (bench/weak_fields/doc2query.py) to its front matter `aliases`, so they land in the title column of
 every chunk of the page (boost `retrieve.fts_boost_title`) and in the exact alias lane. Chunk embed texts
 carry no aliases, so `fanout index COPY --db DBCOPY -c NAME --rebuild` on a copy of an index reuses every
-vector (seconds, not a re-embedding). bench/issue25/d2q_eval.sh runs the whole comparison.
+vector (seconds, not a re-embedding). bench/weak_fields/d2q_eval.sh runs the whole comparison.
 
-    python bench/issue25/d2q_aliases.py CORPUS/ru QUESTIONS.jsonl OUT/ru
+    python bench/weak_fields/d2q_aliases.py CORPUS/ru QUESTIONS.jsonl OUT/ru
 """
 
 from __future__ import annotations

