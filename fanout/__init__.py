@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         ModelError,
         Note,
         NoteError,
+        PlacementError,
         RequestError,
         StorageError,
         UserError,
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["BatchResult", "ConfigError", "FanoutError", "FilterError", "Hit", "Hits", "IndexReport",
-           "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "RequestError", "StorageError",
+           "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError", "RequestError", "StorageError",
            "UserError", "__version__", "open"]
 _LAZY = set(__all__) - {"FanoutError", "__version__"}
 

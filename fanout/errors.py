@@ -15,3 +15,8 @@ class FanoutError(Exception):
 class UserError(FanoutError, ValueError):
     """A mistake in what the user asked for (an argument, a path, a name); the CLI prints the message (no
     traceback) and exits 2."""
+
+
+class PlacementError(FanoutError, RuntimeError):
+    """A job's actor pools cannot be placed on the Ray cluster as it is (nothing was started); the message
+    lists the pools and the nodes and says what to change."""

@@ -227,3 +227,33 @@ def _cmdline_has(pid: str, text: str) -> bool:
         return text in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return False
+
+
+def test_ray_processor_on_two_nodes(cluster, tmp_path):
+    """fanout.ray.search on the caller's session attached to the 2-node cluster: the model pool lands on the
+    model node, the caller's columns come through, and the pages and ranks equal `kb.batch` in-process."""
+    import ray
+
+    import fanout
+    import fanout.ray as fray
+    from fanout.config import data_dir, load_config
+
+    samples = data_dir("samples")
+    cfg = load_config("fake").replace(embedder={"num_cpus": 0.25}, runner={"model_resource": "models"})
+    rows = [json.loads(line) for line in (samples / "queries.jsonl").read_text().splitlines() if line.strip()]
+    rows = [{"id": r["id"], "query": r["query"], "owner": f"u{i % 3}"} for i, r in enumerate(rows)]
+    with fanout.open(tmp_path / "db", collection="samples", config=cfg) as kb:
+        kb.index(samples / "vault")
+        want = {}
+        for r in kb.batch([{"id": r["id"], "query": r["query"]} for r in rows], runner="inproc"):
+            if r["path"] is not None:
+                want.setdefault(r["qid"], []).append((r["rank"], r["path"], r["score"]))
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address=cluster.address, logging_level="ERROR", configure_logging=False)
+    try:
+        answered = fray.search(ray.data.from_items(rows), db=tmp_path / "db", collection="samples", config=cfg,
+                               id_column="id").take_all()
+    finally:
+        ray.shutdown()
+    assert {r["id"]: r["owner"] for r in answered} == {r["id"]: r["owner"] for r in rows}
+    assert {r["id"]: [(h["rank"], h["path"], h["score"]) for h in r["hits"]] for r in answered if r["hits"]} == want

@@ -27,7 +27,8 @@ def user_ray():
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a user's plain local Ray, without the auth notice
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", configure_logging=False,
+    # 4 logical CPUs: the pools (1.25) and the caller's .filter() task (1) must fit, as on any real cluster
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", configure_logging=False,
              object_store_memory=256 * 2**20)
     yield ray
     ray.shutdown()
@@ -99,3 +100,9 @@ def test_bad_arguments_fail_at_once(user_ray, db, tmp_path):
                     config="fake")
     with pytest.raises(fanout.ConfigError, match="not found"):
         fray.search(ds, db=db, config="nope", query_column="q")
+    # pools that leave no CPU for the caller's own tasks would wait forever: said at once, with the fix
+    from fanout.config import load_config
+
+    big = load_config("fake").replace(embedder={"num_cpus": 3.0})
+    with pytest.raises(fanout.PlacementError, match=r"your Dataset's own tasks.*ray.init\(num_cpus"):
+        fray.search(ds, db=db, collection="samples", config=big, query_column="q")

@@ -11,7 +11,7 @@ from fanout.api.notes import NoteError
 from fanout.api.service import RequestError
 from fanout.api.types import BatchResult, Hit, Hits, Note
 from fanout.config import ConfigError
-from fanout.errors import FanoutError, UserError
+from fanout.errors import FanoutError, PlacementError, UserError
 from fanout.filters import FilterError
 from fanout.models.files import ModelError
 from fanout.pipelines.index import IndexReport
@@ -19,5 +19,5 @@ from fanout.store.integrity import IndexStateError
 from fanout.store.storage import StorageError
 
 __all__ = ["BatchResult", "ConfigError", "FanoutError", "FilterError", "Hit", "Hits", "IndexReport",
-           "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "RequestError", "StorageError",
+           "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError", "RequestError", "StorageError",
            "UserError", "open"]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.fs as pafs
 
 from fanout.config.sections import StorageConfig
+from fanout.errors import PlacementError
 from fanout.store import storage
 
 if TYPE_CHECKING:
@@ -157,5 +158,5 @@ def check_paths(runner: RayRunner, specs: list[StageSpec], paths: list[str] | No
                 bad.append(f"{need.what} {need.path!r} must be {need_s} on {where}, but there: {why}. "
                            f"Who needs it: {need.who}. Fix: {need.fix}")
     if bad:
-        raise RuntimeError("the job cannot run on this cluster as it is (nothing was started; "
+        raise PlacementError("the job cannot run on this cluster as it is (nothing was started; "
                            "runner.check_paths: false skips this check): " + " | ".join(bad))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Self
 import pyarrow as pa
 
 from fanout.config import Config
+from fanout.errors import PlacementError
 from fanout.exec.node_paths import IO_CPUS, check_paths, pool_nodes
 from fanout.exec.runner import Chain, Instances, StageSpec, fuse_specs
 from fanout.exec.runs import Parts, Run, RunStats, Source, pop_stats
@@ -27,11 +28,14 @@ if TYPE_CHECKING:
     from fanout.exec.ray_runner import RayRunner
 
 
-def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | None = None) -> None:
+def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | None = None,
+               reserve: float = IO_CPUS) -> None:
     """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever).
 
     Each pool must fit on the nodes that offer what one of its actors asks for, and all pools together
-    must fit in the cluster's CPUs; otherwise the same message as for the model actors is raised.
+    must fit in the cluster's CPUs; otherwise the same message as for the model actors is raised. `reserve`:
+    the CPUs left for tasks beside the pools (fanout's read task; a caller's own Dataset needs a whole one
+    for each of its read, filter or map tasks, which Ray Data runs with num_cpus=1 by default).
     """
     nodes = runner.nodes()
     total_cpu = sum(n["Resources"].get("CPU", 0) for n in nodes)
@@ -44,12 +48,15 @@ def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | Non
         if count > room:
             raise runner.placement_error(spec.pool, model=spec.role is not None)
         want += count * acfg.num_cpus
-    want += IO_CPUS  # a read task
+    want += reserve  # a read task (a caller's Dataset: one whole task of theirs)
     if want > total_cpu + 1e-9:
-        raise RuntimeError(
-            f"the pipeline's actor pools ask for {want:g} CPUs together ({', '.join(_pool_list(runner.cfg, specs))})"
-            f" but the cluster has {total_cpu:g}: Ray Data would wait forever. Lower the pools' count or "
-            f"num_cpus (fractional is fine: sleep-bound or GPU actors need little CPU), or add nodes.")
+        theirs = (f", plus {reserve:g} for your Dataset's own tasks (a read or .filter() task asks for one CPU)"
+                  if reserve >= 1 else "")
+        raise PlacementError(
+            f"the pipeline's actor pools ask for {want - reserve:g} CPUs together "
+            f"({', '.join(_pool_list(runner.cfg, specs))}){theirs} but the cluster has {total_cpu:g}: Ray Data "
+            f"would wait forever. Lower the pools' count or num_cpus (fractional is fine: sleep-bound or GPU "
+            f"actors need little CPU), give a local Ray more CPUs (ray.init(num_cpus=...)), or add nodes.")
 
 
 def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any]:
@@ -123,7 +130,7 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
         read_rows = -(-rows // blocks) if rows and blocks else 0
     cuts = [model_block_rows(runner.cfg, spec, rows, read_rows) for spec in specs]
     sizes = pool_sizes(runner.cfg, specs, cuts, rows, read_rows)
-    check_fits(runner, specs, sizes)
+    check_fits(runner, specs, sizes, reserve=1.0 if source is not None else IO_CPUS)
     if source is not None:
         ds = source
     elif tables is not None:

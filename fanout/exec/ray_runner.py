@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from fanout.config import Config
+from fanout.errors import PlacementError
 from fanout.exec import ray_data
 from fanout.exec.imports import warm_in_thread
 from fanout.exec.ray_data import placement
@@ -203,7 +204,7 @@ class RayRunner(Runner):
         """The cluster's alive nodes as `ray.nodes()` describes them (resources, address, id)."""
         return [n for n in self._ray.nodes() if n.get("Alive")]
 
-    def placement_error(self, role: str, model: bool = True) -> RuntimeError:
+    def placement_error(self, role: str, model: bool = True) -> PlacementError:
         """What was asked, what the cluster has, and the likely fix (Ray itself would just wait forever)."""
         ray, rcfg, acfg = self._ray, self.cfg.runner, getattr(self.cfg, role)
         res = rcfg.model_resource if model else ""
@@ -226,7 +227,7 @@ class RayRunner(Runner):
             fix = ("they would fit, so other actors hold those CPUs or loading the models took longer: "
                    "free CPUs (other jobs) or raise runner.placement_timeout_s")
         listing = "; ".join(f"{n['NodeManagerAddress']} {_show(n['Resources'])}" for n in nodes)
-        return RuntimeError(
+        return PlacementError(
             f"{role} actors could not be placed and started within {rcfg.placement_timeout_s:g}s "
             f"(runner.placement_timeout_s): asked {need}; "
             f"free now {_show(ray.available_resources())}; nodes: {listing}. {fix}.")
