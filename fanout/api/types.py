@@ -144,7 +144,7 @@ def as_path(value: Any, what: str) -> str:
 
     if isinstance(value, Path | os.PathLike):
         return os.fspath(value)
-    if isinstance(value, str) and value.strip():
+    if isinstance(value, str):  # what the text names is checked where it is used (an empty vault path, ...)
         return value
     raise UserError(f"`{what}` must be a path or URI (str or os.PathLike), got {type(value).__name__} "
                     f"{str(value)[:60]!r}")
