@@ -15,6 +15,7 @@ from fanout import storage
 from fanout.agent_fields import count_languages
 from fanout.config import Config
 from fanout.db import Collection
+from fanout.locks import collection_lock
 
 CACHE_TABLES = ("expansions", "qvec", "rerank")  # <collection>_cache_<name>, see fanout/caches.py
 
@@ -127,11 +128,12 @@ def remove_collection(db_dir: str | Path, name: str, cfg: Config | None = None) 
         known = collection_names(db_dir)
         raise FileNotFoundError(f"no collection {name!r} in {str(db_dir)!r}; collections: {known}")
     dropped = []
-    for n in [col.chunks_name, col.documents_name] + [f"{name}_cache_{c}" for c in CACHE_TABLES]:
-        if col.has(n):
-            col.drop(n)
-            dropped.append(n)
-    if storage.exists(col.manifest_path, col._scfg):
-        storage.remove(col.manifest_path, col._scfg)
+    with collection_lock(db_dir, name, f"fanout collection remove {name}"):  # not under a running index
+        for n in [col.chunks_name, col.documents_name] + [f"{name}_cache_{c}" for c in CACHE_TABLES]:
+            if col.has(n):
+                col.drop(n)
+                dropped.append(n)
+        if storage.exists(col.manifest_path, col._scfg):
+            storage.remove(col.manifest_path, col._scfg)
         dropped.append(col.manifest_path.rsplit("/", 1)[-1])
     return dropped
