@@ -31,7 +31,7 @@ MODES: dict[str, dict[str, Any]] = {
 ROW_FIELDS = ("query", "intent", "short_query", "rephrased_query", "expected_answer")
 FLAGS = ("expand", "rerank", "explain", "full", "line_numbers")  # true, false or null (the config's default)
 REQUEST_FIELDS = ("mode", "collections", "n", "min_score", "filter", *FLAGS, *ROW_FIELDS)
-COLLECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # what a LanceDB table name allows
+COLLECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # fanout.db.check_collection_name's rule
 
 
 class RequestError(ValueError):
@@ -64,8 +64,8 @@ def check_request(req: Any, max_results: int) -> None:
         for name in names:
             if not isinstance(name, str) or not COLLECTION_NAME.fullmatch(name):
                 raise RequestError(f"`collections`: {_show(name)} is not a collection name (letters, digits, "
-                                   "`_`, `-` and `.`, up to 128, not starting with `.`); `fanout collection "
-                                   "list` names them")
+                                   "`_`, `-` and `.`, starting with a letter or digit, at most 100 characters); "
+                                   "`fanout collection list` names them")
     n = req.get("n", 10)
     if isinstance(n, float) and n.is_integer():
         n = int(n)
