@@ -138,8 +138,8 @@ def _output(p: argparse.ArgumentParser) -> None:
     g.add_argument("--md", action="store_true", help="print a markdown table")
     g.add_argument("--files", action="store_true", help="print page paths only, one per line (control "
                    "characters in a name shown as \\xNN)")
-    g.add_argument("-0", "--null", action="store_true", help="print page paths only, exact, each ended by NUL "
-                   "instead of a newline (like find -print0; for xargs -0)")
+    p.add_argument("-0", "--null", action="store_true", help="with --files (or alone): the paths exact, each "
+                   "ended by NUL instead of a newline (like find -print0; for xargs -0)")
     p.add_argument("--full", action="store_true", help="print each page's whole best section, not a snippet")
     p.add_argument("--line-numbers", action="store_true", help="show path:LINE where each snippet starts")
     p.add_argument("--snippet-chars", type=positive_int, default=160, help="snippet length in characters "
@@ -150,6 +150,10 @@ def _output(p: argparse.ArgumentParser) -> None:
 
 def _fmt(args: argparse.Namespace) -> str:
     if getattr(args, "null", False):
+        if other := next((f for f in ("json", "csv", "md") if getattr(args, f, False)), None):
+            from faces.common import UserError
+
+            raise UserError(f"-0/--null prints paths only; it does not go with --{other}: drop one of them")
         return "files0"
     return next((f for f in ("json", "csv", "md", "files") if getattr(args, f, False)), "text")
 

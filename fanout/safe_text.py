@@ -39,9 +39,10 @@ CSV_QUOTE = "'"
 
 def csv_cell(value: object) -> object:
     """A CSV cell a spreadsheet shows as text: a string starting with = + - @ tab or CR gets a leading `'`
-    (OWASP's advice). One starting with `'` gets one too, so the escape reverses exactly (`csv_uncell`);
-    anything else, and every non-string value, is unchanged."""
-    if isinstance(value, str) and value[:1] and (value[0] in CSV_FORMULA_START or value[0] == CSV_QUOTE):
+    (OWASP's advice). One that already looks escaped (`'` then one of those or `'`) gets one too, so the
+    escape reverses exactly (`csv_uncell`); anything else, and every non-string value, is unchanged."""
+    if isinstance(value, str) and value[:1] and (value[0] in CSV_FORMULA_START or (
+            value[0] == CSV_QUOTE and value[1:2] != "" and value[1] in (*CSV_FORMULA_START, CSV_QUOTE))):
         return CSV_QUOTE + value
     return value
 
@@ -55,7 +56,7 @@ def csv_uncell(value: object) -> object:
 
 
 # the same rule as regular expressions (RE2 and duckdb), for whole Arrow columns and SQL views
-CSV_CELL_RE = "^([=+\\-@\t\r'])"
+CSV_CELL_RE = "^([=+\\-@\t\r]|'[=+\\-@\t\r'])"
 CSV_UNCELL_RE = "^'([=+\\-@\t\r'])"
 
 
