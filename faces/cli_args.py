@@ -138,7 +138,8 @@ def _output(p: argparse.ArgumentParser) -> None:
     g.add_argument("--md", action="store_true", help="print a markdown table")
     g.add_argument("--files", action="store_true", help="print page paths only, one per line (control "
                    "characters in a name shown as \\xNN)")
-    p.add_argument("-0", "--null", action="store_true", help="with --files (or alone): the paths exact, each "
+    # no `-0` here: a digit option makes argparse read `-n -1` as an option, not a bad number (`ls -0` has it)
+    p.add_argument("--null", action="store_true", help="with --files (or alone): the paths exact, each "
                    "ended by NUL instead of a newline (like find -print0; for xargs -0)")
     p.add_argument("--full", action="store_true", help="print each page's whole best section, not a snippet")
     p.add_argument("--line-numbers", action="store_true", help="show path:LINE where each snippet starts")
@@ -153,7 +154,7 @@ def _fmt(args: argparse.Namespace) -> str:
         if other := next((f for f in ("json", "csv", "md") if getattr(args, f, False)), None):
             from faces.common import UserError
 
-            raise UserError(f"-0/--null prints paths only; it does not go with --{other}: drop one of them")
+            raise UserError(f"--null prints paths only; it does not go with --{other}: drop one of them")
         return "files0"
     return next((f for f in ("json", "csv", "md", "files") if getattr(args, f, False)), "text")
 

@@ -55,7 +55,8 @@ def _summary(res: GapsResult, g: GapsConfig, md: bool = False) -> list[str]:
         f"weakly answered ({g.unanswered_below} <= best < {g.weak_below}): {s.flagged['weak']}",
         f"unanswered (best < {g.unanswered_below}): {s.flagged['unanswered']}",
         *([(f"lost its page (its best page in the previous answers is no longer in the index: "
-           f"{', '.join(code(p) for p in s.lost_pages[:20]) or 'none'}): {s.flagged['lost']}")]
+           f"{', '.join(md_text(p, table=False) if md else p for p in s.lost_pages[:20]) or 'none'}): "
+           f"{s.flagged['lost']}")]
           if s.lost_pages is not None else []),
         (f"{res.distinct} distinct flagged questions in {len(res.groups)} groups "
         f"({res.embedded} embedded now, the rest from the query-vector cache)"),

@@ -5,7 +5,7 @@ Plain Python (no pyarrow): the warm-path client prints a server's answer without
 each page every list that found it, as lane, variant kind and text, rank and score.
 
 Note text is not trusted (fanout/safe_text.py): text and `--files` output show control characters as \\xNN,
-`--files0` (`-0`) ends each exact path with NUL, CSV cells that a spreadsheet would run as a formula start
+`--null` ends each exact path with NUL, CSV cells that a spreadsheet would run as a formula start
 with `'`, markdown cells are literal text (no HTML, link or image); JSON is exact.
 """
 
@@ -65,7 +65,7 @@ def render(resp: dict[str, Any], fmt: str = "text", snippet_chars: int = DEFAULT
         return buf.getvalue().rstrip("\n")
     if fmt == "md":
         cols = ["#", "score", "page", "heading", "snippet"] + ["why"] * explain
-        out = [md_text(query_line(facts)), ""] if facts else []
+        out = [md_text(query_line(facts), table=False), ""] if facts else []
         out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in rows:
             page = (f"{r['collection']}: " if multi else "") + _loc(r, line_numbers)

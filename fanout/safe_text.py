@@ -61,14 +61,16 @@ CSV_UNCELL_RE = "^'([=+\\-@\t\r'])"
 
 
 # -- markdown ------------------------------------------------------------------------------------------------
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!|#&~])")
+_MD_SPECIAL = re.compile(r"([\\`\[\]<!&])")
+_MD_SPECIAL_CELL = re.compile(r"([\\`\[\]<!&|])")
 
 
-def md_text(text: object) -> str:
+def md_text(text: object, table: bool = True) -> str:
     """Note text as literal markdown text on one line (a table cell, a list item): control characters and
-    newlines shown as `\\xNN`; backslash, backtick, `* _ [ ] < > ! | # & ~` backslash-escaped, so no HTML
-    (`<script>`, `<img onerror>`), link, image (remote or `javascript:`), code span or table cell starts."""
-    return _MD_SPECIAL.sub(r"\\\1", for_terminal(text))
+    newlines shown as `\\xNN`; backslash, backtick, `[ ] < ! &` (and `|` in a table cell) backslash-escaped,
+    so no HTML (`<script>`, `<img onerror>`), autolink, link, image (remote or `javascript:`), entity, code
+    span or extra table cell starts. Emphasis characters stay: they only style text."""
+    return (_MD_SPECIAL_CELL if table else _MD_SPECIAL).sub(r"\\\1", for_terminal(text))
 
 
 def md_code(text: object, table: bool = True) -> str:

@@ -148,12 +148,12 @@ def test_terminal_output_escapes_control_characters_and_json_stays_exact(hostile
 
 def test_null_separated_paths_are_exact(hostile_db, capsys):
     _, db = hostile_db
-    rc, out, _ = run(capsys, *search_args(db, "-0"))
+    rc, out, _ = run(capsys, *search_args(db, "--null"))
     assert rc == 0 and out.endswith("\0")
     assert sorted(out.split("\0")[:-1]) == sorted(NOTES)
     rc, out, _ = run(capsys, *search_args(db, "--files", "--null"))
     assert sorted(out.split("\0")[:-1]) == sorted(NOTES)
-    rc, _, err = run(capsys, *search_args(db, "--json", "-0"))
+    rc, _, err = run(capsys, *search_args(db, "--json", "--null"))
     assert rc == 2 and "does not go with --json" in err
     rc, out, _ = run(capsys, "ls", "-0", "--db", str(db), "-c", "t", "--config", "fake")
     assert rc == 0 and out.split("\0")[:-1] == sorted(NOTES)
