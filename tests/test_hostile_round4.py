@@ -474,3 +474,17 @@ def test_sigterm_on_a_ray_batch_exits_143_without_a_stack_dump(hostile_db, tmp_p
     assert p.returncode == 143, err[-2000:]
     assert "SIGTERM received" not in err and "PC: @" not in err, err[-2000:]
     assert results.exists() and not out.exists()  # finished parts kept: the same command resumes
+
+
+def test_analyze_reads_fanout_csv_back_exactly_and_writes_safe_csv(hostile_db, capsys, tmp_path):
+    _, db = hostile_db
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": "=1", "query": "=HYPERLINK(\"x\") sync"}) + "\n")
+    out = tmp_path / "a.csv"
+    assert run(capsys, "batch", str(q), "--out", str(out), "--db", str(db), "-c", "t", "--config", "fake",
+               "--runner", "inproc")[0] == 0
+    sql = "select distinct qid, query from results"
+    rc, text, _ = run(capsys, "analyze", str(out), "--sql", sql)
+    assert rc == 0 and "=HYPERLINK" in text and "'=HYPERLINK" not in text and not LIVE.search(text)
+    rc, text, _ = run(capsys, "analyze", str(out), "--sql", sql, "--csv")
+    assert _cells(text)[1] == ["'=1", "'=HYPERLINK(\"x\") sync"]
