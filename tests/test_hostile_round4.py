@@ -488,3 +488,9 @@ def test_analyze_reads_fanout_csv_back_exactly_and_writes_safe_csv(hostile_db, c
     assert rc == 0 and "=HYPERLINK" in text and "'=HYPERLINK" not in text and not LIVE.search(text)
     rc, text, _ = run(capsys, "analyze", str(out), "--sql", sql, "--csv")
     assert _cells(text)[1] == ["'=1", "'=HYPERLINK(\"x\") sync"]
+
+
+def test_index_skip_lines_escape_control_characters(tmp_path, capsys):
+    vault = write(tmp_path / "v", {"ok.md": "# Ok\nfine\n", "bad\x1b]0;x\x07.md": "---\ntitle: \"\x1b[2J\"\n---\n# B\n"})
+    rc, out, err = run(capsys, "index", str(vault), "--db", str(tmp_path / "db"), "-c", "t", "--config", "fake")
+    assert rc == 3 and "skipped bad\\x1b]0;x\\x07.md: bad_yaml" in err and not LIVE.search(out + err), err
