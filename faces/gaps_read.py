@@ -140,21 +140,22 @@ def _read_csv(stream: Any, where: str, stats: ReadStats, tick: Callable) -> Iter
         stats.bad_lines += 1
         return "skip"
 
-    text_cols = {c: pa.binary() for c in COLUMNS if c not in ("score", "rank")}  # UTF-8 checked per row
+    # every column read as text, its UTF-8 checked per column here (a bad row is left out, not the file)
     reader = pcsv.open_csv(io.BufferedReader(stream, 1 << 20),
                            read_options=pcsv.ReadOptions(block_size=4 << 20, use_threads=False),
                            parse_options=pcsv.ParseOptions(newlines_in_values=True, invalid_row_handler=bad),
                            convert_options=pcsv.ConvertOptions(strings_can_be_null=True, null_values=[""],  # not "NA"
-                                                               column_types={**text_cols, "score": pa.binary(),
-                                                                             "rank": pa.binary()}))
+                                                               column_types=dict.fromkeys(COLUMNS, pa.string()),
+                                                               check_utf8=False))
     import pyarrow.compute as pc
 
     from fanout.safe_text import CSV_UNCELL_RE
 
     for b in reader:
         t = _utf8_rows(pa.Table.from_batches([b]), where, stats)
-        for name in t.column_names:  # fanout's CSV escape of formula-like cells (`'=...`) undone
-            if pa.types.is_string(t.schema.field(name).type):
+        for name in COLUMNS:  # fanout's CSV escape of formula-like cells (`'=...`) undone, where there is one
+            if name in t.column_names and pa.types.is_string(t.schema.field(name).type) and \
+                    pc.any(pc.starts_with(t.column(name), "'")).as_py():
                 t = t.set_column(t.column_names.index(name), name,
                                  pc.replace_substring_regex(t.column(name), pattern=CSV_UNCELL_RE, replacement="\\1"))
         tick()
@@ -162,19 +163,19 @@ def _read_csv(stream: Any, where: str, stats: ReadStats, tick: Callable) -> Iter
 
 
 def _utf8_rows(t: pa.Table, where: str, stats: ReadStats) -> pa.Table:
-    """CSV columns read as bytes -> text; a row holding bytes that are not UTF-8 is left out and counted."""
+    """CSV text columns read unchecked -> checked; a row holding bytes that are not UTF-8 is left out and
+    counted (one validation pass per column; rows are looked at only in a column that fails it)."""
     import pyarrow.compute as pc
 
     keep = None
-    for name in t.column_names:
-        col = t.column(name)
-        if not pa.types.is_binary(col.type):
+    for name in COLUMNS:
+        if name not in t.column_names:
             continue
         try:
-            t = t.set_column(t.column_names.index(name), name, col.cast(pa.string()))
+            t.column(name).validate(full=True)
             continue
         except pa.ArrowInvalid:
-            pass
+            col = t.column(name).cast(pa.binary())
         ok = []
         for v in col.to_pylist():
             try:
