@@ -37,8 +37,9 @@ from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import resolve_vault
 from fanout.models.identity import model_identity
 from fanout.store import storage
-from fanout.store.db import SCHEMA_VERSION, Collection
+from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key
 from fanout.store.integrity import IndexStateError, parse_manifest
+from fanout.store.locks import collection_lock
 from fanout.store.vectors import fit_vectors, rederive_vectors
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,8 @@ class IndexReport:
 
 
 # manifest keys that change without re-embedding: where the vault was, run stats, how vectors are searched,
-# the table versions readers pin, and the in-progress flag of a rebuild
-DERIVED_KEYS = ("vault", "stats", "vectors", "vector_index", "scalar_indexes", "tables", "building")
+# the table versions readers pin, the in-progress flag of a rebuild, and the notes' content hash (index_stamp)
+DERIVED_KEYS = ("vault", "stats", "vectors", "vector_index", "scalar_indexes", "tables", "building", "content")
 
 
 def index_manifest(cfg: Config, vault: Path) -> dict:
@@ -119,9 +120,15 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     A full disk (or quota) raises `storage.DiskFull`: one line naming the index location and the fix. Each
     table write that failed has removed its files (Collection.writing), the manifest still pins the last
     completed versions (searches are unaffected), and the same command resumes once there is space.
+
+    One run per collection at a time (fanout/store/locks.py): a second run raises CollectionBusy, one line naming
+    the run that holds it, before it reads or writes anything of the index.
     """
+    resolve_vault(vault)  # a bad vault or name is refused before the lock file is made in the db folder
+    check_collection_name(collection)
     try:
-        return _index_vault(vault, db_dir, collection, cfg, runner, progress, rebuild)
+        with collection_lock(db_dir, collection, f"fanout index {vault} -c {collection}"):
+            return _index_vault(vault, db_dir, collection, cfg, runner, progress, rebuild)
     except Exception as e:
         if isinstance(e, storage.DiskFull) or not storage.is_disk_full(e):
             raise
@@ -246,6 +253,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             f"{vi['index_type']}"
     summary.seconds = time.perf_counter() - t0
     manifest["stats"] = {"notes": summary.notes, "chunks": summary.chunks, "updated": time.time()}
+    manifest["content"] = content_key(col)  # what answers depend on (index_stamp), not the table versions
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     col.write_manifest(manifest)
     return summary

@@ -17,6 +17,7 @@ has doubled since), recorded in the collection's manifest.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from datetime import datetime, timedelta
@@ -26,7 +27,8 @@ from typing import Any
 from fanout.pipelines.write_index import vector_index_reason
 
 from fanout.config import Config, load_config
-from fanout.store.db import Collection
+from fanout.store.db import Collection, check_collection_name
+from fanout.store.locks import collection_lock
 from fanout.store.vectors import build_vector_index, ensure_scalar_index
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,15 @@ def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days
                 f"no tables of collection {collection!r} in {str(db_dir)!r}; tables there: {col.table_names()}")
     else:
         names = sorted(col.table_names())
+    with contextlib.ExitStack() as locks:  # never beside a running `fanout index` of these collections
+        for prefix in sorted({n.rsplit("_", 1)[0] for n in names if n.endswith(("_chunks", "_documents"))}):
+            with contextlib.suppress(ValueError):  # a table name fanout gives no collection: no lock
+                check_collection_name(prefix)
+                locks.enter_context(collection_lock(db_dir, prefix, "fanout optimize"))
+        return _optimize(col, db_dir, names, keep_days, cfg)
+
+
+def _optimize(col: Collection, db_dir: str | Path, names: list[str], keep_days: float, cfg: Config) -> list[dict]:
     out = []
     versions: dict[str, int] = {}
     pins = pinned_versions(db_dir, names, cfg)

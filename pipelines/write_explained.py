@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fanout.explain import lists_compact, probe_text
-from fanout.io.batch_io import FLAT, arrow_reader, filesystem
+from fanout.io.batch_io import FLAT, arrow_reader, csv_safe, filesystem
 
 EXTRA = [("probe", pa.string()), ("lists", pa.string()), ("explain", pa.string())]  # FLAT has `query`, `index`
 EXPLAINED = pa.schema([*FLAT, *EXTRA])
@@ -84,7 +84,8 @@ def write_explained(parts: Any, out: str, storage_cfg: Any = None, index: str | 
                 cols = [batch.column(f.name).cast(f.type) for f in FLAT if f.name != "index"]
                 cols += [pa.array([index] * batch.num_rows, pa.string()), pa.array([t[0] for t in texts], pa.string()),
                          pa.array([t[1] for t in texts], pa.string()), batch.column("explain").cast(pa.string())]
-                writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=EXPLAINED))
+                out = pa.RecordBatch.from_arrays(cols, schema=EXPLAINED)
+                writer.write_batch(out if ext == ".parquet" else csv_safe(out))
             writer.close()
     fs.move(tmp, path)
     con.close()

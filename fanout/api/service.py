@@ -32,7 +32,7 @@ MODES: dict[str, dict[str, Any]] = {
 ROW_FIELDS = ("query", "intent", "short_query", "rephrased_query", "expected_answer")
 FLAGS = ("expand", "rerank", "explain", "full", "line_numbers")  # true, false or null (the config's default)
 REQUEST_FIELDS = ("mode", "collections", "n", "min_score", "filter", *FLAGS, *ROW_FIELDS)
-COLLECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # what a LanceDB table name allows
+COLLECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # fanout.store.db.check_collection_name's rule
 
 
 class RequestError(FanoutError, ValueError):
@@ -45,7 +45,7 @@ class RequestError(FanoutError, ValueError):
         self.field = field or (m.group(1) if (m := re.search(r"`(\w+)`", message)) else None)
 
 
-COLLECTION_RULE = ("letters, digits, `_`, `-` and `.`, up to 128 characters, not starting with `.`; "
+COLLECTION_RULE = ("letters, digits, `_`, `-` and `.`, starting with a letter or digit, at most 100 characters; "
                    "`fanout collection list` names them")
 
 

@@ -113,8 +113,14 @@ def path_views(con: Any, path: Path) -> dict[str, str]:
     ext = path.suffix.lower()
     if ext == ".parquet":
         con.execute(f"create view results as select * from read_parquet({_q(path)})")
-    elif ext == ".csv":
-        con.execute(f"create view results as select * from read_csv({_q(path)}, header=true)")
+    elif ext == ".csv":  # fanout's CSV escape of formula-like cells (a leading ', fanout/safe_text.py) undone
+        from fanout.safe_text import CSV_UNCELL_RE
+
+        con.execute(f"create view _csv as select * from read_csv({_q(path)}, header=true)")
+        text = [r[0] for r in con.execute("describe _csv").fetchall() if r[1] == "VARCHAR"]
+        pattern = CSV_UNCELL_RE.replace("'", "''")  # as a SQL string literal
+        undo = ", ".join(f"regexp_replace({_ident(c)}, '{pattern}', '\\1') as {_ident(c)}" for c in text)
+        con.execute(f"create view results as select * {f'replace ({undo})' if undo else ''} from _csv")
     elif ext in (".jsonl", ".json"):  # one line per query: {id, results: [...], error, field}
         con.execute(f"create view _raw as select * from read_json_auto({_q(path)})")
         cols = {r[0] for r in con.execute("describe _raw").fetchall()}
@@ -177,7 +183,14 @@ def main_analyze(args: Any) -> int:
 
         import pyarrow.csv as pcsv
 
-        pcsv.write_csv(rel.to_arrow_table(), sys.stdout.buffer)
+        from fanout.io.batch_io import csv_safe
+
+        t = rel.to_arrow_table()
+        with pcsv.CSVWriter(sys.stdout.buffer, t.schema) as w:  # formula-like cells start with ' (OWASP)
+            for b in t.to_batches():
+                w.write_batch(csv_safe(b))
     else:
-        print(rel)
+        from fanout.safe_text import for_terminal
+
+        print(for_terminal(str(rel), keep_lines=True))  # note text may hold terminal escapes
     return 0

@@ -136,7 +136,11 @@ def _output(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true", help="print JSON")
     g.add_argument("--csv", action="store_true", help="print CSV")
     g.add_argument("--md", action="store_true", help="print a markdown table")
-    g.add_argument("--files", action="store_true", help="print page paths only, one per line")
+    g.add_argument("--files", action="store_true", help="print page paths only, one per line (control "
+                   "characters in a name shown as \\xNN)")
+    # no `-0` here: a digit option makes argparse read `-n -1` as an option, not a bad number (`ls -0` has it)
+    p.add_argument("--null", action="store_true", help="with --files (or alone): the paths exact, each "
+                   "ended by NUL instead of a newline (like find -print0; for xargs -0)")
     p.add_argument("--full", action="store_true", help="print each page's whole best section, not a snippet")
     p.add_argument("--line-numbers", action="store_true", help="show path:LINE where each snippet starts")
     p.add_argument("--snippet-chars", type=positive_int, default=160, help="snippet length in characters "
@@ -146,6 +150,12 @@ def _output(p: argparse.ArgumentParser) -> None:
 
 
 def _fmt(args: argparse.Namespace) -> str:
+    if getattr(args, "null", False):
+        if other := next((f for f in ("json", "csv", "md") if getattr(args, f, False)), None):
+            from fanout.errors import UserError
+
+            raise UserError(f"--null prints paths only; it does not go with --{other}: drop one of them")
+        return "files0"
     return next((f for f in ("json", "csv", "md", "files") if getattr(args, f, False)), "text")
 
 
@@ -220,7 +230,7 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("--line-numbers", action="store_true", help="prefix each line with its file line number")
         p.add_argument("--json", action="store_true", help="print JSON (path, title, heading, lang, text)")
         _db(p)
-        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+        _engine(p, runner=False)
         p.set_defaults(fn=fns["get"])
 
     if want("multi-get"):
@@ -233,7 +243,7 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("--line-numbers", action="store_true", help="prefix each line with its file line number")
         p.add_argument("--json", action="store_true", help="print JSON")
         _db(p)
-        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+        _engine(p, runner=False)
         p.set_defaults(fn=fns["multi-get"])
 
     if want("status"):
@@ -247,8 +257,11 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p = _parser(sub, "ls", "list the notes of a collection, optionally under a path prefix")
         p.add_argument("prefix", nargs="?", default="", help="path prefix, e.g. Plugins/ (default: all)")
         _db(p)
-        p.add_argument("--json", action="store_true", help="print JSON")
-        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+        g = p.add_mutually_exclusive_group()
+        g.add_argument("--json", action="store_true", help="print JSON")
+        g.add_argument("-0", "--null", action="store_true", help="print the paths only, exact, each ended by "
+                       "NUL (like find -print0; for xargs -0)")
+        _engine(p, runner=False)
         p.set_defaults(fn=fns["ls"])
 
     if want("collection"):
@@ -262,9 +275,11 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         c = _parser(csub, "list", "list the collections with their vault, notes and index time")
         _db(c, collection=False)
         c.add_argument("--json", action="store_true", help="print JSON")
+        _engine(c, runner=False)
         c = _parser(csub, "remove", "drop a collection's tables, caches and manifest (the vault is not touched)")
         c.add_argument("name", help="collection name")
         _db(c, collection=False)
+        _engine(c, runner=False)
         p.set_defaults(fn=fns["collection"])
 
     if want("batch"):

@@ -43,8 +43,10 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     with _kb(args) as kb, Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
         s = kb.index(args.vault, progress=progress, rebuild=getattr(args, "rebuild", False))
-    for sk in s.skipped:
-        print(f"skipped {sk['path']}: {sk['reason']} ({sk['detail']})", file=sys.stderr)
+    from fanout.safe_text import for_terminal
+
+    for sk in s.skipped:  # a note's name and a parser's message may hold control characters
+        print(for_terminal(f"skipped {sk['path']}: {sk['reason']} ({sk['detail']})"), file=sys.stderr)
     print(s.text())
     return 3 if s.skipped else 0
 
@@ -78,8 +80,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     resp = run_request(args, _request(args, args.mode))
     resp["min_score"] = args.min_score
-    text = render(resp, _fmt(args), args.snippet_chars, args.line_numbers, args.explain, args.full)
-    if text:
+    fmt = _fmt(args)
+    text = render(resp, fmt, args.snippet_chars, args.line_numbers, args.explain, args.full)
+    if fmt == "files0":
+        sys.stdout.write(text)
+    elif text:
         print(text)
     for e in resp["errors"]:
         print(f"error: {e['field']}: {e['error']}", file=sys.stderr)
@@ -132,7 +137,9 @@ def cmd_get(args: argparse.Namespace) -> int:
         print(json.dumps({"path": note.path, "title": note.title, "heading": note.heading, "lang": note.lang,
                           "first_line": note.first_line, "text": note.text}, ensure_ascii=False, indent=2))
     else:
-        print(render_lines(note.first_line, note.text.split("\n"), args.line_numbers))
+        from fanout.safe_text import for_terminal
+
+        print(for_terminal(render_lines(note.first_line, note.text.split("\n"), args.line_numbers), keep_lines=True))
     return 0
 
 
@@ -162,21 +169,25 @@ def cmd_multi_get(args: argparse.Namespace) -> int:
         print(json.dumps([{**o, "text": "\n".join(o["text"])} if "text" in o else o for o in out],
                          ensure_ascii=False, indent=2))
     else:
+        from fanout.safe_text import for_terminal
+
         for o in out:
-            print(f"==> {o['path']} <==")
+            print(f"==> {for_terminal(o['path'])} <==")
             if "text" in o:
-                print(render_lines(o["first_line"], o["text"], args.line_numbers) + "\n")
+                print(for_terminal(render_lines(o["first_line"], o["text"], args.line_numbers), keep_lines=True) + "\n")
             else:
-                print(f"({o.get('skipped') or o.get('error')})\n", file=sys.stderr if "error" in o else sys.stdout)
+                print(for_terminal(f"({o.get('skipped') or o.get('error')})") + "\n",
+                      file=sys.stderr if "error" in o else sys.stdout)
     return 2 if bad else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from fanout.api.catalog import status_text
+    from fanout.safe_text import for_terminal
 
     with _kb(args) as kb:
         st = kb.status(detail=True)
-    print(json.dumps(st, ensure_ascii=False, indent=2) if args.json else status_text(st))
+    print(json.dumps(st, ensure_ascii=False, indent=2) if args.json else for_terminal(status_text(st), keep_lines=True))
     return 0
 
 
@@ -184,34 +195,40 @@ def cmd_ls(args: argparse.Namespace) -> int:
     import time
 
     from fanout.api.catalog import list_files
+    from fanout.safe_text import for_terminal
 
     rows = list_files(_open(args), args.prefix or "")
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))
-    else:
+    elif args.null:  # exact paths, each ended by NUL (find -print0)
+        sys.stdout.write("".join(r["path"] + "\0" for r in rows))
+    else:  # a tab or newline in a name is shown as \x09 / \x0a: one line per note, four fields
         for r in rows:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["mtime"])) if r["mtime"] else "-"
-            print(f"{r['path']}\t{r['lang']}\t{r['n_chunks']} chunks\t{when}")
+            print(f"{for_terminal(r['path'])}\t{for_terminal(r['lang'])}\t{r['n_chunks']} chunks\t{when}")
     return 0
 
 
 def cmd_collection(args: argparse.Namespace) -> int:
     from fanout.api.catalog import list_collections, remove_collection
+    from fanout.safe_text import for_terminal
 
     if args.action == "add":
         args.collection = args.name
         return cmd_index(args)
     if args.action == "remove":
-        for n in remove_collection(args.db, args.name):
+        for n in remove_collection(args.db, args.name, config_from_args(args)):
             print(f"removed {n}")
         return 0
-    rows = list_collections(args.db)
+    rows = list_collections(args.db, config_from_args(args))
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))
     elif not rows:
-        print(f"no collections in {args.db}; add one with `fanout collection add NAME VAULT --db {args.db}`")
+        print(for_terminal(f"no collections in {args.db}; add one with `fanout collection add NAME VAULT --db "
+                           f"{args.db}`"))
     for r in [] if args.json else rows:
-        print(f"{r['collection']}\t{r['notes']} notes\t{r['chunks']} chunks\t{r['indexed_at']}\t{r['vault']}")
+        print(f"{r['collection']}\t{r['notes']} notes\t{r['chunks']} chunks\t{r['indexed_at']}\t"
+              f"{for_terminal(r['vault'])}")
     return 0
 
 
@@ -369,7 +386,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fanout: {disk_full_line(e, args)}", file=sys.stderr)
             return EXIT_DISK_FULL
         if isinstance(e, (FileNotFoundError, ValueError, RuntimeError)):  # incl. UserError, ModelError, NoteError
-            print(f"fanout: {e}", file=sys.stderr)
+            from fanout.safe_text import for_terminal
+
+            print(for_terminal(f"fanout: {e}", keep_lines=True), file=sys.stderr)
             return 2
         raise
 

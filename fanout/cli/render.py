@@ -3,6 +3,10 @@
 Plain Python (no pyarrow): the warm-path client prints a server's answer without loading the engine.
 `--explain` is readable in every format (fanout/explain.py): the query text and the probe decision, and for
 each page every list that found it, as lane, variant kind and text, rank and score.
+
+Note text is not trusted (fanout/safe_text.py): text and `--files` output show control characters as \\xNN,
+`--null` ends each exact path with NUL, CSV cells that a spreadsheet would run as a formula start
+with `'`, markdown cells are literal text (no HTML, link or image); JSON is exact.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from fanout.explain import cut, list_lines, lists_compact, probe_text, query_line
+from fanout.safe_text import csv_cell, for_terminal, md_text
 
 DEFAULT_SNIPPET = 160  # characters of snippet in text and markdown output
 
@@ -25,6 +30,10 @@ def _loc(r: dict[str, Any], line_numbers: bool) -> str:
     return f"{r['path']}:{r['line']}" if line_numbers and r.get("line") else r["path"]
 
 
+def _term(text: object) -> str:
+    return for_terminal(text)
+
+
 def render(resp: dict[str, Any], fmt: str = "text", snippet_chars: int = DEFAULT_SNIPPET,
            line_numbers: bool = False, explain: bool = False, full: bool = False) -> str:
     """The printed form of a response; errors are not included (the caller prints them to stderr)."""
@@ -32,7 +41,9 @@ def render(resp: dict[str, Any], fmt: str = "text", snippet_chars: int = DEFAULT
     multi = len(resp.get("collections") or []) > 1
     facts = resp.get("explain") if explain else None  # per query: query text, probe decision, filter
     if fmt == "files":
-        return "\n".join(dict.fromkeys(_loc(r, line_numbers) for r in rows))
+        return "\n".join(dict.fromkeys(_term(_loc(r, line_numbers)) for r in rows))
+    if fmt == "files0":  # exact paths, each ended by NUL (find -print0, xargs -0)
+        return "".join(p + "\0" for p in dict.fromkeys(_loc(r, line_numbers) for r in rows))
     if fmt == "json":
         keep = ["collection"] * multi + ["rank", "path", "title", "heading", "snippet", "score"]
         keep += ["line"] * line_numbers + ["section"] * full + ["explain"] * explain
@@ -50,32 +61,32 @@ def render(resp: dict[str, Any], fmt: str = "text", snippet_chars: int = DEFAULT
             ex = r.get("explain") or {}
             cell = {"explain": lists_compact(ex.get("lists", [])), "query": ex.get("query") or "",
                     "probe": probe_text(ex.get("probe")), "section": (r.get("section") or {}).get("text", "")}
-            w.writerow([cell[c] if c in cell else r.get(c) for c in cols])
+            w.writerow([csv_cell(cell[c] if c in cell else r.get(c)) for c in cols])
         return buf.getvalue().rstrip("\n")
     if fmt == "md":
         cols = ["#", "score", "page", "heading", "snippet"] + ["why"] * explain
-        out = [query_line(facts), ""] if facts else []
+        out = [md_text(query_line(facts), table=False), ""] if facts else []
         out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in rows:
             page = (f"{r['collection']}: " if multi else "") + _loc(r, line_numbers)
             text = (r.get("section") or {}).get("text") if full else None
             snip = _cut(" ".join((text or r["snippet"]).split()), 10_000 if full else snippet_chars)
-            cells = [str(r["rank"]), f"{r['score']:.3f}", page, r["heading"] or "", snip]
-            cells += [lists_compact((r.get("explain") or {}).get("lists", []))] * explain
-            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            cells = [page, r["heading"] or "", snip] + [lists_compact((r.get("explain") or {}).get("lists", []))] * explain
+            out.append("| " + " | ".join([str(r["rank"]), f"{r['score']:.3f}", *map(md_text, cells)]) + " |")
         return "\n".join(out)
-    out = [query_line(facts)] if facts else []
+    out = [_term(query_line(facts))] if facts else []
     for r in rows:
         head = f" > {r['heading']}" if r["heading"] else ""
         coll = f"[{r['collection']}] " if multi else ""
-        out.append(f"{r['rank']:>2}. {r['score']:.3f}  {coll}{_loc(r, line_numbers)}{head}")
+        out.append(f"{r['rank']:>2}. {r['score']:.3f}  " + _term(f"{coll}{_loc(r, line_numbers)}{head}"))
         if full and r.get("section"):
             sec = r["section"]
-            out += ["", sec.get("text") or f"      ({sec.get('error', 'section not found')})", ""]
+            out += ["", for_terminal(sec.get("text"), keep_lines=True) if sec.get("text") else
+                    f"      ({_term(sec.get('error', 'section not found'))})", ""]
         else:
-            out.append(f"      {_cut(r['snippet'], snippet_chars)}")
+            out.append(f"      {_term(_cut(r['snippet'], snippet_chars))}")
         if explain and r.get("explain"):
-            out += [f"      {ln}" for ln in list_lines(r["explain"])]
+            out += [f"      {_term(ln)}" for ln in list_lines(r["explain"])]
     if not rows:
         out.append("no page matched" + (f" with score >= {resp['min_score']}" if resp.get("min_score") else ""))
     return "\n".join(out)

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -151,6 +152,7 @@ class RayRunner(Runner):
                             with contextlib.suppress(Exception):
                                 ray.shutdown()
             self._owns = True
+        self._sigterm = _quiet_sigterm()
 
     def _private_token(self, tmp: str) -> None:
         """The private local Ray takes connections only with a token of its own: a random one in a 0600 file in
@@ -332,6 +334,10 @@ class RayRunner(Runner):
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
             atexit.unregister(self.close)
+        if getattr(self, "_sigterm", False):
+            self._sigterm = False
+            with contextlib.suppress(ValueError):  # not the main thread: nothing was installed there
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if self._watchdog is not None:  # it wakes on the closed pipe, finds nothing left, exits
             with contextlib.suppress(OSError):
                 self._watchdog.stdin.close()
@@ -359,6 +365,29 @@ def _reload_auth_settings() -> None:
         AuthenticationTokenLoader.instance().reset_cache()
     except (ImportError, AttributeError) as e:  # another Ray version: its env is read at start anyway
         log.debug("Ray auth settings not reloaded: %s", e)
+
+
+def _quiet_sigterm() -> bool:
+    """SIGTERM ends the driver like an exception (exit 143) instead of Ray's C++ failure handler.
+
+    `ray.init` installs abseil's failure signal handler in the driver, SIGTERM included: a `kill` (a
+    scheduler's stop, `timeout`) printed "*** SIGTERM received ... PC: @ ... clock_nanosleep" frames twice on
+    stderr and aborted (exit 134, SIGABRT) instead of exiting. A Python handler installed after `ray.init`
+    replaces it: SystemExit unwinds the batch like Ctrl-C does (the runner closes Ray; finished parts stay,
+    the same command resumes) and the process exits 143 (128 + SIGTERM). Crash signals (SIGSEGV, SIGABRT)
+    keep Ray's handler and its stack dump. Only the main thread may install handlers; close() restores the
+    default."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        del frame
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return True
 
 
 SIDE_PROCESSES = ("monitor", "dashboard", "log_monitor")  # a private local Ray's; not the raylet or GCS

@@ -3,6 +3,10 @@ flagged.parquet (one row per flagged query: qid, query, group, band, score) and 
 
 `fanout analyze OUT` opens the folder: views `flagged` and `groups`. `main_gaps` runs the command
 (fanout/gaps/analysis.py finds the gaps, this module writes them).
+
+Query text and note paths are not trusted: report.html escapes them (html.escape), report.md writes them as
+literal markdown text (`md_text`: no HTML, link, image or code span can start) and paths as code spans that
+nothing inside can close (`md_code`); both in fanout/safe_text.py.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
+from fanout.errors import UserError
 from fanout.gaps.analysis import FLAGGED, groups_table
+from fanout.safe_text import md_code, md_text
 
 if TYPE_CHECKING:
     from fanout.config import Config
@@ -36,16 +42,23 @@ def write_report(res: GapsResult, out: Path, g: GapsConfig, source: str) -> Path
     return out
 
 
-def _summary(res: GapsResult, g: GapsConfig) -> list[str]:
+def _summary(res: GapsResult, g: GapsConfig, md: bool = False) -> list[str]:
+    """The summary lines; `md`: the index and page paths as safe markdown code spans (else plain, for HTML)."""
     s = res.stats
+
+    def code(x: object) -> str:
+        return md_code(x, table=False) if md else str(x)
+
     return [
         (f"{s.queries} queries read ({s.rows} rows; {s.errors} error rows and {s.bad_lines} unreadable lines "
-        f"counted, not used), answered by index `{s.index}`"),
+        f"counted, not used), answered by index {code(s.index)}"),
         f"answered (best score >= {g.weak_below}): {s.answered}",
         f"weakly answered ({g.unanswered_below} <= best < {g.weak_below}): {s.flagged['weak']}",
         f"unanswered (best < {g.unanswered_below}): {s.flagged['unanswered']}",
         *([(f"lost its page (its best page in the previous answers is no longer in the index: "
-           f"{', '.join(s.lost_pages[:20]) or 'none'}): {s.flagged['lost']}")] if s.lost_pages is not None else []),
+           f"{', '.join(md_text(p, table=False) if md else p for p in s.lost_pages[:20]) or 'none'}): "
+           f"{s.flagged['lost']}")]
+          if s.lost_pages is not None else []),
         (f"{res.distinct} distinct flagged questions in {len(res.groups)} groups "
         f"({res.embedded} embedded now, the rest from the query-vector cache)"),
     ]
@@ -54,18 +67,19 @@ def _summary(res: GapsResult, g: GapsConfig) -> list[str]:
 def _pages_md(gr: Group) -> str:
     parts = []
     for p in gr.pages:
-        lacks = f"; no heading on {', '.join(p['lacks'][:4])}" if p["lacks"] else ""
-        parts.append(f"`{p['path']}` ({p['score']:.2f}{lacks})")
+        lacks = f"; no heading on {md_text(', '.join(p['lacks'][:4]))}" if p["lacks"] else ""
+        parts.append(f"{md_code(p['path'])} ({p['score']:.2f}{lacks})")
     return "<br>".join(parts) or "none came close"
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Note or query text as one literal markdown table cell (fanout/safe_text.py md_text)."""
+    return md_text(text)
 
 
 def markdown(res: GapsResult, g: GapsConfig, source: str) -> str:
-    lines = [f"# What the notes do not answer: {source}", ""]
-    lines += [f"- {x}" for x in _summary(res, g)]
+    lines = [f"# What the notes do not answer: {md_code(source, table=False)}", ""]
+    lines += [f"- {x}" for x in _summary(res, g, md=True)]
     lines += ["", ("Groups, most asked first. `asks` counts every time a question of the group was asked "
               "(repeats included); the pages are the ones that came closest, with the group's terms that "
               "none of their headings mention."), "",
@@ -75,7 +89,7 @@ def markdown(res: GapsResult, g: GapsConfig, source: str) -> str:
         num = "-" if gr.gid < 0 else str(gr.gid)
         ex = "<br>".join(_cell(e) for e in gr.examples)
         lines.append(f"| {num} | {_cell(gr.name)} | {gr.asks} | {len(gr.keys)} | {LABELS[gr.band]} | "
-                     f"{gr.mean_score:.2f} | {ex} | {_cell(_pages_md(gr))} |")
+                     f"{gr.mean_score:.2f} | {ex} | {_pages_md(gr)} |")
     if len(res.groups) > g.max_groups:
         lines += ["", (f"{len(res.groups) - g.max_groups} smaller groups are left out here (gaps.max_groups); "
                   "groups.parquet has them all.")]
@@ -178,6 +192,14 @@ def make_report(answers: str, out: str | Path, db: str, collection: str, cfg: Co
     from fanout.gaps.analysis import find_gaps
 
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file; --out names a folder for report.md, report.html and the "
+                        f"parquet files (made if missing): give another name, or remove that file")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {str(out)!r}: cannot make the folder ({e.strerror or e}); give a folder you can "
+                        f"write to") from None
     spool = out / ".flagged.spool.parquet"
     try:
         res = find_gaps(answers, db, collection, cfg, spool, progress=progress, previous=previous)

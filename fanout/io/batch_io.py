@@ -5,10 +5,14 @@ Paths may be local or any object-store URI `fanout.store.storage` takes (`s3://b
 (pass `cfg.storage`) or the usual environment variables, and are never logged.
 
 Input is read as a stream of INPUT_ROWS tables (`_row` position, `id`, the row as JSON `raw`, `_error`):
-a JSONL line that does not parse, or a CSV line with the wrong number of fields, becomes an error row
-naming its line; text fields of CSV and parquet are read as text (a query `2024` is a query). Rows without
-an id get `row-<n>` (n = 1-based position among the input's rows, stable across resumes).
-Output is validated before any work (`check_out`) and written by streaming (`write_results`).
+a JSONL line that does not parse (malformed, nested too deep for the parser, a lone surrogate escape such as
+`\\ud800` that is no text), or a CSV line with the wrong number of fields, becomes an error row naming its
+line; the other rows are answered. Every CSV field is text (CSV has no types). JSONL and parquet carry
+types, and read the same: an `id` that is a number is its text, a number in a query field (`query`,
+`short_query`, ...) is an error row naming the field (JSON `{"query": 2024}` and a parquet integer
+column alike). Rows without an id get `row-<n>` (n = 1-based position among the input's rows, stable across
+resumes). Output is validated before any work (`check_out`) and written by streaming (`write_results`); CSV
+output cells a spreadsheet would run as a formula start with `'` (fanout/safe_text.py, `csv_safe`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from fanout.safe_text import CSV_CELL_RE
 from fanout.schemas import ANSWERS, INPUT_ROWS
 from fanout.store import storage
 
@@ -42,7 +47,7 @@ FLAT = pa.schema([
 ])
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
 OUT_FORMATS = (".jsonl", ".parquet", ".csv")
-TEXT_FIELDS = ("id", "qid", "query", "short_query", "rephrased_query", "expected_answer", "intent")
+ID_FIELDS = ("id", "qid")  # a number here is the id's text, in every format
 CHUNK_ROWS = 4096  # input rows per staged table
 
 
@@ -141,10 +146,15 @@ def _read_json(text: io.TextIOBase, acc: _Rows, ext: str) -> Iterator[pa.Table]:
         if first == "[":
             try:
                 rows = json.loads("[" + text.read())
-            except ValueError as e:
-                raise ValueError(f"JSON array input does not parse ({e}); fix it or use JSONL") from None
-            for r in rows:
-                acc.add(row_id(r, acc.n + 1) if isinstance(r, dict) else None, _raw(r))
+            except (ValueError, RecursionError) as e:
+                why = e if isinstance(e, ValueError) else "nested deeper than the JSON reader goes"
+                raise ValueError(f"JSON array input does not parse ({why}); fix it or use JSONL (one row per "
+                                 f"line: a bad line is one error row)") from None
+            for n, r in enumerate(rows, 1):
+                if (bad := _not_text(r)) is not None:
+                    acc.add(f"row-{acc.n + 1}", None, f"row {n} of the array {bad}")
+                else:
+                    acc.add(row_id(r, acc.n + 1) if isinstance(r, dict) else None, _raw(r))
                 if acc.full():
                     yield acc.take()
             return
@@ -156,10 +166,32 @@ def _read_json(text: io.TextIOBase, acc: _Rows, ext: str) -> Iterator[pa.Table]:
         except ValueError as e:
             acc.add(f"line-{lineno}", None, f"line {lineno} is not valid JSON ({e.msg} at column {e.colno}); "
                                             f"fix the line")
+        except RecursionError:  # thousands of nested [ or {: Python's JSON reader recurses per level
+            acc.add(f"line-{lineno}", None, f"line {lineno} is nested deeper than the JSON reader goes (a row "
+                                            f"is an object of strings); fix the line")
         else:
-            acc.add(row_id(row, acc.n + 1) if isinstance(row, dict) else None, line.strip())
+            bad = _not_text(row) if "\\u" in line else None  # a lone surrogate can only come as an escape
+            if bad is not None:
+                rid = row_id(row, acc.n + 1) if isinstance(row, dict) else None
+                rid = rid if _not_text(rid) is None else None
+                acc.add(rid or f"line-{lineno}", None, f"line {lineno} {bad}")
+            else:
+                acc.add(row_id(row, acc.n + 1) if isinstance(row, dict) else None, line.strip())
         if acc.full():
             yield acc.take()
+
+
+def _not_text(value: Any) -> str | None:
+    """Why `value` (a parsed row) holds something that is not Unicode text, or None: a lone surrogate escape
+    (`\\ud800` without its pair) parses but can never be written as UTF-8 (the whole batch would stop there)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"holds a lone surrogate escape (\\u{ord(e.object[e.start]):04x}, half of a UTF-16 pair): it is "
+                f"not text; write the character itself or its full pair")
+    except (ValueError, RecursionError, TypeError):
+        return "holds a value that is not JSON text"
+    return None
 
 
 def _lines(first: str, text: io.TextIOBase) -> Iterator[str]:
@@ -198,7 +230,8 @@ def _read_parquet(fs: pafs.FileSystem, path: str, acc: _Rows) -> Iterator[pa.Tab
         pf = pq.ParquetFile(f)
         for batch in pf.iter_batches(batch_size=CHUNK_ROWS):
             t = pa.Table.from_batches([batch])
-            for name in TEXT_FIELDS:  # numbers in a text field are text (a query `2024` is a query)
+            for name in ID_FIELDS:  # a number is the id's text (as row_id makes of a JSON number); a number
+                # in a query field stays a number: an error row naming the field, as in JSONL
                 if name in t.column_names and (pa.types.is_integer(t.schema.field(name).type)
                                                or pa.types.is_floating(t.schema.field(name).type)
                                                or pa.types.is_boolean(t.schema.field(name).type)):
@@ -239,6 +272,17 @@ def check_out(out: str | Path, inp: str | Path | None = None, storage_cfg: Stora
             raise ValueError(f"--out {str(out)!r}: bucket {bucket!r} does not exist (or these credentials cannot "
                              f"see it); create it or write somewhere else")
     return ext
+
+
+def csv_safe(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """CSV output: every text cell starting with = + - @ tab, CR (or ') gets a leading `'`, so a spreadsheet
+    shows it as text instead of running it (OWASP "CSV injection"; fanout/safe_text.py). `fanout gaps` and
+    `fanout analyze` remove it again when they read fanout's CSV."""
+    import pyarrow.compute as pc
+
+    cols = [pc.replace_substring_regex(c, pattern=CSV_CELL_RE, replacement="'\\1")
+            if pa.types.is_string(c.type) or pa.types.is_large_string(c.type) else c for c in batch.columns]
+    return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
 
 
 def flat_rows(results: pa.Table, errors: pa.Table) -> pa.Table:
@@ -335,7 +379,8 @@ def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str, index: str | N
             for batch in reader:
                 cols = [batch.column(f.name).cast(f.type) for f in FLAT if f.name != "index"]
                 cols.append(pa.array([index] * batch.num_rows, pa.string()))
-                writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=FLAT))
+                out = pa.RecordBatch.from_arrays(cols, schema=FLAT)
+                writer.write_batch(out if ext == ".parquet" else csv_safe(out))
             writer.close()
 
 

@@ -5,6 +5,9 @@ Rules (docs/security.md "Vault boundary"):
   or is broken, is skipped with a reason. A file link inside the vault is indexed under the link's path; a
   folder link inside it is not walked (its notes are indexed under their real path), so loops cannot occur,
   and every real folder is visited once.
+- A symlink loop (a link to itself, or two pointing at each other) is skipped as `link_loop`, not as missing.
+- A hard link is a name inside the vault like any other: its file is indexed, wherever else it is linked
+  from (a hard link has no outside path to check; README "Threat model" says why that is the rule).
 - Only regular files are opened: FIFOs, sockets and device files named `x.md` are skipped from their stat
   (never opened), and the open itself is `O_NONBLOCK | O_NOFOLLOW` with an `fstat` check, so a file swapped
   for a FIFO or a link after the walk is refused, not waited on.
@@ -244,6 +247,9 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
                 is_dir = _dir_entry(e)
                 if err.errno == errno.ENAMETOOLONG and (is_dir or name.endswith(suffix)):
                     _skip(out, rel + ("/" if is_dir else ""), "path_too_long", too_long(full, is_dir))
+                elif is_link and err.errno == errno.ELOOP and (name.endswith(suffix) or "." not in name):
+                    _skip(out, rel, "link_loop", "symlink loop: following it leads back to a link already on "
+                                                 "the way (itself or a link pointing back); fix or remove it")
                 elif name.endswith(suffix) or is_dir:
                     _skip(out, rel + ("/" if is_dir else ""), "broken_link" if is_link else "unreadable",
                           f"{'symlink target is missing' if is_link else err.strerror or err}"

@@ -422,16 +422,38 @@ class Collection:
 
 
 def index_stamp(name: str, manifest: dict[str, Any]) -> str:
-    """`<collection>@<12 hex>`: which index answered (the embedder, its prompt, the chunking, the languages, the
-    table versions and counts of the completed `fanout index` run). Batch output carries it in its `index`
-    column, so a later reader (`fanout gaps`) can refuse answers of another collection or index version."""
+    """`<collection>@<12 hex>`: which index answered: what the answers depend on (the embedder, its prompt,
+    the chunking, the languages, the vector size, the notes' content (`content`: a hash of every indexed
+    path and its content hash, written by `fanout index`) and the counts). Not the table versions:
+    `fanout optimize` makes new versions of the same rows. Batch output carries it in its `index` column, so a
+    later reader (`fanout gaps`) can refuse answers of another collection or index version. A manifest of an
+    older fanout (no `content`) keeps the stamp it had (table versions in place of the content)."""
     import hashlib
 
     stats = manifest.get("stats") or {}
-    key = {k: manifest.get(k) for k in ("embedder", "chunk", "languages", "tables")}
+    content = manifest.get("content")
+    keys = ("embedder", "chunk", "languages", "vectors", "content") if content else \
+        ("embedder", "chunk", "languages", "tables")
+    key = {k: manifest.get(k) for k in keys}
+    if content:
+        key["vectors"] = (key["vectors"] or {}).get("dim") if isinstance(key["vectors"], dict) else None
     key["counts"] = [stats.get("notes"), stats.get("chunks")]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return f"{name}@{digest}"
+
+
+def content_key(col: Collection) -> str | None:
+    """A hash of the indexed notes (every path and its content hash, in path order): what answers depend on,
+    unchanged by `fanout optimize` (the manifest's `content`, fanout.store.db.index_stamp)."""
+    import hashlib
+
+    if not col.has(col.documents_name):
+        return None
+    t = col.table(col.documents_name).search().select(["path", "content_hash"]).limit(None).to_arrow()
+    h = hashlib.sha256()
+    for path, digest in sorted(zip(t["path"].to_pylist(), t["content_hash"].to_pylist())):
+        h.update(f"{path}\0{digest}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
 
 
 def _tree(root: str) -> set[str]:
