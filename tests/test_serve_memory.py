@@ -1,0 +1,91 @@
+"""`fanout serve`'s answer memory is never stale (issue 42 item 2): a request that names no collection searches
+the default one, and its remembered answer is keyed on that collection's index state too, so `fanout index`
+adding a note or `fanout collection remove` makes the next identical request miss; a removed collection's
+answers and Searchers are dropped. The index state is read through the storage layer, so a db given as a
+URI (file://, s3://) works as a folder does (os.stat on `<db>/<name>.manifest.json` did not).
+
+The real SearchService on the fake model profile (no HTTP, no models).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from faces.common import DEFAULT_COLLECTION
+from faces.serve import _App
+from tests.conftest import write_vault
+
+REQ = {"mode": "search", "query": "zebra crossing", "n": 5}  # no `collections`: the default one
+
+
+@pytest.fixture()
+def served(tmp_path, fake_cfg, fake_runner):
+    from faces.service import SearchService
+    from pipelines.index import index_vault
+
+    vault = write_vault(tmp_path / "vault")
+    db = tmp_path / "db"
+    index_vault(vault, db, DEFAULT_COLLECTION, fake_cfg, fake_runner)
+    app = _App(str(db), SearchService(db, fake_cfg, fake_runner), max_answers=8)
+    return vault, db, app
+
+
+def paths(resp: dict) -> list[str]:
+    return [r["path"] for r in resp["results"]]
+
+
+def test_a_request_naming_no_collection_misses_after_a_note_is_indexed(served, fake_cfg, fake_runner):
+    from pipelines.index import index_vault
+
+    vault, db, app = served
+    first = app.run(dict(REQ))
+    assert app.run(dict(REQ))["answered"] == "memory"
+    assert "Zebra.md" not in paths(first)
+    (vault / "Zebra.md").write_text("# Zebra crossing\n\nA zebra crossing is where to cross the road.\n",
+                                    encoding="utf-8")
+    index_vault(vault, db, DEFAULT_COLLECTION, fake_cfg, fake_runner)
+    again = app.run(dict(REQ))
+    assert "answered" not in again and "Zebra.md" in paths(again)  # answered anew, from the new index
+    assert app.run(dict(REQ))["answered"] == "memory"
+
+
+def test_removing_the_collection_drops_its_answers_and_searchers(served):
+    from faces.catalog import remove_collection
+
+    _, db, app = served
+    app.run(dict(REQ))
+    app.run({**REQ, "collections": [DEFAULT_COLLECTION], "n": 3})
+    assert len(app.answers) == 2 and app.service._searchers
+    remove_collection(db, DEFAULT_COLLECTION)
+    with pytest.raises(FileNotFoundError, match=f"no index '{DEFAULT_COLLECTION}'"):
+        app.run(dict(REQ))  # never the remembered answer
+    assert not app.answers and not app.service._searchers and DEFAULT_COLLECTION not in app.stamps
+
+
+def test_optimize_or_any_manifest_rewrite_misses_but_an_untouched_index_hits(served):
+    _, db, app = served
+    app.run(dict(REQ))
+    mf = db / f"{DEFAULT_COLLECTION}.manifest.json"
+    text = mf.read_text(encoding="utf-8")
+    mf.write_text(text, encoding="utf-8")  # the same content (a run that changed nothing): still the same index
+    assert app.run(dict(REQ))["answered"] == "memory"
+    mf.write_text(text.replace('"tables"', '"other": 1, "tables"', 1), encoding="utf-8")
+    assert "answered" not in app.run(dict(REQ))
+
+
+def test_the_index_state_is_read_through_the_storage_layer(tmp_path, fake_cfg, fake_runner):
+    """A db given as a file:// URI: the manifest is found (os.path.join on the URI found nothing, so nothing
+    was ever invalidated)."""
+    from faces.service import SearchService
+    from pipelines.index import index_vault
+
+    vault = write_vault(tmp_path / "vault")
+    uri = f"file://{tmp_path / 'db'}"
+    index_vault(vault, uri, "t", fake_cfg, fake_runner)
+    app = _App(uri, SearchService(uri, fake_cfg, fake_runner), max_answers=8)
+    state = app.state("t")
+    assert state is not None and app.stamps == {"t": state}
+    (vault / "Zebra.md").write_text("# Zebra\n\nStripes.\n", encoding="utf-8")
+    index_vault(vault, uri, "t", fake_cfg, fake_runner)
+    assert app.state("t") not in (None, state)
+    assert app.state("nope") is None
