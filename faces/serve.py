@@ -1,5 +1,7 @@
-"""`fanout serve`: a small HTTP server on 127.0.0.1 that keeps the Searchers, the lancedb handles and the
-embedder warm, so `fanout query / search / vsearch` answer a repeated query in milliseconds, not seconds.
+"""`fanout serve`: an HTTP server on 127.0.0.1 that keeps the Searchers, the lancedb handles and the embedder
+warm, so `fanout query / search / vsearch` answer a repeated query in milliseconds, not seconds. It runs on
+uvicorn (in this process, one worker, its h11 parser: the stack `fanout mcp --http` uses), so the backlog,
+keep-alive and header parsing are a maintained server's; searches run in a worker thread, one at a time.
 
 The server writes a port file `<db>/.fanout-serve.json` (mode 0600: port, pid, config, a random token that
 every request must carry); the CLI reads it and posts its request there, and falls back to running the
@@ -7,8 +9,9 @@ pipeline in-process when there is no file, the server does not answer, or the se
 (`FANOUT_NO_SERVER=1` forces in-process). Only the stdlib is imported on the client side.
 
 The server trusts no client: a malformed request gets a 4xx JSON answer naming what is wrong, and the
-`serve:` config bounds each connection's time (idle and whole-request timeouts), their number and the body's
-size; the port file is written through `faces.common.write_private` (never through a planted link).
+`serve:` config bounds each connection's time (idle and whole-request timeouts: 408), their number (503), the
+headers (431) and the body's size (413); the port file is written through `faces.common.write_private` (never
+through a planted link).
 """
 
 from __future__ import annotations

@@ -192,6 +192,13 @@ def test_headers_larger_than_the_limit_get_431(server):
     assert got == 431 and "serve.max_header_kb" in data["error"]
 
 
+def test_headers_larger_than_the_limit_at_once_get_431(server):
+    with socket.create_connection(("127.0.0.1", server["port"]), timeout=10) as s:
+        s.sendall(b"POST /query HTTP/1.0\r\nX-Long: " + b"v" * 6000 + b"\r\nContent-Length: 2\r\n\r\n{}")
+        got, data = parse(read_all(s))
+    assert got == 431 and "serve.max_header_kb" in data["error"]
+
+
 def test_the_server_still_answers_after_all_of_that(server):
     status, data, _ = query(server["port"], server["token"])
     assert status == 200 and data["results"][0]["path"] == "Linking/Internal links.md"
