@@ -69,14 +69,30 @@ def main() -> int:
     ap.add_argument("--clients", default="1,20,300", help="clients at once, one round per count")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per count")
     ap.add_argument("--limit-s", type=float, default=90.0, help="the longest a round may take")
+    ap.add_argument("--sequential", type=int, default=0,
+                    help="first, one client: this many repeated requests and this many answered anew (-n varies), "
+                         "the server's own latency without a CLI process start")
+    ap.add_argument("--mode", default="search", help="the request's mode (query, search, vsearch)")
     args = ap.parse_args()
     info = json.loads(Path(port_path(args.db)).read_text(encoding="utf-8"))
-    body = json.dumps({"token": info["token"], "request": {"mode": "search", "collections": [args.collection],
-                                                           "query": args.query, "n": 5}}).encode()
+
+    def request(n: int) -> bytes:
+        return json.dumps({"token": info["token"], "request": {"mode": args.mode, "collections": [args.collection],
+                                                               "query": args.query, "n": n}}).encode()
+
+    body = request(5)
     status, _ = ask(info["port"], body, args.limit_s)
     if status != 200:
         print(f"the first request got {status}", file=sys.stderr)
         return 1
+    if args.sequential:
+        print("| one client, sequential | requests | median | p95 | max |\n|---|---|---|---|---|")
+        for name, bodies in (("repeated", [body] * args.sequential),
+                             ("answered anew", [request(11 + i) for i in range(args.sequential)])):
+            lat = sorted(ask(info["port"], b, args.limit_s)[1] * 1000 for b in bodies)
+            print(f"| {name} | {len(lat)} | {statistics.median(lat):.2f} ms | "
+                  f"{lat[min(len(lat) - 1, int(0.95 * len(lat)))]:.2f} ms | {lat[-1]:.2f} ms |", flush=True)
+        print()
     print("| clients | answers by status | failed | median | p95 | max | wall |")
     print("|---|---|---|---|---|---|---|")
     for clients in (int(c) for c in args.clients.split(",")):
