@@ -114,7 +114,6 @@ def _post(port: int, path: str, body: bytes, timeout: float) -> tuple[int, dict[
     return status, json.loads(payload or b"{}")
 
 
-
 class _App:
     """The service, plus a memory of answers to repeated requests and a check that drops stale handles when a
     collection is re-indexed or removed.

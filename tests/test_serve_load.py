@@ -202,3 +202,15 @@ def test_headers_larger_than_the_limit_at_once_get_431(server):
 def test_the_server_still_answers_after_all_of_that(server):
     status, data, _ = query(server["port"], server["token"])
     assert status == 200 and data["results"][0]["path"] == "Linking/Internal links.md"
+
+
+def test_a_port_in_use_is_a_message_not_a_traceback():
+    from faces.common import UserError
+    from faces.serve import _listen
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(UserError, match=f"cannot listen on 127.0.0.1:{port} .*--port 0 for any free one"):
+            _listen(port, 16)

@@ -89,3 +89,49 @@ def test_the_index_state_is_read_through_the_storage_layer(tmp_path, fake_cfg, f
     index_vault(vault, uri, "t", fake_cfg, fake_runner)
     assert app.state("t") not in (None, state)
     assert app.state("nope") is None
+
+
+@pytest.fixture(scope="module")
+def s3_cfg():
+    """The fake profile reaching a moto S3 server on 127.0.0.1 (a free port) with one bucket."""
+    import logging
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer  # moto[server], in the dev extra
+
+    from fanout.config import load_config
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    srv.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket="fanout-serve")
+    yield load_config("fake").replace(storage={"endpoint": endpoint, "region": "us-east-1",
+                                               "access_key_id": "testing", "secret_access_key": "testing"})
+    srv.stop()
+
+
+def test_the_index_state_of_an_s3_db(s3_cfg):
+    """On s3:// the manifest is an object: its state changes when it is rewritten, and is None once removed."""
+    import threading
+
+    from fanout import storage
+
+    class Service:  # what _App reads of the SearchService
+        cfg, lock, _searchers = s3_cfg, threading.Lock(), {("t", "query"): object()}
+
+    db = "s3://fanout-serve/db"
+    mf = f"{db}/t.manifest.json"
+    storage.write_text(mf, '{"tables": {"t_chunks": 1}}', s3_cfg.storage)
+    app = _App(db, Service(), max_answers=8)
+    first = app.state("t")
+    assert first is not None and app.state("t") == first
+    storage.write_text(mf, '{"tables": {"t_chunks": 2}}', s3_cfg.storage)
+    assert app.state("t") not in (None, first) and not app.service._searchers  # reopened on the change
+    storage.remove(mf, s3_cfg.storage)
+    assert app.state("t") is None and "t" not in app.stamps
