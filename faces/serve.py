@@ -139,6 +139,7 @@ class _App:
         self.max_answers = max_answers
         self.answers: OrderedDict[str, tuple[dict[str, Any], tuple[str, ...]]] = OrderedDict()
         self._answers_lock = threading.Lock()
+        self._stale: set[str] = set()  # collections whose Searchers must be reopened before the next search
 
     def state(self, name: str) -> str | None:
         """Collection `name`'s index state now (None: no manifest, e.g. removed); when it differs from the one
@@ -166,15 +167,29 @@ class _App:
                 self.stamps.pop(name, None)
             else:
                 self.stamps[name] = state
-            if known:  # re-indexed or removed since: forget its answers
+            if known:  # re-indexed or removed since: forget its answers, reopen its tables before the next
+                # search (not waiting here for one in progress)
                 for key in [k for k, (_, names) in self.answers.items() if name in names]:
                     del self.answers[key]
-        if known:  # and reopen its tables (after the search in progress, if any)
+                self._stale.add(name)
+
+    def _reopen(self) -> None:
+        """Drop the Searchers of collections re-indexed or removed since they were opened."""
+        with self._answers_lock:
+            stale, self._stale = self._stale, set()
+        if stale:
             with self.service.lock:
-                for key in [k for k in self.service._searchers if k[0] == name]:
+                for key in [k for k in self.service._searchers if k[0] in stale]:
                     del self.service._searchers[key]
 
     def run(self, req: Any) -> dict[str, Any]:
+        """The answer to one request: from memory, else searched."""
+        hit, ticket = self.lookup(req)
+        return hit if hit is not None else self.search(req, ticket)
+
+    def lookup(self, req: Any) -> tuple[dict[str, Any] | None, Any]:
+        """(the remembered answer or None, the ticket `search` needs): checks the request and reads the index
+        states; never waits for a search in progress."""
         from faces.common import DEFAULT_COLLECTION
         from faces.service import check_request
 
@@ -182,15 +197,21 @@ class _App:
         names = tuple(req.get("collections") or [DEFAULT_COLLECTION])  # what SearchService.run searches
         states = [self.state(name) for name in names]
         if not self.max_answers or None in states:
-            return self.service.run(req)
+            return None, None
         key = json.dumps([req, names, states], sort_keys=True, default=str)
         with self._answers_lock:
             hit = self.answers.get(key)
             if hit is not None:
                 self.answers.move_to_end(key)
-                return {**hit[0], "answered": "memory"}
+                return {**hit[0], "answered": "memory"}, None
+        return None, (key, names, states)
+
+    def search(self, req: Any, ticket: Any) -> dict[str, Any]:
+        """Search (one at a time: SearchService.lock) and remember the answer under `lookup`'s ticket."""
+        self._reopen()
         resp = self.service.run(req)
-        if not resp.get("errors"):
+        if ticket is not None and not resp.get("errors"):
+            key, names, states = ticket
             with self._answers_lock:
                 if all(self.stamps.get(n) == s for n, s in zip(names, states)):  # not re-indexed meanwhile
                     self.answers[key] = (resp, names)
@@ -367,14 +388,24 @@ def _asgi(app: _App, limits: Any) -> Any:
     max_head = limits.max_header_kb * 1024
     token = app.token.encode()
 
-    def work(request: Any) -> tuple[int, bytes]:
+    searching = asyncio.Semaphore(1)  # searches wait here, not in worker threads that answers from memory need
+
+    def answered(step: Any, *args: Any) -> tuple[int, bytes | None, Any]:
+        """`step(*args)` (app.lookup or app.search) as (status, JSON body); (200, None, ticket) when lookup
+        found no remembered answer and the request must be searched."""
         try:
-            return 200, _json(app.run(request))
+            out = step(*args)
+            if step == app.lookup:
+                hit, ticket = out
+                if hit is None:
+                    return 200, None, ticket
+                out = hit
+            return 200, _json(out), None
         except (ValueError, FileNotFoundError) as e:  # what the user asked for is wrong: same as in-process
-            return 400, _json({"error": str(e)})
+            return 400, _json({"error": str(e)}), None
         except Exception as e:  # noqa: BLE001 - a failure inside the pipeline: report it, keep serving
             _log().exception("query failed")
-            return 500, _json({"error": f"{type(e).__name__}: {e}"})
+            return 500, _json({"error": f"{type(e).__name__}: {e}"}), None
 
     async def body_of(scope: dict, receive: Any) -> tuple[int, str] | bytes | None:
         """The request body; (status, error) when it is missing, malformed or too large; None when the client
@@ -436,7 +467,11 @@ def _asgi(app: _App, limits: Any) -> Any:
         given = given.encode("utf-8", "surrogatepass") if isinstance(given, str) else b""
         if not secrets.compare_digest(given, token):
             return 403, _json({"error": "wrong token: read it from the port file"}), False
-        status, data = await asyncio.get_running_loop().run_in_executor(None, work, msg.get("request"))
+        loop, request = asyncio.get_running_loop(), msg.get("request")
+        status, data, ticket = await loop.run_in_executor(None, answered, app.lookup, request)
+        if data is None:  # not remembered: search, one request at a time
+            async with searching:
+                status, data, _ = await loop.run_in_executor(None, answered, app.search, request, ticket)
         return status, data, False
 
     async def asgi(scope: dict, receive: Any, send: Any) -> None:
