@@ -388,6 +388,9 @@ def _asgi(app: _App, limits: Any) -> Any:
     max_head = limits.max_header_kb * 1024
     token = app.token.encode()
 
+    from fanout import storage
+
+    local = not storage.is_remote(app.db)  # the index states are local files (else objects: read off the loop)
     searching = asyncio.Semaphore(1)  # searches wait here, not in worker threads that answers from memory need
 
     def answered(step: Any, *args: Any) -> tuple[int, bytes | None, Any]:
@@ -468,7 +471,10 @@ def _asgi(app: _App, limits: Any) -> Any:
         if not secrets.compare_digest(given, token):
             return 403, _json({"error": "wrong token: read it from the port file"}), False
         loop, request = asyncio.get_running_loop(), msg.get("request")
-        status, data, ticket = await loop.run_in_executor(None, answered, app.lookup, request)
+        if local:  # a small local read: answered here, a thread hop would cost more than the lookup
+            status, data, ticket = answered(app.lookup, request)
+        else:  # an object store's round trip must not hold the event loop
+            status, data, ticket = await loop.run_in_executor(None, answered, app.lookup, request)
         if data is None:  # not remembered: search, one request at a time
             async with searching:
                 status, data, _ = await loop.run_in_executor(None, answered, app.search, request, ticket)
