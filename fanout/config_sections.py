@@ -401,7 +401,7 @@ class ServeConfig:
     request_timeout_s: float = 30.0  # a request (headers and body) must arrive whole within this, else 408
     # connections `fanout serve` holds at once; one more is answered 503 and closed. An idle connection costs the
     # event loop a few KB and a file descriptor (the open-file limit is raised to fit); 300 clients at once are
-    # all answered (README "fanout serve", tests/test_serve_load.py)
+    # all answered (README "Speed and scale", bench/serve_load.py)
     max_connections: int = 512
     # the listening socket's queue of connections not yet accepted (uvicorn's `backlog`; the kernel caps it at
     # net.core.somaxconn). Python's default of 5 made 20 clients at once wait ~1 s each for SYN retries

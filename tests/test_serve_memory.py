@@ -137,3 +137,58 @@ def test_the_index_state_of_an_s3_db(s3_cfg):
     assert not app.service._searchers
     storage.remove(mf, s3_cfg.storage)
     assert app.state("t") is None and "t" not in app.stamps
+
+
+def test_an_answer_from_memory_does_not_wait_for_a_search(tmp_path):
+    """While one request is searched (slowly), a remembered one is answered at once: the event loop stays free
+    and searches queue there, not in the worker threads."""
+    import asyncio
+    import json
+    import threading
+    import time
+
+    from faces.serve import _asgi
+    from fanout.config import load_config
+
+    class Slow:
+        cfg, lock, _searchers = load_config("fake"), threading.Lock(), {}
+
+        def run(self, req):
+            with self.lock:
+                if req["query"] == "slow":
+                    time.sleep(1.5)
+                return {"results": [{"path": req["query"]}], "errors": []}
+
+    (tmp_path / "t.manifest.json").write_text("{}")
+    app = _App(str(tmp_path), Slow(), max_answers=8)
+    fast = {"mode": "search", "collections": ["t"], "query": "fast"}
+    app.run(fast)  # remembered
+    asgi = _asgi(app, app.service.cfg.serve)
+
+    async def call(req: dict) -> tuple[int, dict, float]:
+        body = json.dumps({"token": app.token, "request": req}).encode()
+        scope = {"type": "http", "method": "POST", "raw_path": b"/query", "query_string": b"",
+                 "headers": [(b"content-length", str(len(body)).encode())]}
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(msg: dict) -> None:
+            sent.append(msg)
+
+        t = time.monotonic()
+        await asgi(scope, receive, send)
+        return sent[0]["status"], json.loads(sent[1]["body"]), time.monotonic() - t
+
+    async def main() -> None:
+        slow = [asyncio.create_task(call({**fast, "query": "slow", "n": n})) for n in (1, 2, 3, 4, 5, 6, 7, 8)]
+        await asyncio.sleep(0.2)  # the first slow search runs, seven more wait
+        status, data, seconds = await call(fast)
+        assert status == 200 and data["answered"] == "memory" and seconds < 0.5
+        assert not any(t.done() for t in slow)
+        for t in slow[1:]:  # still waiting for their turn: no thread runs them yet
+            t.cancel()
+        assert (await slow[0])[0] == 200
+
+    asyncio.run(main())
