@@ -384,12 +384,11 @@ def _asgi(app: _App, limits: Any) -> Any:
     import re
     import secrets
 
+    from fanout import storage
+
     max_body = limits.max_body_kb * 1024
     max_head = limits.max_header_kb * 1024
     token = app.token.encode()
-
-    from fanout import storage
-
     local = not storage.is_remote(app.db)  # the index states are local files (else objects: read off the loop)
     searching = asyncio.Semaphore(1)  # searches wait here, not in worker threads that answers from memory need
 
