@@ -35,6 +35,28 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
     return ms
 
 
+def in_process(args: argparse.Namespace, dbs: dict[str, str], rows: dict[str, list[float]]) -> None:
+    sys.path.insert(0, str(REPO))
+    from faces.serve import ask_server
+
+    def req(n: int) -> dict:
+        return {"mode": "query", "collections": [args.collection], "query": args.query, "n": n}
+
+    for name in ("A", "B"):
+        ask_server(dbs[name], req(10), args.config)
+    anew = 1000 - args.requests // 10  # n values no run has asked for
+    for i in range(args.requests):
+        for name in ("A", "B") if i % 2 == 0 else ("B", "A"):
+            for kind, n in (("repeated", 10), ("answered anew", anew + i // 10)) if i % 10 == 0 else \
+                    (("repeated", 10),):
+                t = time.perf_counter()
+                resp = ask_server(dbs[name], req(n), args.config)
+                ms = 1000 * (time.perf_counter() - t)
+                if resp is None:
+                    raise RuntimeError(f"server {name} did not answer")
+                rows.setdefault(f"in-process request, {kind}, {name}", []).append(ms)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", required=True)
@@ -45,6 +67,9 @@ def main() -> int:
     ap.add_argument("--modes", default="query,search")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--config", default=None)
+    ap.add_argument("--requests", type=int, default=300,
+                    help="also: this many requests from this process to each server, alternating (faces.serve."
+                         "ask_server: the server's own latency, no process start); a tenth of them answered anew")
     args = ap.parse_args()
     cfg = ["--config", args.config] if args.config else []
     for checkout in {REPO, Path(args.a).resolve(), Path(args.b).resolve()}:  # as bench/cli_latency.py: with
@@ -70,6 +95,8 @@ def main() -> int:
                 time.sleep(0.2)
         env = {**os.environ, "PYTHONPATH": str(REPO), "LANCEDB_LOG": "error"}
         rows: dict[str, list[float]] = {}
+        if args.requests:
+            in_process(args, dbs, rows)
         for mode in args.modes.split(","):
             for name in ("A", "B"):
                 base = [sys.executable, "-m", "faces.cli", mode, args.query, "--db", dbs[name], "-c",
@@ -90,7 +117,7 @@ def main() -> int:
     print(f"A = {args.a}, B = {args.b}; {args.runs} runs each, interleaved; load avg {os.getloadavg()[0]:.1f}\n")
     print("| command | median ms | min ms | max ms |\n|---|---|---|---|")
     for name, xs in sorted(rows.items()):
-        print(f"| {name} | {statistics.median(xs):.0f} | {min(xs):.0f} | {max(xs):.0f} |")
+        print(f"| {name} | {statistics.median(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |")
     return 0
 
 
