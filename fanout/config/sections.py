@@ -398,12 +398,23 @@ class ServeConfig:
     max_body_kb: int = 1024  # the largest request body `fanout serve` reads; larger gets 413
     idle_timeout_s: float = 10.0  # a connection silent this long while its request is due is closed
     request_timeout_s: float = 30.0  # a request (headers and body) must arrive whole within this, else 408
-    max_connections: int = 32  # connections `fanout serve` holds at once; one more is answered 503 and closed
+    # connections `fanout serve` holds at once; one more is answered 503 and closed. An idle connection costs the
+    # event loop a few KB and a file descriptor (the open-file limit is raised to fit); 300 clients at once are
+    # all answered (README "Speed and scale", bench/serve_load.py)
+    max_connections: int = 512
+    # the listening socket's queue of connections not yet accepted (uvicorn's `backlog`; the kernel caps it at
+    # net.core.somaxconn). Python's default of 5 made 20 clients at once wait ~1 s each for SYN retries
+    backlog: int = 2048
+    max_headers: int = 100  # header lines one request may send; more gets 431 (as Python's http.server had)
+    max_header_kb: int = 16  # the request line and headers together; larger gets 431 (h11's default limit)
 
     def validate(self) -> None:
         _check(self.max_results >= 1, f"serve.max_results must be >= 1, got {self.max_results}")
         _check(self.max_body_kb >= 1, f"serve.max_body_kb must be >= 1, got {self.max_body_kb}")
         _check(self.max_connections >= 1, f"serve.max_connections must be >= 1, got {self.max_connections}")
+        _check(self.backlog >= 1, f"serve.backlog must be >= 1, got {self.backlog}")
+        _check(self.max_headers >= 1, f"serve.max_headers must be >= 1, got {self.max_headers}")
+        _check(self.max_header_kb >= 1, f"serve.max_header_kb must be >= 1, got {self.max_header_kb}")
         _check(self.idle_timeout_s > 0, f"serve.idle_timeout_s must be > 0 seconds, got {self.idle_timeout_s}")
         _check(self.request_timeout_s >= self.idle_timeout_s,
                f"serve.request_timeout_s must be >= serve.idle_timeout_s ({self.idle_timeout_s}), got "

@@ -1,5 +1,7 @@
-"""`fanout serve`: a small HTTP server on 127.0.0.1 that keeps the Searchers, the lancedb handles and the
-embedder warm, so `fanout query / search / vsearch` answer a repeated query in milliseconds, not seconds.
+"""`fanout serve`: an HTTP server on 127.0.0.1 that keeps the Searchers, the lancedb handles and the embedder
+warm, so `fanout query / search / vsearch` answer a repeated query in milliseconds, not seconds. It runs on
+uvicorn (in this process, one worker, its h11 parser: the stack `fanout mcp --http` uses), so the backlog,
+keep-alive and header parsing are a maintained server's; searches run in a worker thread, one at a time.
 
 The server writes a port file `<db>/.fanout-serve.json` (mode 0600: port, pid, config, a random token that
 every request must carry); the CLI reads it and posts its request there, and falls back to running the
@@ -7,8 +9,9 @@ pipeline in-process when there is no file, the server does not answer, or the se
 (`FANOUT_NO_SERVER=1` forces in-process). Only the stdlib is imported on the client side.
 
 The server trusts no client: a malformed request gets a 4xx JSON answer naming what is wrong, and the
-`serve:` config bounds each connection's time (idle and whole-request timeouts), their number and the body's
-size; the port file is written through `fanout.cli.common.write_private` (never through a planted link).
+`serve:` config bounds each connection's time (idle and whole-request timeouts: 408), their number (503), the
+headers (431) and the body's size (413); the port file is written through `fanout.cli.common.write_private` (never
+through a planted link).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def _log() -> Any:
 
     return logging.getLogger(__name__)
 PORT_FILE = ".fanout-serve.json"
+ANSWER_HINT = "POST /query with a JSON body, or GET /health"
 
 
 def config_key(config: str | None) -> str:
@@ -91,156 +95,6 @@ def ask_server(db: str | Path, request: dict[str, Any], config: str | None,
     return data
 
 
-def _handler(app: Any, limits: Any) -> type:
-    """The request handler class bound to one app and the `serve:` limits (http.server is imported only by
-    the server). Every answer is JSON; a malformed request gets a 4xx naming what is wrong."""
-    import io
-    import re
-    import secrets
-    import time
-    from http.server import BaseHTTPRequestHandler
-
-    max_body = limits.max_body_kb * 1024
-
-    class DeadlineIO(socket.SocketIO):
-        """The connection's reads: each waits at most `idle_timeout_s`, all of them end by the deadline."""
-
-        def __init__(self, sock: socket.socket, deadline: float):
-            super().__init__(sock, "rb")
-            self.deadline = deadline
-
-        def readinto(self, b: Any) -> int | None:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"the request did not arrive within {limits.request_timeout_s} s")
-            self._sock.settimeout(min(limits.idle_timeout_s, left))
-            return super().readinto(b)
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "fanout-serve"
-
-        def setup(self) -> None:
-            super().setup()
-            self.rfile.close()  # replaced by one that enforces the request's deadline
-            deadline = time.monotonic() + limits.request_timeout_s
-            self.rfile = io.BufferedReader(DeadlineIO(self.connection, deadline))
-
-        def log_message(self, fmt: str, *args: Any) -> None:  # http.server prints to stderr otherwise
-            _log().debug("%s " + fmt, self.address_string(), *args)
-
-        def _send(self, code: int, data: dict[str, Any]) -> None:
-            self.connection.settimeout(limits.idle_timeout_s)  # a client that does not read is dropped
-            try:
-                body = json.dumps(data, ensure_ascii=False).encode()
-            except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") echoed from the request
-                body = json.dumps(data).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-            """http.server's own rejections (bad request line, too many headers, unknown method) as JSON."""
-            from http import HTTPStatus
-
-            self.close_connection = True
-            self.request_version = "HTTP/1.0"  # a status line even for a request line without a version
-            phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else "error"
-            self._send(code, {"error": f"{message or phrase}; POST /query with a JSON body, or GET /health"})
-
-        def do_GET(self) -> None:
-            if self.path == "/health":  # liveness only: nothing about the db without the token
-                self._send(200, {"ok": True})
-            else:
-                self._send(404, {"error": "POST /query or GET /health"})
-
-        def _body(self) -> tuple[int, str] | bytes:
-            """The request body, or (status, error) when it is missing, malformed, too large or too slow."""
-            if self.headers.get("Transfer-Encoding"):
-                return 411, "send the body with a Content-Length header, not Transfer-Encoding"
-            raw = self.headers.get("Content-Length")
-            if raw is None:
-                return 411, "a Content-Length header is required"
-            if not re.fullmatch(r"[0-9]{1,15}", raw.strip()):
-                return 400, f"Content-Length must be a whole number of bytes, got {raw[:40]!r}"
-            n = int(raw)
-            if n == 0:
-                return 400, 'the request body is empty; send {"token": ..., "request": {...}}'
-            if n > max_body:
-                return 413, f"the request body is {n} bytes; at most {max_body} (serve.max_body_kb) are read"
-            try:
-                body = self.rfile.read(n)
-            except TimeoutError as e:
-                return 408, f"{e}; send the whole body at once"
-            if len(body) < n:
-                return 400, f"the body ended after {len(body)} of the {n} bytes Content-Length announced"
-            return body
-
-        def do_POST(self) -> None:
-            if self.path != "/query":
-                return self._send(404, {"error": "POST /query"})
-            body = self._body()
-            if isinstance(body, tuple):
-                self.close_connection = True
-                return self._send(body[0], {"error": body[1]})
-            try:
-                msg = json.loads(body)
-            except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-                return self._send(400, {"error": f"the request body is not JSON: {str(e)[:200]}"})
-            if not isinstance(msg, dict):
-                return self._send(400, {"error": 'the request body must be a JSON object {"token": ..., '
-                                                 f'"request": {{...}}}}, got {type(msg).__name__}'})
-            token = msg.get("token")
-            given = token.encode("utf-8", "surrogatepass") if isinstance(token, str) else b""
-            if not secrets.compare_digest(given, app.token.encode()):
-                return self._send(403, {"error": "wrong token: read it from the port file"})
-            try:
-                self._send(200, app.run(msg.get("request")))
-            except (ValueError, FileNotFoundError) as e:  # what the user asked for is wrong: same as in-process
-                self._send(400, {"error": str(e)})
-            except Exception as e:  # noqa: BLE001 - a failure inside the pipeline: report it, keep serving
-                _log().exception("query failed")
-                self._send(500, {"error": f"{type(e).__name__}: {e}"})
-
-    return Handler
-
-
-def _server(address: tuple[str, int], handler: type, max_connections: int) -> Any:
-    """A threading HTTP server that holds at most `max_connections` connections; one more gets 503."""
-    import threading
-    from http.server import ThreadingHTTPServer
-
-    msg = json.dumps({"error": f"fanout serve holds {max_connections} connections (serve.max_connections); "
-                               "try again"}).encode()
-    busy = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(msg), msg))
-
-    class Server(ThreadingHTTPServer):
-        slots = threading.BoundedSemaphore(max_connections)
-
-        def process_request(self, request: Any, client_address: Any) -> None:
-            if not self.slots.acquire(blocking=False):
-                with contextlib.suppress(OSError):
-                    request.settimeout(1.0)
-                    request.sendall(busy)
-                self.shutdown_request(request)
-                return
-            try:
-                super().process_request(request, client_address)
-            except BaseException:
-                self.slots.release()
-                raise
-
-        def process_request_thread(self, request: Any, client_address: Any) -> None:
-            try:
-                super().process_request_thread(request, client_address)
-            finally:
-                self.slots.release()
-
-    return Server(address, handler)
-
-
 def _post(port: int, path: str, body: bytes, timeout: float) -> tuple[int, dict[str, Any]]:
     """One HTTP/1.0 POST over a plain socket (http.client would import the email package: ~50 ms of the
     warm path's budget). The server closes the connection after its answer."""
@@ -262,7 +116,16 @@ def _post(port: int, path: str, body: bytes, timeout: float) -> tuple[int, dict[
 
 
 class _App:
-    """The service plus a check that drops stale handles when a collection is re-indexed."""
+    """The service, plus a memory of answers to repeated requests and a check that drops stale handles when a
+    collection is re-indexed or removed.
+
+    Every request reads the index state of each collection it searches (the default one included): a digest of
+    the collection's manifest as stored, which `fanout index` rewrites last, naming the table versions it
+    completed (and `fanout collection remove` deletes). Remembered answers are keyed on those states, so a
+    re-index, an optimize or a removal makes the next identical request miss; a collection whose state changed
+    has its Searchers reopened and its remembered answers dropped. Read through the storage layer, so an
+    object-store db (s3://...) works as a local folder does: one small read per collection and request.
+    """
 
     def __init__(self, db: str, service: Any, max_answers: int = 0):
         import secrets
@@ -271,48 +134,417 @@ class _App:
 
         self.db, self.service = db, service
         self.token = secrets.token_hex(16)
-        self.stamps: dict[str, float] = {}
-        # answers of repeated requests, keyed by the request and its collections' manifest stamps (a re-index
-        # rewrites the manifest, so a stale answer is never served); least recently used dropped first
+        self.stamps: dict[str, str] = {}  # collection -> the index state its Searchers and answers come from
+        # answers of repeated requests, keyed by the request and its collections' index states; least recently
+        # used dropped first. Each entry: (the answer, the collections it searched)
         self.max_answers = max_answers
-        self.answers: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.answers: OrderedDict[str, tuple[dict[str, Any], tuple[str, ...]]] = OrderedDict()
         self._answers_lock = threading.Lock()
+        self._stale: set[str] = set()  # collections whose Searchers must be reopened before the next search
+
+    def state(self, name: str) -> str | None:
+        """Collection `name`'s index state now (None: no manifest, e.g. removed); when it differs from the one
+        seen before, its Searchers and remembered answers are dropped."""
+        import hashlib
+
+        from fanout.store import storage
+        from fanout.store.db import Collection
+
+        col = Collection(self.db, name, self.service.cfg)  # checks the name; no I/O
+        try:
+            raw = storage.read_bytes(col.manifest_path, self.service.cfg.storage)
+        except (OSError, ValueError):  # FileNotFoundError included: no index (the search says so)
+            state = None
+        else:
+            state = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        if self.stamps.get(name) != state:
+            self._changed(name, state)
+        return state
+
+    def _changed(self, name: str, state: str | None) -> None:
+        with self._answers_lock:
+            known = name in self.stamps
+            if state is None:
+                self.stamps.pop(name, None)
+            else:
+                self.stamps[name] = state
+            if known:  # re-indexed or removed since: forget its answers, reopen its tables before the next
+                # search (not waiting here for one in progress)
+                for key in [k for k, (_, names) in self.answers.items() if name in names]:
+                    del self.answers[key]
+                self._stale.add(name)
+
+    def _reopen(self) -> None:
+        """Drop the Searchers of collections re-indexed or removed since they were opened."""
+        with self._answers_lock:
+            stale, self._stale = self._stale, set()
+        if stale:
+            with self.service.lock:
+                for key in [k for k in self.service._searchers if k[0] in stale]:
+                    del self.service._searchers[key]
 
     def run(self, req: Any) -> dict[str, Any]:
+        """The answer to one request: from memory, else searched."""
+        hit, ticket = self.lookup(req)
+        return hit if hit is not None else self.search(req, ticket)
+
+    def lookup(self, req: Any) -> tuple[dict[str, Any] | None, Any]:
+        """(the remembered answer or None, the ticket `search` needs): checks the request and reads the index
+        states; never waits for a search in progress."""
+        from fanout.cli.common import DEFAULT_COLLECTION
         from fanout.api.service import check_request
 
         check_request(req, self.service.cfg.serve.max_results)  # before its collections name any file
-        stamps = []
-        for name in req.get("collections") or []:
-            mf = os.path.join(self.db, f"{name}.manifest.json")
-            stamp = None
-            with contextlib.suppress(OSError):
-                stamp = os.stat(mf).st_mtime_ns
-                if self.stamps.setdefault(name, stamp) != stamp:  # re-indexed since: reopen its tables
-                    self.stamps[name] = stamp
-                    with self.service.lock:
-                        for key in [k for k in self.service._searchers if k[0] == name]:
-                            del self.service._searchers[key]
-            stamps.append(stamp)
-        if not self.max_answers:
-            return self.service.run(req)
-        key = json.dumps([req, stamps], sort_keys=True, default=str)
+        names = tuple(req.get("collections") or [DEFAULT_COLLECTION])  # what SearchService.run searches
+        states = [self.state(name) for name in names]
+        if not self.max_answers or None in states:
+            return None, None
+        key = json.dumps([req, names, states], sort_keys=True, default=str)
         with self._answers_lock:
             hit = self.answers.get(key)
             if hit is not None:
                 self.answers.move_to_end(key)
-                return {**hit, "answered": "memory"}
+                return {**hit[0], "answered": "memory"}, None
+        return None, (key, names, states)
+
+    def search(self, req: Any, ticket: Any) -> dict[str, Any]:
+        """Search (one at a time: SearchService.lock) and remember the answer under `lookup`'s ticket."""
+        self._reopen()
         resp = self.service.run(req)
-        if not resp.get("errors"):
+        if ticket is not None and not resp.get("errors"):
+            key, names, states = ticket
             with self._answers_lock:
-                self.answers[key] = resp
-                while len(self.answers) > self.max_answers:
-                    self.answers.popitem(last=False)
+                if all(self.stamps.get(n) == s for n, s in zip(names, states)):  # not re-indexed meanwhile
+                    self.answers[key] = (resp, names)
+                    while len(self.answers) > self.max_answers:
+                        self.answers.popitem(last=False)
         return resp
+
+
+def _json(data: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") echoed from the request
+        return json.dumps(data).encode()
+
+
+def _raw_answer(status: int, message: str) -> bytes:
+    """A whole HTTP answer written past the parser (h11 sends none before a request has arrived)."""
+    from http import HTTPStatus
+
+    body = _json({"error": message})
+    return (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+def _refusal(reason: str, head: bytes, limits: Any) -> str:
+    """h11's reason for refusing a request (`bad Content-Length`, ...) as a message naming what was sent."""
+    import re
+
+    if "Content-Length" in reason:
+        given = re.findall(rb"(?im)^content-length:[ \t]*([^\r\n]*)", head)
+        shown = ", ".join(repr(g.decode("latin-1")[:40]) for g in given[:3]) or "?"
+        return f"Content-Length must be a whole number of bytes, sent once, got {shown}"
+    if reason.startswith("illegal request line"):
+        line = head.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
+        return f"the request line {line.decode('latin-1')[:60]!r} is not `METHOD /path HTTP/1.x`; {ANSWER_HINT}"
+    if reason == "Receive buffer too long":
+        return (f"the request's headers are larger than {limits.max_header_kb} KiB (serve.max_header_kb); "
+                "send fewer or shorter headers")
+    return f"{reason}; {ANSWER_HINT}"
+
+
+def _protocol(limits: Any) -> type:
+    """uvicorn's h11 connection, plus what `serve:` promises on top of it: a connection over
+    `serve.max_connections` is answered 503 at once; a request (headers and body) must arrive within
+    `serve.request_timeout_s` and never stall for `serve.idle_timeout_s`, else 408 and close (a connection that
+    sends nothing is closed silently after `idle_timeout_s`; between kept-alive requests uvicorn's keep-alive
+    timeout closes it); h11's own refusals (a malformed request line or Content-Length, too large headers) come
+    as a JSON 4xx naming what was sent, not uvicorn's plain-text 400."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    idle, whole = limits.idle_timeout_s, limits.request_timeout_s
+    head_keep = 4096  # bytes of a request's start kept to name what a refused request sent
+
+    class Parser(h11.Connection):
+        """h11's parser, remembering why it refused a request (uvicorn drops the reason)."""
+
+        refused: h11.RemoteProtocolError | None = None
+
+        def next_event(self) -> Any:
+            try:
+                return super().next_event()
+            except h11.RemoteProtocolError as e:
+                self.refused = e
+                raise
+
+    class Protocol(H11Protocol):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.conn = Parser(h11.SERVER, limits.max_header_kb * 1024)
+            self.timer: Any = None
+            self.began: float | None = None  # when the first byte of the request now arriving came
+            self.last = 0.0  # when the last byte came
+            self.head = b""  # the start of that request
+            self.lingering = False  # answered and half-closed: what the client still sends is dropped
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.last = self.loop.time()
+            if len(self.connections) > limits.max_connections:
+                self.answer_and_close(503, f"fanout serve holds {limits.max_connections} connections "
+                                           "(serve.max_connections); try again")
+                return
+            self.timer = self.loop.call_later(idle, self.expire)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self.lingering:
+                return
+            now = self.last = self.loop.time()
+            if self.conn.their_state is h11.IDLE:  # a request begins: the first, or the next one kept alive
+                if self.began is None:
+                    self.began, self.head = now, b""
+                    if self.timer is None:
+                        self.timer = self.loop.call_later(idle, self.expire)
+                if len(self.head) < head_keep:
+                    self.head += data[:head_keep - len(self.head)]
+            super().data_received(data)
+            if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):
+                self.began = None  # the whole request is here (or refused): the app has it now
+
+        def arriving(self) -> bool:
+            """Whether a request is on its way in: headers begun, or a body the app still waits for."""
+            state = self.conn.their_state
+            if self.began is None:
+                return False
+            if state is h11.IDLE:
+                return True
+            return state is h11.SEND_BODY and self.cycle is not None and not self.cycle.response_started
+
+        def expire(self) -> None:
+            self.timer = None
+            if self.transport.is_closing():
+                return
+            if self.lingering:
+                self.transport.close()
+                return
+            now = self.loop.time()
+            if self.cycle is None and self.began is None:  # connected, and silent since
+                if now - self.last >= idle:
+                    self.transport.close()
+                else:
+                    self.timer = self.loop.call_later(self.last + idle - now, self.expire)
+                return
+            if not self.arriving():
+                self.began = None
+                return
+            part = "headers" if self.conn.their_state is h11.IDLE else "body"
+            if now - self.began >= whole:
+                self.answer_and_close(408, f"the request's {part} did not arrive within {whole:g} s "
+                                           f"(serve.request_timeout_s); send the whole {part} at once")
+            elif now - self.last >= idle:
+                self.answer_and_close(408, f"the request's {part} stalled for {idle:g} s "
+                                           f"(serve.idle_timeout_s); send the whole {part} at once")
+            else:
+                self.timer = self.loop.call_later(min(self.last + idle, self.began + whole) - now, self.expire)
+
+        def send_400_response(self, msg: str) -> None:
+            e = self.conn.refused
+            status = e.error_status_hint if e is not None and e.error_status_hint in (400, 431, 501) else 400
+            self.answer_and_close(status, _refusal(str(e) if e is not None else msg, self.head, limits))
+
+        def answer_and_close(self, status: int, message: str) -> None:
+            """Answer, half-close, and close when the client does (or after `idle_timeout_s`): closing at once
+            with its request unread would reset the connection and lose the answer."""
+            self.transport.write(_raw_answer(status, message))
+            if not self.transport.can_write_eof():
+                self.transport.close()
+                return
+            self.transport.write_eof()
+            self.lingering = True
+            self.transport.resume_reading()  # (if flow control paused it) to see the client's end
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_later(idle, self.expire)
+
+    return Protocol
+
+
+def _asgi(app: _App, limits: Any) -> Any:
+    """The ASGI app: GET /health, POST /query {"token": ..., "request": {...}}. Every answer is JSON; a
+    malformed request gets a 4xx naming what is wrong. The search runs in a worker thread (one at a time:
+    SearchService.lock), so the event loop keeps accepting and answering other connections."""
+    import asyncio
+    import re
+    import secrets
+
+    from fanout.store import storage
+
+    max_body = limits.max_body_kb * 1024
+    max_head = limits.max_header_kb * 1024
+    token = app.token.encode()
+    local = not storage.is_remote(app.db)  # the index states are local files (else objects: read off the loop)
+    searching = asyncio.Semaphore(1)  # searches wait here, not in worker threads that answers from memory need
+
+    def answered(step: Any, *args: Any) -> tuple[int, bytes | None, Any]:
+        """`step(*args)` (app.lookup or app.search) as (status, JSON body); (200, None, ticket) when lookup
+        found no remembered answer and the request must be searched."""
+        try:
+            out = step(*args)
+            if step == app.lookup:
+                hit, ticket = out
+                if hit is None:
+                    return 200, None, ticket
+                out = hit
+            return 200, _json(out), None
+        except (ValueError, FileNotFoundError) as e:  # what the user asked for is wrong: same as in-process
+            return 400, _json({"error": str(e)}), None
+        except Exception as e:  # noqa: BLE001 - a failure inside the pipeline: report it, keep serving
+            _log().exception("query failed")
+            return 500, _json({"error": f"{type(e).__name__}: {e}"}), None
+
+    async def body_of(scope: dict, receive: Any) -> tuple[int, str] | bytes | None:
+        """The request body; (status, error) when it is missing, malformed or too large; None when the client
+        went away (timeouts are the connection's: Protocol.expire answers 408)."""
+        headers = dict(scope["headers"])
+        if b"transfer-encoding" in headers:
+            return 411, "send the body with a Content-Length header, not Transfer-Encoding"
+        raw = headers.get(b"content-length")
+        if raw is None:
+            return 411, "a Content-Length header is required"
+        if not re.fullmatch(rb"[0-9]{1,15}", raw.strip()):
+            return 400, f"Content-Length must be a whole number of bytes, got {raw.decode('latin-1')[:40]!r}"
+        n = int(raw)
+        if n == 0:
+            return 400, 'the request body is empty; send {"token": ..., "request": {...}}'
+        if n > max_body:
+            return 413, f"the request body is {n} bytes; at most {max_body} (serve.max_body_kb) are read"
+        chunks, more = [], True
+        while more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return None
+            chunks.append(msg.get("body", b""))
+            more = msg.get("more_body", False)
+        body = b"".join(chunks)
+        if len(body) < n:
+            return 400, f"the body ended after {len(body)} of the {n} bytes Content-Length announced"
+        return body
+
+    async def answer(scope: dict, receive: Any) -> tuple[int, bytes, bool] | None:
+        """(status, JSON body, close the connection after it), or None when the client went away."""
+        headers = scope["headers"]
+        if len(headers) > limits.max_headers or sum(len(k) + len(v) + 4 for k, v in headers) > max_head:
+            return 431, _json({"error": f"the request has {len(headers)} headers; at most {limits.max_headers} "
+                                        f"(serve.max_headers) of at most {limits.max_header_kb} KiB "
+                                        "(serve.max_header_kb) are read"}), True
+        method, path = scope["method"], scope["raw_path"] + (b"?" if scope["query_string"] else b"")
+        if method == "GET":
+            if path == b"/health":  # liveness only: nothing about the db without the token
+                return 200, _json({"ok": True}), False
+            return 404, _json({"error": "POST /query or GET /health"}), False
+        if method != "POST":
+            return 501, _json({"error": f"method {method[:20]!r} is not served; {ANSWER_HINT}"}), True
+        if path != b"/query":
+            return 404, _json({"error": "POST /query"}), True
+        body = await body_of(scope, receive)
+        if body is None:
+            return None
+        if isinstance(body, tuple):
+            return body[0], _json({"error": body[1]}), True
+        try:
+            msg = json.loads(body)
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            return 400, _json({"error": f"the request body is not JSON: {str(e)[:200]}"}), False
+        if not isinstance(msg, dict):
+            return 400, _json({"error": 'the request body must be a JSON object {"token": ..., "request": '
+                                        f'{{...}}}}, got {type(msg).__name__}'}), False
+        given = msg.get("token")
+        given = given.encode("utf-8", "surrogatepass") if isinstance(given, str) else b""
+        if not secrets.compare_digest(given, token):
+            return 403, _json({"error": "wrong token: read it from the port file"}), False
+        loop, request = asyncio.get_running_loop(), msg.get("request")
+        if local:  # a small local read: answered here, a thread hop would cost more than the lookup
+            status, data, ticket = answered(app.lookup, request)
+        else:  # an object store's round trip must not hold the event loop
+            status, data, ticket = await loop.run_in_executor(None, answered, app.lookup, request)
+        if data is None:  # not remembered: search, one request at a time
+            async with searching:
+                status, data, _ = await loop.run_in_executor(None, answered, app.search, request, ticket)
+        return status, data, False
+
+    async def asgi(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # lifespan is off; nothing else is served
+            return
+        out = await answer(scope, receive)
+        if out is None:
+            return
+        status, data, close = out
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
+        if close:  # a body the app did not read must not be taken for the next request
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+    return asgi
 
 
 def _interrupt(*_: Any) -> None:
     raise KeyboardInterrupt
+
+
+def _listen(port: int, backlog: int) -> socket.socket:
+    """The listening socket on 127.0.0.1 (bound here, so the port file can name a port 0 became)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart reuses a port in TIME_WAIT
+        sock.bind(("127.0.0.1", port))
+        sock.listen(backlog)  # connections made before the loop runs wait here
+    except OSError as e:
+        sock.close()
+        raise UserError(f"fanout serve cannot listen on 127.0.0.1:{port} ({e.strerror or e}); give another "
+                        "--port, or --port 0 for any free one") from None
+    return sock
+
+
+def _room_for(connections: int) -> None:
+    """Raise the open-file limit so that `serve.max_connections` sockets fit beside the index's files."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return
+    need = connections + 256  # the index's files, the models, the listening socket
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    new = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        soft = new
+    if soft < need:
+        _log().warning("the open-file limit is %d: fewer than serve.max_connections (%d) connections may be "
+                       "accepted at once; raise it (ulimit -n) or lower serve.max_connections", soft, connections)
+
+
+def _uvicorn(asgi: Any, limits: Any) -> Any:
+    """uvicorn in this process: one worker, one event loop, its h11 parser with `_protocol`'s limits;
+    backlog (`serve.backlog`), keep-alive and header size are uvicorn's settings."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        asgi, http=_protocol(limits), ws="none", lifespan="off", interface="asgi3", workers=1,
+        backlog=limits.backlog, timeout_keep_alive=limits.idle_timeout_s,  # type: ignore[arg-type]
+        h11_max_incomplete_event_size=limits.max_header_kb * 1024,
+        log_config=None, log_level="error", access_log=False,  # the body (the token) is never logged anyway
+        proxy_headers=False, server_header=False, date_header=False)
+    return uvicorn.Server(config)
 
 
 def serve(args: Any) -> int:
@@ -335,22 +567,23 @@ def serve(args: Any) -> int:
             runner.actor("embedder")
         app = _App(str(args.db), service, cfg.cache.serve_answers)
         for name in args.warm or []:  # a re-index after this point reopens the collection's tables
-            with contextlib.suppress(OSError):
-                app.stamps[name] = os.stat(os.path.join(str(args.db), f"{name}.manifest.json")).st_mtime_ns
-        httpd = _server(("127.0.0.1", args.port), _handler(app, cfg.serve), cfg.serve.max_connections)
-        port = httpd.server_address[1]
-        pf.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_private(str(pf), json.dumps({"port": port, "pid": os.getpid(), "token": app.token,
-                                           "config": config_key(args.config), "db": str(args.db)}))
-        signal.signal(signal.SIGTERM, _interrupt)
-        print(f"fanout serve: {args.db} on http://127.0.0.1:{port} (port file {pf}); "
-              "fanout query/search/vsearch use it now. Ctrl-C stops.", file=sys.stderr, flush=True)
+            app.state(name)
+        _room_for(cfg.serve.max_connections)
+        server = _uvicorn(_asgi(app, cfg.serve), cfg.serve)
+        sock = _listen(args.port, cfg.serve.backlog)
+        port = sock.getsockname()[1]
         try:
-            httpd.serve_forever()
+            pf.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_private(str(pf), json.dumps({"port": port, "pid": os.getpid(), "token": app.token,
+                                               "config": config_key(args.config), "db": str(args.db)}))
+            signal.signal(signal.SIGTERM, _interrupt)  # uvicorn stops gracefully, then raises it again here
+            print(f"fanout serve: {args.db} on http://127.0.0.1:{port} (port file {pf}); "
+                  "fanout query/search/vsearch use it now. Ctrl-C stops.", file=sys.stderr, flush=True)
+            server.run(sockets=[sock])
         except KeyboardInterrupt:
             pass
         finally:
-            httpd.server_close()
+            sock.close()
             with contextlib.suppress(OSError, ValueError):
                 if json.loads(pf.read_text(encoding="utf-8")).get("pid") == os.getpid():
                     pf.unlink()
