@@ -62,8 +62,8 @@ def main() -> int:
         for i in range(args.runs):
             for q in QUERIES:
                 n = 11 + (n - 10) % 30  # a new n for every request: never the server's answer memory
-                sides = [("api", lambda: kb.search(q, n=n)),
-                         ("serve", lambda: ask_server(db, {**req, "query": q, "n": n}, args.config))]
+                sides = [("api", lambda q=q, n=n: kb.search(q, n=n)),
+                         ("serve", lambda q=q, n=n: ask_server(db, {**req, "query": q, "n": n}, args.config))]
                 for name, call in sides if i % 2 == 0 else sides[::-1]:
                     t = time.perf_counter()
                     out = call()

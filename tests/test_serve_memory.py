@@ -20,8 +20,9 @@ REQ = {"mode": "search", "query": "zebra crossing", "n": 5}  # no `collections`:
 
 @pytest.fixture()
 def served(tmp_path, fake_cfg, fake_runner):
-    from fanout.api.service import SearchService
     from fanout.pipelines.index import index_vault
+
+    from fanout.api.service import SearchService
 
     vault = write_vault(tmp_path / "vault")
     db = tmp_path / "db"
@@ -76,8 +77,9 @@ def test_optimize_or_any_manifest_rewrite_misses_but_an_untouched_index_hits(ser
 def test_the_index_state_is_read_through_the_storage_layer(tmp_path, fake_cfg, fake_runner):
     """A db given as a file:// URI: the manifest is found (os.path.join on the URI found nothing, so nothing
     was ever invalidated)."""
-    from fanout.api.service import SearchService
     from fanout.pipelines.index import index_vault
+
+    from fanout.api.service import SearchService
 
     vault = write_vault(tmp_path / "vault")
     uri = f"file://{tmp_path / 'db'}"
@@ -147,8 +149,8 @@ def test_an_answer_from_memory_does_not_wait_for_a_search(tmp_path):
     import threading
     import time
 
-    from fanout.serve.http import _asgi
     from fanout.config import load_config
+    from fanout.serve.http import _asgi
 
     class Slow:
         cfg, lock, _searchers = load_config("fake"), threading.Lock(), {}

@@ -191,8 +191,8 @@ class _App:
     def lookup(self, req: Any) -> tuple[dict[str, Any] | None, Any]:
         """(the remembered answer or None, the ticket `search` needs): checks the request and reads the index
         states; never waits for a search in progress."""
-        from fanout.cli.common import DEFAULT_COLLECTION
         from fanout.api.service import check_request
+        from fanout.cli.common import DEFAULT_COLLECTION
 
         check_request(req, self.service.cfg.serve.max_results)  # before its collections name any file
         names = tuple(req.get("collections") or [DEFAULT_COLLECTION])  # what SearchService.run searches
