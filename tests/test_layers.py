@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"fanout": ROOT / "fanout", "fanout.actors": ROOT / "actors", "fanout.pipelines": ROOT / "pipelines"}
 RANK = {  # the longest matching prefix wins
-    "fanout.errors": 0, "fanout.config": 0, "fanout.schemas": 0,
+    "fanout.errors": 0, "fanout.defaults": 0, "fanout.config": 0, "fanout.schemas": 0,
     "fanout.models": 1, "fanout.safe_text": 1, "fanout.filters": 1, "fanout.explain": 1, "fanout.text": 1,
     "fanout.store": 2,
     "fanout.io": 3, "fanout.exec": 3, "fanout.agent_fields": 3,

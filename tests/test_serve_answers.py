@@ -9,17 +9,23 @@ from fanout.serve.http import _App
 
 
 class CountingService:
+    """Stands in for the KnowledgeBase the server answers through: `answer(req)`, `forget(collections)`."""
+
     def __init__(self):
         from fanout.config import load_config
 
         self.cfg = load_config("fake")  # the served limits (serve.max_results) come from the service's config
         self.lock = threading.Lock()
-        self._searchers = {("t", "query"): object()}
+        self.open = {"t"}  # collections with open searchers
         self.calls = 0
 
-    def run(self, req):
+    def answer(self, req):
         self.calls += 1
+        self.open |= set(req.get("collections") or ["notes"])
         return {"results": [{"path": f"answer {self.calls}"}], "errors": [] if req.get("query") else [{"e": 1}]}
+
+    def forget(self, collections):
+        self.open -= set(collections)
 
 
 def test_repeats_come_from_memory_until_the_index_changes(tmp_path):
@@ -33,8 +39,10 @@ def test_repeats_come_from_memory_until_the_index_changes(tmp_path):
     assert svc.calls == 1 and again["answered"] == "memory" and again["results"] == first["results"]
     assert app.run({**req, "n": 6})["results"][0]["path"] == "answer 2"  # another request: answered anew
     mf.write_text('{"tables": {"t_chunks": 2}}')  # a re-index rewrites the manifest (new table versions)
+    forgotten = []
+    svc.forget = lambda names: forgotten.extend(names)
     assert app.run(req)["results"][0]["path"] == "answer 3" and svc.calls == 3
-    assert ("t", "query") not in svc._searchers  # and its tables are reopened
+    assert forgotten == ["t"]  # and its tables are reopened
     app.run({**req, "n": 7})
     app.run({**req, "n": 8})
     assert len(app.answers) == 2  # least recently used dropped
@@ -50,4 +58,4 @@ def test_errors_are_never_kept_and_zero_turns_it_off(tmp_path):
     off = _App(str(tmp_path), CountingService(), max_answers=0)
     off.run({"query": "x"})
     off.run({"query": "x"})
-    assert off.service.calls == 2 and not off.answers
+    assert off.kb.calls == 2 and not off.answers

@@ -22,13 +22,13 @@ REQ = {"mode": "search", "query": "zebra crossing", "n": 5}  # no `collections`:
 def served(tmp_path, fake_cfg, fake_runner):
     from fanout.pipelines.index import index_vault
 
-    from fanout.api.service import SearchService
+    from fanout.api import KnowledgeBase
 
     vault = write_vault(tmp_path / "vault")
     db = tmp_path / "db"
     index_vault(vault, db, DEFAULT_COLLECTION, fake_cfg, fake_runner)
-    app = _App(str(db), SearchService(db, fake_cfg, fake_runner), max_answers=8)
-    return vault, db, app
+    with KnowledgeBase(db, DEFAULT_COLLECTION, fake_cfg) as kb:
+        yield vault, db, _App(str(db), kb, max_answers=8)
 
 
 def paths(resp: dict) -> list[str]:
@@ -56,11 +56,11 @@ def test_removing_the_collection_drops_its_answers_and_searchers(served):
     _, db, app = served
     app.run(dict(REQ))
     app.run({**REQ, "collections": [DEFAULT_COLLECTION], "n": 3})
-    assert len(app.answers) == 2 and app.service._searchers
+    assert len(app.answers) == 2 and app.kb.opened
     remove_collection(db, DEFAULT_COLLECTION)
     with pytest.raises(FileNotFoundError, match=f"no index '{DEFAULT_COLLECTION}'"):
         app.run(dict(REQ))  # never the remembered answer
-    assert not app.answers and not app.service._searchers and DEFAULT_COLLECTION not in app.stamps
+    assert not app.answers and not app.kb.opened and DEFAULT_COLLECTION not in app.stamps
 
 
 def test_optimize_or_any_manifest_rewrite_misses_but_an_untouched_index_hits(served):
@@ -79,12 +79,12 @@ def test_the_index_state_is_read_through_the_storage_layer(tmp_path, fake_cfg, f
     was ever invalidated)."""
     from fanout.pipelines.index import index_vault
 
-    from fanout.api.service import SearchService
+    from fanout.api import KnowledgeBase
 
     vault = write_vault(tmp_path / "vault")
     uri = f"file://{tmp_path / 'db'}"
     index_vault(vault, uri, "t", fake_cfg, fake_runner)
-    app = _App(uri, SearchService(uri, fake_cfg, fake_runner), max_answers=8)
+    app = _App(uri, KnowledgeBase(uri, "t", fake_cfg), max_answers=8)
     state = app.state("t")
     assert state is not None and app.stamps == {"t": state}
     (vault / "Zebra.md").write_text("# Zebra\n\nStripes.\n", encoding="utf-8")
@@ -120,12 +120,14 @@ def s3_cfg():
 
 def test_the_index_state_of_an_s3_db(s3_cfg):
     """On s3:// the manifest is an object: its state changes when it is rewritten, and is None once removed."""
-    import threading
 
     from fanout.store import storage
 
-    class Service:  # what _App reads of the SearchService
-        cfg, lock, _searchers = s3_cfg, threading.Lock(), {("t", "query"): object()}
+    class Service:  # what _App uses of the KnowledgeBase
+        cfg, opened = s3_cfg, {"t"}
+
+        def forget(self, names):
+            self.opened -= set(names)
 
     db = "s3://fanout-serve/db"
     mf = f"{db}/t.manifest.json"
@@ -136,7 +138,7 @@ def test_the_index_state_of_an_s3_db(s3_cfg):
     storage.write_text(mf, '{"tables": {"t_chunks": 2}}', s3_cfg.storage)
     assert app.state("t") not in (None, first)
     app._reopen()  # what the next search does first
-    assert not app.service._searchers
+    assert not app.kb.opened
     storage.remove(mf, s3_cfg.storage)
     assert app.state("t") is None and "t" not in app.stamps
 
@@ -153,9 +155,12 @@ def test_an_answer_from_memory_does_not_wait_for_a_search(tmp_path):
     from fanout.serve.http import _asgi
 
     class Slow:
-        cfg, lock, _searchers = load_config("fake"), threading.Lock(), {}
+        cfg, lock = load_config("fake"), threading.Lock()
 
-        def run(self, req):
+        def forget(self, names):
+            pass
+
+        def answer(self, req):
             with self.lock:
                 if req["query"] == "slow":
                     time.sleep(1.5)
@@ -165,7 +170,7 @@ def test_an_answer_from_memory_does_not_wait_for_a_search(tmp_path):
     app = _App(str(tmp_path), Slow(), max_answers=8)
     fast = {"mode": "search", "collections": ["t"], "query": "fast"}
     app.run(fast)  # remembered
-    asgi = _asgi(app, app.service.cfg.serve)
+    asgi = _asgi(app, app.kb.cfg.serve)
 
     async def call(req: dict) -> tuple[int, dict, float]:
         body = json.dumps({"token": app.token, "request": req}).encode()

@@ -172,6 +172,26 @@ class KnowledgeBase:
         with self._lock:
             return self._svc().run(dict(request) if isinstance(request, Mapping) else request)
 
+    def warm(self, collections: list[str] | tuple[str, ...] = ()) -> None:
+        """Open the searchers of `collections` and load the in-process embedder now, so the first request pays
+        neither (a missing index or a model mismatch of those collections is raised here)."""
+        with self._lock:
+            svc = self._svc()
+            for name in collections:
+                svc.searcher(name, "query")
+            svc.runner.preload("embedder")
+
+    @property
+    def opened(self) -> set[str]:
+        """The collections whose searchers are open now (what `forget` drops)."""
+        return self._service.opened if self._service is not None else set()
+
+    def forget(self, collections: list[str] | tuple[str, ...] | set[str]) -> None:
+        """Drop what is open for `collections` (re-indexed or removed since): the next request reopens them at
+        the index version their manifest pins then. A long-lived server calls it when a manifest changes."""
+        if self._service is not None:
+            self._service.forget(set(collections))
+
     # -- batch --------------------------------------------------------------------------------------------------
     def batch(self, rows: Rows, *, out: str | os.PathLike | None = None, n: int = 10, min_score: float = 0.0,
               filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout.config import Config
+from fanout.defaults import DEFAULT_COLLECTION
 from fanout.errors import FanoutError
 from fanout.exec.runner import Runner
 
@@ -138,6 +139,18 @@ class SearchService:
             self._searchers[key] = Searcher(self.db, collection, cfg, self.runner)
         return self._searchers[key]
 
+    @property
+    def opened(self) -> set[str]:
+        """The collections with open Searchers."""
+        return {name for name, _ in self._searchers}
+
+    def forget(self, collections: set[str] | list[str] | tuple[str, ...]) -> None:
+        """Drop the open Searchers of `collections` (re-indexed or removed since): the next request opens them
+        anew at the index version their manifest pins then."""
+        with self.lock:
+            for key in [k for k in self._searchers if k[0] in collections]:
+                del self._searchers[key]
+
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
         from fanout.filters import as_option, parse_filter
         from fanout.pipelines.search import SearchOptions
@@ -152,7 +165,7 @@ class SearchService:
                              rerank=False if plain else req.get("rerank"),
                              explain=bool(req.get("explain")),
                              filter=as_option(parse_filter(req.get("filter") or {})))
-        collections = req.get("collections") or ["notes"]
+        collections = req.get("collections") or [DEFAULT_COLLECTION]
         results: list[dict] = []
         errors: list[dict] = []
         timings: dict[str, float] = {}

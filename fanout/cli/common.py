@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 
+from fanout.defaults import DEFAULT_COLLECTION
 from fanout.errors import UserError
 
 TYPE_CHECKING = False  # typing itself costs the warm client ~5 ms of import
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 DEFAULT_DB = os.environ.get("FANOUT_DB", ".fanout/db")
-DEFAULT_COLLECTION = "notes"
+
 ENV_NO_SERVER = "FANOUT_NO_SERVER"  # set to 1: never use a running `fanout serve`
 
 

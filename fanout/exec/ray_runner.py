@@ -175,6 +175,9 @@ class RayRunner(Runner):
     def engine(self) -> str:
         return "data" if self.cfg.runner.engine == "data" else "loop"
 
+    def preload(self, role: str) -> None:
+        """Nothing to load here: each Ray Data pool loads its model when a job starts."""
+
     def ray_data(self) -> Any:
         """The `ray.data` module (fanout/exec/ray_data.py uses it through here: Ray is imported in this module only)."""
         import ray.data

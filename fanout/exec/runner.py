@@ -222,6 +222,11 @@ class Runner:
         calls through `map`) or "data" (ONE Ray Data Dataset: `RayRunner` with `runner.engine: data`)."""
         return "loop"
 
+    def preload(self, role: str) -> None:
+        """Load a role's model now rather than at the first call that needs it (in-process: the runner's own
+        model; a Ray runner's pools load theirs when a job starts, so there it does nothing)."""
+        self.actor(role)
+
     def actor(self, role: str) -> Any:
         if role not in self._actors:
             t = time.perf_counter()

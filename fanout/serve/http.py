@@ -127,12 +127,12 @@ class _App:
     object-store db (s3://...) works as a local folder does: one small read per collection and request.
     """
 
-    def __init__(self, db: str, service: Any, max_answers: int = 0):
+    def __init__(self, db: str, kb: Any, max_answers: int = 0):
         import secrets
         import threading
         from collections import OrderedDict
 
-        self.db, self.service = db, service
+        self.db, self.kb = db, kb  # a fanout.api.KnowledgeBase: searches run one at a time under its lock
         self.token = secrets.token_hex(16)
         self.stamps: dict[str, str] = {}  # collection -> the index state its Searchers and answers come from
         # answers of repeated requests, keyed by the request and its collections' index states; least recently
@@ -150,9 +150,9 @@ class _App:
         from fanout.store import storage
         from fanout.store.db import Collection
 
-        col = Collection(self.db, name, self.service.cfg)  # checks the name; no I/O
+        col = Collection(self.db, name, self.kb.cfg)  # checks the name; no I/O
         try:
-            raw = storage.read_bytes(col.manifest_path, self.service.cfg.storage)
+            raw = storage.read_bytes(col.manifest_path, self.kb.cfg.storage)
         except (OSError, ValueError):  # FileNotFoundError included: no index (the search says so)
             state = None
         else:
@@ -179,9 +179,7 @@ class _App:
         with self._answers_lock:
             stale, self._stale = self._stale, set()
         if stale:
-            with self.service.lock:
-                for key in [k for k in self.service._searchers if k[0] in stale]:
-                    del self.service._searchers[key]
+            self.kb.forget(stale)
 
     def run(self, req: Any) -> dict[str, Any]:
         """The answer to one request: from memory, else searched."""
@@ -194,7 +192,7 @@ class _App:
         from fanout.api.service import check_request
         from fanout.cli.common import DEFAULT_COLLECTION
 
-        check_request(req, self.service.cfg.serve.max_results)  # before its collections name any file
+        check_request(req, self.kb.cfg.serve.max_results)  # before its collections name any file
         names = tuple(req.get("collections") or [DEFAULT_COLLECTION])  # what SearchService.run searches
         states = [self.state(name) for name in names]
         if not self.max_answers or None in states:
@@ -208,9 +206,9 @@ class _App:
         return None, (key, names, states)
 
     def search(self, req: Any, ticket: Any) -> dict[str, Any]:
-        """Search (one at a time: SearchService.lock) and remember the answer under `lookup`'s ticket."""
+        """Search (one at a time: the KnowledgeBase's lock) and remember the answer under `lookup`'s ticket."""
         self._reopen()
-        resp = self.service.run(req)
+        resp = self.kb.answer(req)
         if ticket is not None and not resp.get("errors"):
             key, names, states = ticket
             with self._answers_lock:
@@ -551,21 +549,16 @@ def serve(args: Any) -> int:
     """`fanout serve --db DB [--port N]`: serve until Ctrl-C / SIGTERM; removes its port file on exit."""
     import signal
 
-    from fanout.api.service import SearchService
-    from fanout.cli.common import config_from_args, write_private
-    from fanout.exec.engines import make_runner
+    from fanout.api import KnowledgeBase
+    from fanout.cli.common import DEFAULT_COLLECTION, config_from_args, write_private
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be 0 (any free port) to 65535, got {args.port}")
     cfg = config_from_args(args)
     pf = port_file(args.db)
-    with make_runner(cfg, n_rows=1) as runner:
-        service = SearchService(args.db, cfg, runner)
-        for name in args.warm or []:
-            service.searcher(name, "query")  # fails early on a missing index or a model mismatch
-        if runner.kind == "inproc":
-            runner.actor("embedder")
-        app = _App(str(args.db), service, cfg.cache.serve_answers)
+    with KnowledgeBase(args.db, DEFAULT_COLLECTION, cfg) as kb:
+        kb.warm(args.warm or ())  # a missing index or a model mismatch fails here, not at the first request
+        app = _App(str(args.db), kb, cfg.cache.serve_answers)
         for name in args.warm or []:  # a re-index after this point reopens the collection's tables
             app.state(name)
         _room_for(cfg.serve.max_connections)
