@@ -174,9 +174,8 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
               progress: bool = False) -> dict:
     """Answer every query of `in_path` into `out_path`; returns counters and stage timings.
 
-    The engine follows the searcher's runner (`runner.run`): in-process (or `runner.engine: slices` on Ray)
-    loops over slices in the driver; a Ray runner with `runner.engine: data` runs ONE Ray Data Dataset whose
-    last operator's actors write the parts.
+    The searcher's runner runs it (`runner.run`, one interface): in-process, a loop over slices with the
+    searcher's built stages; on Ray, ONE Ray Data Dataset whose last operator's actors write the parts.
     """
     cfg, runner = searcher.cfg, searcher.runner
     check_out(out_path, in_path, cfg.storage)
@@ -195,7 +194,6 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     resumed = total - todo
     if resumed:
         log.info("resuming: %d of %d queries already answered", resumed, total)
-    engine = runner.engine
     timings: dict[str, float] = {}
     counters: dict[str, dict[str, int]] = {}
     if todo:
@@ -205,7 +203,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
         if on_slice:
             on_slice(0, todo)  # off a TTY the reporter's timer starts now (the first step loads the models)
         run = runner.run(searcher.stages(opts), source, parts=Parts(fs, rdir, ANSWERS),
-                         pipeline=searcher.pipeline(opts) if engine != "data" else None, slice_rows=slice_size,
+                         pipeline=lambda: searcher.pipeline(opts), slice_rows=slice_size,
                          progress=progress and not on_slice,  # one bar: ours when someone reports progress
                          on_rows=(lambda k: on_slice(min(k, todo), todo)) if on_slice else None)
         for _ in run:
@@ -215,6 +213,6 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     counts = (write_explained if opts.explain else write_results)(parts, out_path, cfg.storage, index=stamp)
     st = job_stats(parts)
     fs.delete_dir(pdir)
-    return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "engine": engine,
+    return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "runner": runner.kind,
             "seconds": time.perf_counter() - t0, "timings": timings, "stages": counters, **st}
 

@@ -207,7 +207,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             i += 1
         part = chunks_all.filter(pc.is_in(chunks_all["path"], pa.array(sel, pa.string())))
         groups.append(((sel, part), split_reused(part, reuse)))
-    # in-process: one embedder call per group; Ray (runner.engine data): one Dataset, groups back in order;
+    # one run (embed_groups): in-process one embedder call per group; on Ray one Dataset, groups back in order;
     # chunks whose embedded text is unchanged since the last index keep their vectors (never re-embedded)
     for (sel, part), fresh in embed_groups(groups, runner, cfg):
         vectors, reused = embed_reusing(part, None, reuse, fresh)

@@ -273,8 +273,7 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("--out", required=True, help="results file: .parquet, .jsonl or .csv")
         p.add_argument("--slice", type=positive_int, default=None,
                        help="queries per in-process resumable part (default: config's runner.slice_rows)")
-        p.add_argument("--engine", choices=["data", "slices"], default=None,
-                       help="on Ray: one Ray Data pipeline (data, default) or the driver slice loop (slices)")
+        p.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # retired: an error naming --runner
         _db(p)
         _engine(p)
         _ranking(p, explain=False)

@@ -331,8 +331,7 @@ def serve(args: Any) -> int:
         service = SearchService(args.db, cfg, runner)
         for name in args.warm or []:
             service.searcher(name, "query")  # fails early on a missing index or a model mismatch
-        if runner.kind == "inproc":
-            runner.actor("embedder")
+        runner.preload("embedder")
         app = _App(str(args.db), service, cfg.cache.serve_answers)
         for name in args.warm or []:  # a re-index after this point reopens the collection's tables
             with contextlib.suppress(OSError):
