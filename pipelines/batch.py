@@ -45,11 +45,6 @@ def parts_dir(out: str | Path) -> str:
     return str(out) + ".parts"
 
 
-def _files(fs: pafs.FileSystem, path: str) -> list[str]:
-    info = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
-    return sorted(f.path for f in info if f.type == pafs.FileType.File and f.path.endswith(".parquet"))
-
-
 def _input_identity(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
     info = fs.get_file_info(path)
     return {"path": path, "size": info.size, "mtime": info.mtime.timestamp() if info.mtime else None}
@@ -79,7 +74,7 @@ def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str,
         if old.get("staged") is not None:
             return int(old["staged"])
     fs.create_dir(f"{pdir}/input", recursive=True)
-    for f in _files(fs, f"{pdir}/input"):
+    for f in Parts(fs, f"{pdir}/input").files():
         fs.delete_file(f)
     n = 0
     for k, table in enumerate(read_input(in_uri, storage_cfg)):
@@ -100,7 +95,7 @@ def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str,
 def drop_broken_parts(fs: pafs.FileSystem, rdir: str) -> int:
     """Delete result parts that do not read (a write cut by kill -9); their rows are redone."""
     bad = 0
-    for f in _files(fs, rdir):
+    for f in Parts(fs, rdir).files():
         try:
             with fs.open_input_file(f) as fh:
                 pq.read_metadata(fh)
@@ -123,9 +118,9 @@ def write_todo(fs: pafs.FileSystem, pdir: str) -> tuple[list[str], int]:
     fs.delete_dir_contents(tdir, missing_dir_ok=True)
     fs.create_dir(tdir, recursive=True)
     con = duckdb.connect()
-    con.register("staged", pads.dataset(_files(fs, f"{pdir}/input"), schema=INPUT_ROWS, filesystem=fs,
+    con.register("staged", pads.dataset(Parts(fs, f"{pdir}/input").files(), schema=INPUT_ROWS, filesystem=fs,
                                         format="parquet"))
-    done = _files(fs, f"{pdir}/results")
+    done = Parts(fs, f"{pdir}/results").files()
     con.register("done", pads.dataset(done, schema=ANSWERS, filesystem=fs, format="parquet") if done
                  else pa.table({"_row": pa.array([], pa.int64())}))
     reader = arrow_reader(con, ("""

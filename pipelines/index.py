@@ -32,6 +32,7 @@ from fanout.pipelines.write_index import (
 )
 
 from fanout.config import Config
+from fanout.exec.progress import Progress
 from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import resolve_vault
@@ -185,8 +186,9 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
 
         count = PromptCounter(cfg)
     chunks_all = chunk_notes(todo, cfg.chunk, count, cfg.embedder.n_ctx)
-    bar = _bar(progress, chunks_all.num_rows) if not callable(progress) else None
-    report = progress if callable(progress) else None
+    # True: the house reporter (a bar on a TTY, one line every few seconds off it); a callable: the caller's own
+    bar = Progress("embedding", "chunk") if progress is True and chunks_all.num_rows else None
+    report = progress if callable(progress) else bar
     if report is not None:
         report(0, chunks_all.num_rows)
     te = time.perf_counter()
@@ -226,8 +228,6 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
                     delete_notes(col, name, set(sel))
         summary.embedded_chunks += part.num_rows - reused
         summary.reused_chunks += reused
-        if bar is not None:
-            bar.update(part.num_rows)
         if report is not None:
             report(summary.embedded_chunks, chunks_all.num_rows)
     if bar is not None:
@@ -249,11 +249,3 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     col.write_manifest(manifest)
     return summary
-
-
-def _bar(progress: bool, total: int):
-    if not progress or total == 0:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="chunk", desc="embedding", leave=False)

@@ -109,7 +109,7 @@ class Source:
 @dataclass
 class Parts:
     """Where a run writes its output as parquet parts (a resumable job's state): `directory` on `filesystem`
-    (a pyarrow filesystem). The loop engines write each output table here from the driver (`write`: the
+    (a pyarrow filesystem). The in-process loop writes each output table here from the driver (`write`: the
     `schema`'s columns, named by the table's first `_row`, tmp + rename so a part is whole or absent); on
     Ray Data the last operator's actors write theirs (`write_block`), so the answered rows never pass
     through the driver."""
