@@ -39,7 +39,7 @@ from fanout.io.vault import resolve_vault
 from fanout.models.identity import model_identity
 from fanout.store import storage
 from fanout.store.db import SCHEMA_VERSION, Collection
-from fanout.store.integrity import IndexStateError, parse_manifest
+from fanout.store.integrity import IndexStateError
 from fanout.store.vectors import fit_vectors, rederive_vectors
 
 log = logging.getLogger(__name__)
@@ -101,11 +101,9 @@ def index_manifest(cfg: Config, vault: Path) -> dict:
 
 def _old_manifest(col: Collection) -> dict:
     """The stored manifest, or {} when missing; a damaged one is logged and means a rebuild."""
-    if not storage.exists(col.manifest_path, col._scfg):
-        return {}
     try:
-        return parse_manifest(storage.read_text(col.manifest_path, col._scfg), col.manifest_path, col.hint())
-    except (OSError, UnicodeDecodeError, IndexStateError) as e:
+        return col.stored_manifest() or {}
+    except IndexStateError as e:
         log.warning("%s; rebuilding the index", e)
         return {}
 

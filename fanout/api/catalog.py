@@ -13,16 +13,15 @@ from typing import Any
 
 from fanout.agent_fields import count_languages
 from fanout.config import Config
-from fanout.store import storage
+from fanout.store import manifest, storage
 from fanout.store.db import Collection
 
 CACHE_TABLES = ("expansions", "qvec", "rerank")  # <collection>_cache_<name>, see fanout/store/caches.py
 
 
-def collection_names(db_dir: str | Path) -> list[str]:
-    """Collections of a db folder: every `<name>.manifest.json`."""
-    d = Path(db_dir)
-    return sorted(p.name.removesuffix(".manifest.json") for p in d.glob("*.manifest.json")) if d.is_dir() else []
+def collection_names(db_dir: str | Path, cfg: Config | None = None) -> list[str]:
+    """Collections of a db (a folder or an object-store URI): one per `<name>.manifest.json`."""
+    return manifest.names(storage.normalize_uri(db_dir), cfg.storage if cfg is not None else None)
 
 
 def _iso(ts: float | None) -> str | None:
@@ -109,10 +108,10 @@ def list_files(col: Collection, prefix: str = "") -> list[dict[str, Any]]:
     return sorted((r for r in rows if r["path"].startswith(pre)), key=lambda r: r["path"])
 
 
-def list_collections(db_dir: str | Path) -> list[dict[str, Any]]:
+def list_collections(db_dir: str | Path, cfg: Config | None = None) -> list[dict[str, Any]]:
     out = []
-    for name in collection_names(db_dir):
-        col = Collection(db_dir, name)
+    for name in collection_names(db_dir, cfg):
+        col = Collection(db_dir, name, cfg)
         m = col.read_manifest()
         stats = m.get("stats") or {}
         out.append({"collection": name, "vault": m.get("vault"), "notes": stats.get("notes"),
@@ -120,18 +119,17 @@ def list_collections(db_dir: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def remove_collection(db_dir: str | Path, name: str) -> list[str]:
+def remove_collection(db_dir: str | Path, name: str, cfg: Config | None = None) -> list[str]:
     """Drop a collection's tables (chunks, documents, caches) and its manifest; the vault is not touched."""
-    col = Collection(db_dir, name)
-    if name not in collection_names(db_dir) and not col.has(col.chunks_name):
-        known = collection_names(db_dir)
+    col = Collection(db_dir, name, cfg)
+    if name not in collection_names(db_dir, cfg) and not col.has(col.chunks_name):
+        known = collection_names(db_dir, cfg)
         raise FileNotFoundError(f"no collection {name!r} in {str(db_dir)!r}; collections: {known}")
     dropped = []
     for n in [col.chunks_name, col.documents_name] + [f"{name}_cache_{c}" for c in CACHE_TABLES]:
         if col.has(n):
             col.drop(n)
             dropped.append(n)
-    if storage.exists(col.manifest_path, col._scfg):
-        storage.remove(col.manifest_path, col._scfg)
+    if col.remove_manifest():
         dropped.append(col.manifest_path.rsplit("/", 1)[-1])
     return dropped

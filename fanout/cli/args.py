@@ -261,10 +261,12 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         _engine(c)
         c = _parser(csub, "list", "list the collections with their vault, notes and index time")
         _db(c, collection=False)
+        _engine(c, runner=False)  # --config: its storage section reaches an object-store db
         c.add_argument("--json", action="store_true", help="print JSON")
         c = _parser(csub, "remove", "drop a collection's tables, caches and manifest (the vault is not touched)")
         c.add_argument("name", help="collection name")
         _db(c, collection=False)
+        _engine(c, runner=False)
         p.set_defaults(fn=fns["collection"])
 
     if want("batch"):

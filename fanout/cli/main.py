@@ -202,10 +202,10 @@ def cmd_collection(args: argparse.Namespace) -> int:
         args.collection = args.name
         return cmd_index(args)
     if args.action == "remove":
-        for n in remove_collection(args.db, args.name):
+        for n in remove_collection(args.db, args.name, config_from_args(args)):
             print(f"removed {n}")
         return 0
-    rows = list_collections(args.db)
+    rows = list_collections(args.db, config_from_args(args))
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))
     elif not rows:
