@@ -138,6 +138,13 @@ class SearchService:
             self._searchers[key] = Searcher(self.db, collection, cfg, self.runner)
         return self._searchers[key]
 
+    def forget(self, collection: str) -> None:
+        """Drop the collection's searchers (it was re-indexed: the next request builds them on its new
+        tables). Takes `lock`, so no search is using them."""
+        with self.lock:
+            for key in [k for k in self._searchers if k[0] == collection]:
+                del self._searchers[key]
+
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
         from fanout.filters import as_option, parse_filter
         from fanout.pipelines.search import SearchOptions

@@ -157,9 +157,14 @@ class Collection:
         with self.guard(name):
             return self.dataset(name).to_table(columns=columns, filter=where, limit=limit, with_row_id=with_row_id)
 
-    def drop(self, name: str) -> None:
+    def forget(self, name: str) -> None:
+        """Close this collection's open handles of table `name` (the next read opens it again): after the
+        table was replaced or dropped behind them."""
         self._tables.pop(name, None)
         self._datasets.pop(name, None)
+
+    def drop(self, name: str) -> None:
+        self.forget(name)
         if self.has(name):
             self.db.drop_table(name)
 
@@ -189,8 +194,7 @@ class Collection:
 
     def _reclaim(self, name: str, root: str, existed: bool, before: set[str], version: int | None) -> None:
         try:
-            self._tables.pop(name, None)
-            self._datasets.pop(name, None)
+            self.forget(name)
             now = self._latest_version(name)
             if now is not None and now != version:
                 return  # the write committed; its files belong to the new version
