@@ -192,7 +192,7 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     timings: dict[str, float] = {}
     counters: dict[str, dict[str, int]] = {}
     if todo:
-        # one interface for every engine: the runner writes the answered rows as parts (the loop from the
+        # one interface for every runner: it writes the answered rows as parts (the loop from the
         # driver, whole or absent; Ray Data from its last operator's actors) and reports progress per step or block
         source = Source(files, fs, rows=todo, schema=INPUT_ROWS)
         if on_slice:
