@@ -90,7 +90,7 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
     if engine == "floor":  # the same shape: `--also` changes (pool counts, CPUs) apply to it too
         return floor(cfg.replace(**sections) if sections else cfg, db, qfile, t0)
     if engine == "data":
-        sections["runner"] = {**sections.get("runner", {}), "mode": "ray", "engine": "data"}
+        sections["runner"] = {**sections.get("runner", {}), "mode": "ray"}
     if sections:
         cfg = cfg.replace(**sections)
     with make_runner(cfg, mode="ray" if engine == "data" else "inproc") as runner:
@@ -119,7 +119,7 @@ def floor(cfg, db: str, qfile: str, t0: float) -> None:
     from fanout.exec.runner import fuse_specs
 
     n = sum(1 for line in Path(qfile).read_text(encoding="utf-8").splitlines() if line.strip())
-    cfg = cfg.replace(runner={"mode": "ray", "engine": "data"})
+    cfg = cfg.replace(runner={"mode": "ray"})
     specs = fuse_specs(search_stages(cfg, db, "bench", SearchOptions(n=10, expand=False, rerank=False)))
     blocks = read_blocks(cfg, specs, n, 1)
     per = -(-n // blocks)

@@ -13,8 +13,8 @@ cost, with the driver CPU per query net of it; scaling is judged on the net figu
 texts are unique (no dedupe inside a batch), so the ideal rate per actor is 1 / (3 x sleep). Both engines run on the same cluster in the
 same invocation, interleaved per actor count:
 
-- `slices`: the pre-Ray-Data runner: the driver runs every stage for 64-query slices, one after another;
-  only the embedder calls fan out over the model actors.
+- `slices`: the pre-Ray-Data runner, kept here only as a baseline (`SliceRunner`): the driver runs every
+  stage for 64-query slices, one after another; only the embedder calls fan out over the model actors.
 - `data`: ONE Ray Data Dataset: every stage is an actor pool; the embedder pool has N actors.
 - `inproc`: the in-process loop (no Ray), one embedder whatever N: run only at the first actor count, as the
   baseline the `x in-process` column divides by (a job of Q queries takes about Q / rate + fixed there).
@@ -83,6 +83,13 @@ def _job(engine: str, rows: list[dict], cfg, db: str, work: Path, name: str, rr)
     return time.perf_counter() - t0, cpu_s() - c0, st
 
 
+class SliceRunner(RayRunner):
+    """The `slices` baseline (fanout itself runs every Ray job as one Ray Data Dataset): the in-process loop
+    (`Runner.run`) in the driver, the model calls fanned out to this runner's Ray actor pool (`RayRunner.map`)."""
+
+    run = Runner.run
+
+
 def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed: int, label: str = "",
         per_process: int = 1) -> dict:
     """One engine at one actor count, three jobs in one runner: a 1-query warm-up (a driver's first job
@@ -94,8 +101,8 @@ def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed
         ecfg = cfg.replace(embedder={"count": 1}, runner={"ray_address": "", "mode": "inproc"})
     else:
         per = min(per_process, actors)  # `actors` models in ceil(actors / per) processes of `per` each
-        ecfg = cfg.replace(embedder={"count": -(-actors // per), "instances": per}, runner={"engine": engine})
-    with (Runner(ecfg) if engine == "inproc" else RayRunner(ecfg)) as rr:
+        ecfg = cfg.replace(embedder={"count": -(-actors // per), "instances": per})
+    with {"inproc": Runner, "slices": SliceRunner}.get(engine, RayRunner)(ecfg) as rr:
         if engine == "slices":  # the slice runner creates its pool on first use: start it before timing
             rr.actor_handles("embedder")
         _job(engine, queries(1, seed + 1000), ecfg, db, work, f"{engine}-{actors}-warm", rr)

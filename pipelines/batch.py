@@ -45,11 +45,6 @@ def parts_dir(out: str | Path) -> str:
     return str(out) + ".parts"
 
 
-def _files(fs: pafs.FileSystem, path: str) -> list[str]:
-    info = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
-    return sorted(f.path for f in info if f.type == pafs.FileType.File and f.path.endswith(".parquet"))
-
-
 def _input_identity(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
     info = fs.get_file_info(path)
     return {"path": path, "size": info.size, "mtime": info.mtime.timestamp() if info.mtime else None}
@@ -79,7 +74,7 @@ def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str,
         if old.get("staged") is not None:
             return int(old["staged"])
     fs.create_dir(f"{pdir}/input", recursive=True)
-    for f in _files(fs, f"{pdir}/input"):
+    for f in Parts(fs, f"{pdir}/input").files():
         fs.delete_file(f)
     n = 0
     for k, table in enumerate(read_input(in_uri, storage_cfg)):
@@ -100,7 +95,7 @@ def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str,
 def drop_broken_parts(fs: pafs.FileSystem, rdir: str) -> int:
     """Delete result parts that do not read (a write cut by kill -9); their rows are redone."""
     bad = 0
-    for f in _files(fs, rdir):
+    for f in Parts(fs, rdir).files():
         try:
             with fs.open_input_file(f) as fh:
                 pq.read_metadata(fh)
@@ -123,9 +118,9 @@ def write_todo(fs: pafs.FileSystem, pdir: str) -> tuple[list[str], int]:
     fs.delete_dir_contents(tdir, missing_dir_ok=True)
     fs.create_dir(tdir, recursive=True)
     con = duckdb.connect()
-    con.register("staged", pads.dataset(_files(fs, f"{pdir}/input"), schema=INPUT_ROWS, filesystem=fs,
+    con.register("staged", pads.dataset(Parts(fs, f"{pdir}/input").files(), schema=INPUT_ROWS, filesystem=fs,
                                         format="parquet"))
-    done = _files(fs, f"{pdir}/results")
+    done = Parts(fs, f"{pdir}/results").files()
     con.register("done", pads.dataset(done, schema=ANSWERS, filesystem=fs, format="parquet") if done
                  else pa.table({"_row": pa.array([], pa.int64())}))
     reader = arrow_reader(con, ("""
@@ -174,9 +169,8 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
               progress: bool = False) -> dict:
     """Answer every query of `in_path` into `out_path`; returns counters and stage timings.
 
-    The engine follows the searcher's runner (`runner.run`): in-process (or `runner.engine: slices` on Ray)
-    loops over slices in the driver; a Ray runner with `runner.engine: data` runs ONE Ray Data Dataset whose
-    last operator's actors write the parts.
+    The searcher's runner runs it (`runner.run`, one interface): in-process, a loop over slices with the
+    searcher's built stages; on Ray, ONE Ray Data Dataset whose last operator's actors write the parts.
     """
     cfg, runner = searcher.cfg, searcher.runner
     check_out(out_path, in_path, cfg.storage)
@@ -195,17 +189,16 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     resumed = total - todo
     if resumed:
         log.info("resuming: %d of %d queries already answered", resumed, total)
-    engine = runner.engine
     timings: dict[str, float] = {}
     counters: dict[str, dict[str, int]] = {}
     if todo:
-        # one interface for every engine: the runner writes the answered rows as parts (the loop from the
+        # one interface for every runner: it writes the answered rows as parts (the loop from the
         # driver, whole or absent; Ray Data from its last operator's actors) and reports progress per step or block
         source = Source(files, fs, rows=todo, schema=INPUT_ROWS)
         if on_slice:
             on_slice(0, todo)  # off a TTY the reporter's timer starts now (the first step loads the models)
         run = runner.run(searcher.stages(opts), source, parts=Parts(fs, rdir, ANSWERS),
-                         pipeline=searcher.pipeline(opts) if engine != "data" else None, slice_rows=slice_size,
+                         pipeline=lambda: searcher.pipeline(opts), slice_rows=slice_size,
                          progress=progress and not on_slice,  # one bar: ours when someone reports progress
                          on_rows=(lambda k: on_slice(min(k, todo), todo)) if on_slice else None)
         for _ in run:
@@ -215,6 +208,6 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
     counts = (write_explained if opts.explain else write_results)(parts, out_path, cfg.storage, index=stamp)
     st = job_stats(parts)
     fs.delete_dir(pdir)
-    return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "engine": engine,
+    return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "runner": runner.kind,
             "seconds": time.perf_counter() - t0, "timings": timings, "stages": counters, **st}
 

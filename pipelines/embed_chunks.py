@@ -1,5 +1,6 @@
-"""Stage: embed chunks with the Embedder actor(s): in-process, through the runner's actors, or as a Ray
-Data Dataset whose embedder actor pool streams the groups back in order (`embed_groups`)."""
+"""Stage: embed chunks with the Embedder actor(s); `embed_groups` runs it over groups of chunks through the
+runner's one interface (`runner.run`): in-process one embedder call per group, on Ray one Dataset whose
+embedder actor pool streams the groups back in order."""
 
 from __future__ import annotations
 
@@ -40,19 +41,18 @@ class EmbedChunks:
 
 
 def embed_groups(groups: list[Any], runner: Runner, cfg: Config) -> Iterator[tuple[Any, pa.Table]]:
-    """(key, chunks) groups -> (key, chunks + vector), in order. On a Ray runner with `runner.engine: data`
-    the groups are ONE Dataset (embedder actor pool, order preserved) so every embedder actor is busy while
-    the caller writes the groups that came back; otherwise one runner call per group."""
-    if runner.engine != "data" or not groups:
-        for key, chunks in groups:
-            yield key, embed_chunks(chunks, runner)
+    """(key, chunks) groups -> (key, chunks + vector), in order, as one run of the EmbedChunks stage (each
+    group one input table, kept whole: in-process that is one embedder call per group; on Ray every embedder
+    actor is busy while the caller writes the groups that came back)."""
+    if not groups:
         return
     tables = [c.append_column("_group", pa.array([g] * c.num_rows, pa.int64()))
               for g, (_, c) in enumerate(groups) if c.num_rows]
     keys = [k for k, _ in groups]
     sizes = [c.num_rows for _, c in groups]
     spec = StageSpec(EmbedChunks, {"cfg": cfg}, pool="embedder", role="embedder")
-    run = runner.run([spec], Source(tables=tables, rows=sum(t.num_rows for t in tables)), preserve_order=True)
+    run = runner.run([spec], Source(tables=tables, rows=sum(t.num_rows for t in tables)), preserve_order=True,
+                     slice_rows=max(sizes))
     g, buf, have = 0, [], 0
     while g < len(groups) and sizes[g] == 0:
         yield keys[g], groups[g][1]

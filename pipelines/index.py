@@ -32,13 +32,14 @@ from fanout.pipelines.write_index import (
 )
 
 from fanout.config import Config
+from fanout.exec.progress import Progress
 from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import resolve_vault
 from fanout.models.identity import model_identity
 from fanout.store import storage
 from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key
-from fanout.store.integrity import IndexStateError, parse_manifest
+from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
 from fanout.store.vectors import fit_vectors, rederive_vectors
 
@@ -101,11 +102,9 @@ def index_manifest(cfg: Config, vault: Path) -> dict:
 
 def _old_manifest(col: Collection) -> dict:
     """The stored manifest, or {} when missing; a damaged one is logged and means a rebuild."""
-    if not storage.exists(col.manifest_path, col._scfg):
-        return {}
     try:
-        return parse_manifest(storage.read_text(col.manifest_path, col._scfg), col.manifest_path, col.hint())
-    except (OSError, UnicodeDecodeError, IndexStateError) as e:
+        return col.stored_manifest() or {}
+    except IndexStateError as e:
         log.warning("%s; rebuilding the index", e)
         return {}
 
@@ -192,8 +191,9 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
 
         count = PromptCounter(cfg)
     chunks_all = chunk_notes(todo, cfg.chunk, count, cfg.embedder.n_ctx)
-    bar = _bar(progress, chunks_all.num_rows) if not callable(progress) else None
-    report = progress if callable(progress) else None
+    # True: the house reporter (a bar on a TTY, one line every few seconds off it); a callable: the caller's own
+    bar = Progress("embedding", "chunk") if progress is True and chunks_all.num_rows else None
+    report = progress if callable(progress) else bar
     if report is not None:
         report(0, chunks_all.num_rows)
     te = time.perf_counter()
@@ -214,7 +214,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             i += 1
         part = chunks_all.filter(pc.is_in(chunks_all["path"], pa.array(sel, pa.string())))
         groups.append(((sel, part), split_reused(part, reuse)))
-    # in-process: one embedder call per group; Ray (runner.engine data): one Dataset, groups back in order;
+    # one run (embed_groups): in-process one embedder call per group; on Ray one Dataset, groups back in order;
     # chunks whose embedded text is unchanged since the last index keep their vectors (never re-embedded)
     for (sel, part), fresh in embed_groups(groups, runner, cfg):
         vectors, reused = embed_reusing(part, None, reuse, fresh)
@@ -233,8 +233,6 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
                     delete_notes(col, name, set(sel))
         summary.embedded_chunks += part.num_rows - reused
         summary.reused_chunks += reused
-        if bar is not None:
-            bar.update(part.num_rows)
         if report is not None:
             report(summary.embedded_chunks, chunks_all.num_rows)
     if bar is not None:
@@ -257,11 +255,3 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     col.write_manifest(manifest)
     return summary
-
-
-def _bar(progress: bool, total: int):
-    if not progress or total == 0:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="chunk", desc="embedding", leave=False)

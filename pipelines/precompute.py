@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from fanout.pipelines.retrieve_variants import EmbedVariants, LookupVectors
 from fanout.pipelines.write_caches import writer_spec
 
 from fanout.config import Config
+from fanout.exec.progress import Progress
 from fanout.exec.runner import Runner, StageSpec
 from fanout.exec.runs import Source
 from fanout.io.batch_io import filesystem
@@ -70,33 +70,6 @@ def expand_stages(cfg: Config, db: str, collection: str) -> list[StageSpec]:
     ]
 
 
-class Progress:
-    """A tqdm bar on a TTY; otherwise one log line every `every_s` seconds."""
-
-    def __init__(self, total: int, tty: bool, every_s: float = 10.0, unit: str = "query"):
-        self.total, self.done, self.every_s = total, 0, every_s
-        self.t0 = self.last = time.monotonic()
-        self.bar = None
-        if tty and total:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit=unit, leave=False)
-
-    def update(self, n: int) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-        elif time.monotonic() - self.last >= self.every_s:
-            self.last = time.monotonic()
-            rate = self.done / max(1e-9, self.last - self.t0)
-            speed = f"{rate:.0f}/s" if rate >= 1 else f"{1 / max(rate, 1e-9):.1f} s/query"  # a 1.5B model: ~9 s
-            log.warning("expand: %d/%d queries (%s)", self.done, self.total, speed)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def run_expand(in_path: str | Path, db: str | Path, collection: str, cfg: Config, runner: Runner,
                progress: bool | None = None, on_batch: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Expand every query of `in_path` that the cache does not hold yet; returns counters."""
@@ -118,16 +91,19 @@ def run_expand(in_path: str | Path, db: str | Path, collection: str, cfg: Config
         stage_input(in_path, fs, pdir, cfg.storage)
     files, todo = write_todo(fs, pdir)
     counts = {k: 0 for k in SOURCES} | {"errors": 0}
-    bar = Progress(todo, sys.stderr.isatty() if progress is None else progress)
+    bar = Progress("expand", "query", tty=progress)  # a bar on a TTY (None: when stderr is one), else lines
+    done = 0
     specs = expand_stages(cfg, db, collection)
 
     def add(t: pa.Table) -> None:
+        nonlocal done
         counts["errors"] += int(pc.sum(pc.is_valid(t["error"])).as_py() or 0)
         for r in pc.value_counts(t["expansion"].drop_null()).to_pylist() if t.num_rows else []:
             counts[r["values"]] += r["counts"]
-        bar.update(t.num_rows)
+        done += t.num_rows
+        bar(done, todo)
         if on_batch:
-            on_batch(bar.done, todo)
+            on_batch(done, todo)
 
     try:
         if todo:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-from fanout.pipelines.lanes import fts_page_lists, hit_rows, index_languages
+from fanout.pipelines.lanes import fts_page_lists, index_languages
 
 from fanout.config import Config
 from fanout.config.vocab import LANG_NAMES
 from fanout.filters import needs_columns, where_sql
-from fanout.schemas import HITS, PAGE, PROBE_SEEN, WHERE, set_column
+from fanout.schemas import PAGE, PROBE_SEEN, WHERE, set_column
 from fanout.store.db import Collection, tag_batch
 
 
@@ -55,22 +55,6 @@ def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[
             return None, "filter.lang", (f"`filter.lang` {bad[0][:40]!r}: no note of that language; the index "
                                          f"has {known}{more}")
     return where_sql(filters), None, None
-
-
-def probe_bm25(queries: pa.Table, col: Collection, cfg: Config) -> tuple[pa.Table, pa.Table]:
-    """QUERIES -> (HITS of the original queries' BM25 lists, table qid/skip_expansion/top/gap)."""
-    qids = queries["qid"].to_pylist()
-    texts = queries["query"].to_pylist()
-    lists = fts_page_lists(col, texts, cfg)
-    hits: list[dict] = []
-    flags = []
-    for qid, pages in zip(qids, lists):
-        hits.extend(hit_rows(qid, 0, "orig", "fts", pages))
-        top = normalise(pages[0]["_score"]) if pages else 0.0
-        second = normalise(pages[1]["_score"]) if len(pages) > 1 else 0.0
-        skip = cfg.probe.enabled and strong_signal(pages, cfg.probe.min_top, cfg.probe.min_gap)
-        flags.append({"qid": qid, "skip_expansion": skip, "top": top, "gap": top - second})
-    return pa.Table.from_pylist(hits, schema=HITS), pa.Table.from_pylist(flags)
 
 
 class ProbeBM25:

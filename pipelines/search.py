@@ -105,7 +105,7 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
     return specs
 
 
-def check_index(col: Collection, cfg: Config) -> dict[str, Any]:
+def check_index_embedder(col: Collection, cfg: Config) -> dict[str, Any]:
     """The index's manifest, after checking that it was embedded with the configured model and prompt."""
     manifest = col.require()
     emb = manifest.get("embedder", {})
@@ -168,7 +168,7 @@ class Searcher:
         the configured embedder, and its full-text languages win over the config's (a warning says so).
         Each batch's first index stage pins again (db.tag_batch), so a long-lived Searcher (MCP, serve)
         never mixes two index runs within a request."""
-        self.manifest = check_index(self.col, self.base_cfg)
+        self.manifest = check_index_embedder(self.col, self.base_cfg)
         self.col.refresh()
         langs, cfg = tuple(self.manifest["languages"]), self.base_cfg
         want = cfg if langs == tuple(cfg.index.languages) else cfg.replace(index={"languages": langs})

@@ -97,9 +97,10 @@ def test_actor_killed_mid_batch_on_the_model_node_changes_nothing(bench, cluster
         expected = _run(bench, r, small_cfg, tiny_db, queries, tmp_path / "inproc.parquet")
     assert set(expected["qid"].to_pylist()) == {q["id"] for q in QUERIES}
 
-    # the slice engine: its model actors are the runner's own pool, which this test kills and Ray restarts
+    # the bench's slice loop (CrashingRayRunner): its model actors are the runner's own pool, which this test
+    # kills and Ray restarts
     ccfg = small_cfg.replace(runner={"ray_address": cluster.address, "model_resource": "models",
-                                     "placement_timeout_s": 90.0, "max_retries": 2, "engine": "slices"})
+                                     "placement_timeout_s": 90.0, "max_retries": 2})
     # two slices of 3 queries: the embedder actor dies 0.2 s into the second slice's calls
     with bench.CrashingRayRunner(ccfg, at_call=1, delay_s=0.2) as rr:
         got = _run(bench, rr, ccfg, tiny_db, queries, tmp_path / "cluster.parquet")
@@ -156,7 +157,7 @@ def test_index_the_worker_cannot_read_fails_at_start_naming_node_and_path(cluste
     q.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in QUERIES), encoding="utf-8")
     out = tmp_path / "out" / "answers.parquet"  # the parts folder: visible on both nodes (one machine's /tmp)
     out.parent.mkdir()
-    cfg = fake.replace(runner={"ray_address": cluster.address, "mode": "ray", "engine": "data",
+    cfg = fake.replace(runner={"ray_address": cluster.address, "mode": "ray",
                                "placement_timeout_s": 120.0})
     with RayRunner(cfg) as rr:
         searcher = Searcher(db, "t", cfg, rr)

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 def fake_cfg():
     from fanout.config import load_config
 
-    return load_config("fake").replace(runner={"object_store_mb": 128, "engine": "data"})
+    return load_config("fake").replace(runner={"object_store_mb": 128})
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_ray_data_output_equals_in_process_output(tmp_path, fake_db, fake_cfg, r
     seen: list[tuple[int, int]] = []  # progress off a TTY: (answered, total) per written block
     b = run_batch(q, tmp_path / "ray.jsonl", Searcher(fake_db, "t", fake_cfg, ray_runner), opts,
                   on_slice=lambda done, total: seen.append((done, total)))
-    assert a["engine"] == "loop" and b["engine"] == "data"
+    assert a["runner"] == "inproc" and b["runner"] == "ray"
     # every CPU stage has its own timing, measured in the actors and carried back with each block (RunStats); the
     # model stages run unwrapped on Ray Data (fanout/exec/ray_data.py chained says why)
     timed = b["timings"]
@@ -120,7 +120,7 @@ def test_every_model_stage_on_ray_data_equals_in_process(tmp_path, fake_db, fake
     with Runner(cfg) as r:
         a = run_batch(q, tmp_path / "inproc.jsonl", Searcher(fake_db, "t", cfg, r), opts)
     b = run_batch(q, tmp_path / "ray.jsonl", Searcher(fake_db, "t", cfg, ray_runner), opts)
-    assert b["engine"] == "data" and a["expansion"].get("model", 0) > 0
+    assert b["runner"] == "ray" and a["expansion"].get("model", 0) > 0
     assert {"LookupExpansions", "LookupRerank"} <= set(b["timings"]), b["timings"]
     assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "inproc.jsonl").read_text()
     assert a["expansion"] == b["expansion"] and a["queries"] == b["queries"] == 42
@@ -230,12 +230,12 @@ def test_ray_data_equals_in_process_with_real_models_on_the_sample_vault(tmp_pat
     db = tmp_path / "db"
     index_vault(ROOT / "samples" / "vault", db, "samples", cfg, runner)
     q = ROOT / "samples" / "queries.jsonl"
-    nocache = cfg.replace(cache={"enabled": False}, runner={"object_store_mb": 128, "engine": "data"},
+    nocache = cfg.replace(cache={"enabled": False}, runner={"object_store_mb": 128},
                           embedder={"num_cpus": 0.5})
     run_batch(q, tmp_path / "a.jsonl", Searcher(db, "samples", nocache, runner), SearchOptions(n=5))
     with RayRunner(nocache) as rr:
         st = run_batch(q, tmp_path / "b.jsonl", Searcher(db, "samples", nocache, rr), SearchOptions(n=5))
-    assert st["engine"] == "data"
+    assert st["runner"] == "ray"
     a, b = (tmp_path / "a.jsonl").read_text(), (tmp_path / "b.jsonl").read_text()
     assert a.count("\n") == b.count("\n") == len(q.read_text().splitlines())
     # same pages, ranks, snippets; scores equal to 5e-3 (measured up to 1.8e-3): llama.cpp's float sums depend on how many texts

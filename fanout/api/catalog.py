@@ -13,17 +13,15 @@ from typing import Any
 
 from fanout.agent_fields import count_languages
 from fanout.config import Config
-from fanout.store import storage
+from fanout.store import manifest, storage
 from fanout.store.db import Collection
-from fanout.store.locks import collection_lock
 
 CACHE_TABLES = ("expansions", "qvec", "rerank")  # <collection>_cache_<name>, see fanout/store/caches.py
 
 
-def collection_names(db_dir: str | Path) -> list[str]:
-    """Collections of a db folder: every `<name>.manifest.json`."""
-    d = Path(db_dir)
-    return sorted(p.name.removesuffix(".manifest.json") for p in d.glob("*.manifest.json")) if d.is_dir() else []
+def collection_names(db_dir: str | Path, cfg: Config | None = None) -> list[str]:
+    """Collections of a db (a folder or an object-store URI): one per `<name>.manifest.json`."""
+    return manifest.names(storage.normalize_uri(db_dir), cfg.storage if cfg is not None else None)
 
 
 def _iso(ts: float | None) -> str | None:
@@ -112,7 +110,7 @@ def list_files(col: Collection, prefix: str = "") -> list[dict[str, Any]]:
 
 def list_collections(db_dir: str | Path, cfg: Config | None = None) -> list[dict[str, Any]]:
     out = []
-    for name in collection_names(db_dir):
+    for name in collection_names(db_dir, cfg):
         col = Collection(db_dir, name, cfg)
         m = col.read_manifest()
         stats = m.get("stats") or {}
@@ -124,16 +122,14 @@ def list_collections(db_dir: str | Path, cfg: Config | None = None) -> list[dict
 def remove_collection(db_dir: str | Path, name: str, cfg: Config | None = None) -> list[str]:
     """Drop a collection's tables (chunks, documents, caches) and its manifest; the vault is not touched."""
     col = Collection(db_dir, name, cfg)
-    if name not in collection_names(db_dir) and not col.has(col.chunks_name):
-        known = collection_names(db_dir)
+    if name not in collection_names(db_dir, cfg) and not col.has(col.chunks_name):
+        known = collection_names(db_dir, cfg)
         raise FileNotFoundError(f"no collection {name!r} in {str(db_dir)!r}; collections: {known}")
     dropped = []
-    with collection_lock(db_dir, name, f"fanout collection remove {name}"):  # not under a running index
-        for n in [col.chunks_name, col.documents_name] + [f"{name}_cache_{c}" for c in CACHE_TABLES]:
-            if col.has(n):
-                col.drop(n)
-                dropped.append(n)
-        if storage.exists(col.manifest_path, col._scfg):
-            storage.remove(col.manifest_path, col._scfg)
+    for n in [col.chunks_name, col.documents_name] + [f"{name}_cache_{c}" for c in CACHE_TABLES]:
+        if col.has(n):
+            col.drop(n)
+            dropped.append(n)
+    if col.remove_manifest():
         dropped.append(col.manifest_path.rsplit("/", 1)[-1])
     return dropped

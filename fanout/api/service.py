@@ -147,8 +147,9 @@ class SearchService:
     def forget(self, collections: set[str] | list[str] | tuple[str, ...]) -> None:
         """Drop the open Searchers of `collections` (re-indexed or removed since): the next request opens them
         anew at the index version their manifest pins then."""
+        names = {collections} if isinstance(collections, str) else set(collections)
         with self.lock:
-            for key in [k for k in self._searchers if k[0] in collections]:
+            for key in [k for k in self._searchers if k[0] in names]:
                 del self._searchers[key]
 
     def run(self, req: dict[str, Any]) -> dict[str, Any]:

@@ -274,8 +274,8 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         _engine(c)
         c = _parser(csub, "list", "list the collections with their vault, notes and index time")
         _db(c, collection=False)
+        _engine(c, runner=False)  # --config: its storage section reaches an object-store db
         c.add_argument("--json", action="store_true", help="print JSON")
-        _engine(c, runner=False)
         c = _parser(csub, "remove", "drop a collection's tables, caches and manifest (the vault is not touched)")
         c.add_argument("name", help="collection name")
         _db(c, collection=False)
@@ -288,8 +288,7 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("--out", required=True, help="results file: .parquet, .jsonl or .csv")
         p.add_argument("--slice", type=positive_int, default=None,
                        help="queries per in-process resumable part (default: config's runner.slice_rows)")
-        p.add_argument("--engine", choices=["data", "slices"], default=None,
-                       help="on Ray: one Ray Data pipeline (data, default) or the driver slice loop (slices)")
+        p.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # retired: an error naming --runner
         _db(p)
         _engine(p)
         _ranking(p, explain=False)

@@ -236,9 +236,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     """Exit 0 when every row was answered, 3 when some rows are error rows (the rest is in --out)."""
     from fanout.api import KnowledgeBase
 
+    if args.engine is not None:
+        raise UserError(f"--engine is gone (given {args.engine!r}): where a batch runs is --runner auto|inproc|ray "
+                        "(config runner.mode); on Ray it always runs as one Ray Data Dataset")
     cfg = config_from_args(args)
-    if args.engine:
-        cfg = cfg.replace(runner={"engine": args.engine})
     if args.slice:
         cfg = cfg.replace(runner={"slice_rows": args.slice})
     with KnowledgeBase(args.db, args.collection, cfg) as kb:
@@ -249,7 +250,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     exp = ", ".join(f"{k} {v}" for k, v in sorted(st["expansion"].items()))
     print(f"{st['queries']} queries ({st['resumed']} resumed), {st['errors']} errors, {st['seconds']:.1f}s "
           f"-> {args.out}\nexpansion: {exp or 'none'} ({st['cached_expansions']} used a cached expansion)"
-          + (f"\nstages: {times}" if times else f"\nengine: {st['engine']}"))
+          + (f"\nstages: {times}" if times else f"\nrunner: {st['runner']}"))
     return 3 if st["errors"] else 0
 
 

@@ -124,6 +124,20 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
+# Keys that were settings once: a config that still sets one fails with what to do instead (ignoring it would
+# let a user believe the old setting still chose something)
+RETIRED = {
+    "runner.engine": "runner.engine is gone: where a job runs is one setting, runner.mode (auto|inproc|ray; "
+                     "`--runner` on the command line); a Ray job always runs as one Ray Data Dataset and an "
+                     "in-process job as the loop. Remove runner.engine from the config",
+}
+
+
+def _retired(name: str, value: Any) -> None:
+    if name in RETIRED:
+        raise ConfigError(f"{RETIRED[name]} (given {_short(value)})")
+
+
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
@@ -131,6 +145,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         raise ConfigError(f"{where or 'config'} must be a mapping of keys to values, got "
                           f"{type(data).__name__} {_short(data)}; allowed keys: {sorted(known)}")
     for key, value in (data or {}).items():
+        _retired(f"{where}.{key}" if where else key, value)
         if key not in known:
             raise ConfigError(f"{where or 'config'}: unknown key {_short(key)}; allowed: {sorted(known)}")
         default = getattr(cls(), key)
@@ -158,12 +173,13 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     return dataclasses.replace(cls(), **kwargs) if kwargs else cls()
 
 
-def _merge(obj: Any, changes: dict[str, Any]) -> Any:
+def _merge(obj: Any, changes: dict[str, Any], where: str = "") -> Any:
     kwargs = {}
     for key, value in changes.items():
+        _retired(f"{where}.{key}" if where else key, value)
         cur = getattr(obj, key)
         if dataclasses.is_dataclass(cur) and isinstance(value, dict):
-            kwargs[key] = _merge(cur, value)
+            kwargs[key] = _merge(cur, value, f"{where}.{key}" if where else key)
         elif dataclasses.is_dataclass(cur):
             kwargs[key] = value
         else:

@@ -453,11 +453,6 @@ class RunnerConfig:
     model_resource: str = ""  # custom resource that model actors require (pins them to model nodes)
     placement_timeout_s: float = 60.0  # fail fast when actors cannot be placed
     max_retries: int = 2  # an actor killed mid-batch is restarted and its batch retried
-    # on Ray: "data" runs a batch/expand/index job as ONE Ray Data pipeline (every stage fans out);
-    # "slices" is the pre-Ray-Data loop (the driver runs the stages, only model calls go to actors), kept
-    # for comparison (bench/scale_curve.py). "data" is the default: same output (tests/test_ray_data.py),
-    # driver CPU per query and scaling measured in bench/scale_curve.py (docs/performance.md#scale-out)
-    engine: Literal["data", "slices"] = "data"
     slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
     # a Ray Data job's input is read as blocks of about this many queries, but at least two blocks per actor
     # of its widest pool (each actor has one to work on and one queued); every block pays Ray Data's hand-offs
@@ -489,8 +484,6 @@ class RunnerConfig:
     def validate(self) -> None:
         _check(self.mode in ("auto", "inproc", "ray"),
                f"runner.mode must be one of ['auto', 'inproc', 'ray'], got {self.mode!r}")
-        _check(self.engine in ("data", "slices"),
-               f"runner.engine must be one of ['data', 'slices'], got {self.engine!r}")
         _check(self.local_ray_min_cores >= 1, f"runner.local_ray_min_cores must be >= 1, got {self.local_ray_min_cores}")
         _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
         _check(self.block_rows >= 1, f"runner.block_rows must be >= 1, got {self.block_rows}")

@@ -20,7 +20,7 @@ import pyarrow.fs as pafs
 
 from fanout.config.sections import StorageConfig
 from fanout.errors import PlacementError
-from fanout.store import storage
+from fanout.store import manifest, storage
 
 if TYPE_CHECKING:
     from fanout.exec.ray_runner import RayRunner
@@ -101,7 +101,7 @@ def needs_of(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None,
                     f"places model pools only on nodes that offer that resource")
         who = f"{pools} ({', '.join(u['stages'])}) " + ("write the caches into it" if write else "open it") + " there"
         out.append(Need("the index", db, write, who, fix, tuple(u["pools"].items()),
-                        probe=storage.join(db, f"{name}.manifest.json") if name else ""))
+                        probe=manifest.path(db, name) if name else ""))
     fix = ("put the job's output on a shared file system mounted at the same path on every node, or give "
            "an object-store URI (--out s3://bucket/out.parquet)")
     if paths:

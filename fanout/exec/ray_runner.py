@@ -1,9 +1,9 @@
-"""The Ray runner: model roles as Ray actors (the slice engine), the private local Ray and its watchdog.
+"""The Ray runner: a job as ONE Ray Data Dataset, model roles as Ray actors, the private local Ray and its watchdog.
 
-`RayRunner` attaches to `runner.ray_address` / $RAY_ADDRESS or starts a quiet private local Ray; its
-`pipeline(specs)` is the in-process loop with model calls fanned out to actor pools (`runner.engine:
-slices`), its `run` / `dataset` build ONE Ray Data Dataset per job (fanout/exec/ray_data.py, the default
-engine). A runner module: it may import Ray.
+`RayRunner` attaches to `runner.ray_address` / $RAY_ADDRESS or starts a quiet private local Ray; its `run` /
+`dataset` build ONE Ray Data Dataset per job (fanout/exec/ray_data.py); its `map(role, table)` (a direct
+model call outside a job: title embeddings, the gap report) goes to a pool of the role's Ray actors. A runner
+module: it may import Ray.
 """
 
 from __future__ import annotations
@@ -171,13 +171,6 @@ class RayRunner(Runner):
             self._env_before["RAY_AUTH_TOKEN"] = os.environ.pop("RAY_AUTH_TOKEN")
         _reload_auth_settings()
 
-    @property
-    def engine(self) -> str:
-        return "data" if self.cfg.runner.engine == "data" else "loop"
-
-    def preload(self, role: str) -> None:
-        """Nothing to load here: each Ray Data pool loads its model when a job starts."""
-
     def ray_data(self) -> Any:
         """The `ray.data` module (fanout/exec/ray_data.py uses it through here: Ray is imported in this module only)."""
         import ray.data
@@ -251,6 +244,9 @@ class RayRunner(Runner):
     def info(self, role: str, attr: str) -> Any:
         return self._ray.get(self._actors_for(role)[0].get.remote(attr))
 
+    def preload(self, role: str) -> None:
+        """Nothing to load ahead: each job's Ray Data pools build their own models."""
+
     def actor_handles(self, role: str) -> list[Any]:
         """The role's Ray actor handles (tests kill one to check that a batch survives)."""
         return self._actors_for(role)
@@ -301,14 +297,12 @@ class RayRunner(Runner):
                                 block_rows=block_rows, source=source)
 
     def run(self, specs: list[StageSpec], source: Source, *, parts: Parts | None = None,
-            pipeline: Pipeline | None = None, slice_rows: int = 0, block_rows: int = 0,
+            pipeline: Callable[[], Pipeline] | None = None, slice_rows: int = 0, block_rows: int = 0,
             on_rows: Callable[[int], Any] | None = None, progress: bool = False, preserve_order: bool = False
             ) -> Run:
-        """`runner.engine: data`: ONE Ray Data Dataset (ray_data.run; blocks of `block_rows`, runner.block_rows
-        when 0); `slices`: the in-process loop with model calls on this runner's actors (Runner.run)."""
-        if self.engine != "data":
-            return super().run(specs, source, parts=parts, pipeline=pipeline, slice_rows=slice_rows,
-                               on_rows=on_rows)
+        """ONE Ray Data Dataset (ray_data.run; blocks of `block_rows`, runner.block_rows when 0); each stage is
+        built in its actors, so `pipeline` and `slice_rows` (the in-process loop's) are not used."""
+        del pipeline, slice_rows
         return ray_data.run(self, specs, source, parts, block_rows, progress, preserve_order, on_rows)
 
     def kill_actor(self, role: str, index: int = 0) -> None:

@@ -5,20 +5,19 @@ config section that sizes its pool). A job hands its list and a `Source` to `run
 one executor interface (with `parts=`, the output is also written as resumable parquet parts): it returns a
 `Run`, an iterator over the output tables whose `stats` (a `RunStats`: per stage the seconds spent inside it
 and its counters, datatrove's stat_update merged across workers) are complete once it is exhausted
-(fanout/exec/runs.py). Whatever the engine, the caller only consumes tables (writes parts, counts):
+(fanout/exec/runs.py). Where a job runs is the runner it is given (runner.mode: `make_runner`,
+fanout/exec/engines.py); the caller never asks which, it only consumes tables (writes parts, counts):
 
 - `Runner.run`: the in-process loop over `Runner.pipeline(specs)` (single queries, MCP, tests, small batches);
   model stages call `runner.map(role, table)` on actors held by the runner (one instance per role).
-- `RayRunner.run` with `runner.engine: slices` (fanout/exec/ray_runner.py): the same loop in the driver with model
-  calls fanned out to Ray actors (the pre-Ray-Data engine; kept for comparison in bench/scale_curve.py).
-- `RayRunner.run` with `runner.engine: data` (fanout/exec/ray_data.py): ONE Ray Data Dataset: read parquet ->
+- `RayRunner.run` (fanout/exec/ray_runner.py, fanout/exec/ray_data.py): ONE Ray Data Dataset: read parquet ->
   `map_batches` per stage (each an actor pool sized by its config section) -> written as parquet `Parts` by
   the last operator's actors, or the blocks streamed back to the caller; each operator's stage counters ride
   along in a column (`STATS_COLUMN`) and are merged in the driver. A model pool with `instances` > 1 runs
   `Instances`: that many models in each actor, its calls side by side.
 
 Only fanout/exec/ray_runner.py imports Ray; fanout/exec/engines.py (`make_runner`) imports it only when Ray is chosen,
-and fanout/exec/ray_data.py reaches `ray.data` through the runner. `Runner.engine` says which way a job runs.
+and fanout/exec/ray_data.py reaches `ray.data` through the runner.
 """
 
 from __future__ import annotations
@@ -216,23 +215,17 @@ class Runner:
         self.calls: dict[str, int] = {}
         self.seconds: dict[str, float] = {}
 
-    @property
-    def engine(self) -> str:
-        """How a job's stage list runs here: "loop" (stages in this process, one slice after another; model
-        calls through `map`) or "data" (ONE Ray Data Dataset: `RayRunner` with `runner.engine: data`)."""
-        return "loop"
-
-    def preload(self, role: str) -> None:
-        """Load a role's model now rather than at the first call that needs it (in-process: the runner's own
-        model; a Ray runner's pools load theirs when a job starts, so there it does nothing)."""
-        self.actor(role)
-
     def actor(self, role: str) -> Any:
         if role not in self._actors:
             t = time.perf_counter()
             self._actors[role] = actor_class(role, self.cfg.models.backend)(self.cfg)
             self.seconds[f"load_{role}"] = time.perf_counter() - t
         return self._actors[role]
+
+    def preload(self, role: str) -> None:
+        """Load the role's model now, before the first request needs it (a server's warm-up): here, the
+        in-process actor; a Ray runner's jobs build their own actors, so it has nothing to load ahead."""
+        self.actor(role)
 
     def map(self, role: str, table: pa.Table) -> pa.Table:
         """Run `table` through the role's actor(s) in batches of `cfg.<role>.batch_size`; order is kept."""
@@ -261,16 +254,17 @@ class Runner:
         return Pipeline(specs, self, reuse)
 
     def run(self, specs: list[StageSpec], source: Source, *, parts: Parts | None = None,
-            pipeline: Pipeline | None = None, slice_rows: int = 0, block_rows: int = 0,
+            pipeline: Callable[[], Pipeline] | None = None, slice_rows: int = 0, block_rows: int = 0,
             on_rows: Callable[[int], Any] | None = None, progress: bool = False, preserve_order: bool = False
             ) -> Run:
         """Run `specs` over `source`: one output table per slice of `slice_rows` (runner.slice_rows) input
-        rows, in order, each also written to `parts` when given. `pipeline`: the built stages to use (a
-        searcher's, sharing its open tables); `on_rows(done)`: called as rows finish, per step of about
+        rows, in order, each also written to `parts` when given. `pipeline`: builds the in-process stages to
+        use instead of `specs`' own (a searcher's, sharing its open tables; called only by a runner that runs
+        stages in this process); `on_rows(done)`: called as rows finish, per step of about
         runner.progress_step_s (Steps), so a slow model's progress moves per row. `block_rows`, `progress`,
         `preserve_order`: Ray Data's (unused here)."""
         del block_rows, progress, preserve_order
-        pipe = pipeline or self.pipeline(specs)
+        pipe = pipeline() if pipeline else self.pipeline(specs)
         rows = slice_rows or self.cfg.runner.slice_rows
 
         def tables(stats: RunStats) -> Iterator[pa.Table]:

@@ -1,4 +1,4 @@
-"""What a run of a stage list reads, writes and reports, whatever the engine (fanout/exec/runner.py `Runner.run`,
+"""What a run of a stage list reads, writes and reports, whatever the runner (fanout/exec/runner.py `Runner.run`,
 fanout/exec/ray_data.py `run`): its `Source` (parquet files or tables), its `Parts` (resumable parquet output),
 its `Run` (the output tables, then the `RunStats`: per-stage seconds and counters, merged across workers),
 the counters a Ray Data block carries (`STATS_COLUMN`, `counted_call`), and `Steps` (progress per row)."""
@@ -109,7 +109,7 @@ class Source:
 @dataclass
 class Parts:
     """Where a run writes its output as parquet parts (a resumable job's state): `directory` on `filesystem`
-    (a pyarrow filesystem). The loop engines write each output table here from the driver (`write`: the
+    (a pyarrow filesystem). The in-process loop writes each output table here from the driver (`write`: the
     `schema`'s columns, named by the table's first `_row`, tmp + rename so a part is whole or absent); on
     Ray Data the last operator's actors write theirs (`write_block`), so the answered rows never pass
     through the driver."""
@@ -172,7 +172,7 @@ class Steps:
 
 
 class Run:
-    """One run of a stage list: iterate it for the output tables (in input order on the loop engines, as
+    """One run of a stage list: iterate it for the output tables (in input order in-process, as
     blocks finish on Ray Data); `stats` (RunStats) is complete once it is exhausted."""
 
     def __init__(self, tables: Callable[[RunStats], Iterator[pa.Table]]):

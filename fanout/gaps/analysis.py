@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,9 @@ from fanout.errors import UserError
 from fanout.gaps.previous import lost_pages
 from fanout.gaps.read import BANDS, READ_ROWS, ReadStats, read_answers, text_key
 from fanout.text import stem_key, terms
+
+if TYPE_CHECKING:
+    from fanout.exec.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ def band_of(score: float, g: GapsConfig) -> str | None:
     return "unanswered" if score < g.unanswered_below else "weak" if score < g.weak_below else None
 
 
-def check_index(stamp: str | None, want: str, where: str) -> None:
+def check_answered_by(stamp: str | None, want: str, where: str) -> None:
     """Refuse answers of another collection or index version (fanout.store.db.index_stamp)."""
     if stamp is None:
         raise UserError(f"{where}: no `index` value on its rows, so which index answered is unknown (a file "
@@ -104,7 +107,7 @@ def flagged_queries(tables: Iterator[pa.Table], g: GapsConfig, want_index: str, 
         stats.rows += t.num_rows
         for stamp in t.column("index").unique().to_pylist():
             if stamp is None or stamp != stats.index:
-                check_index(stamp, want_index, where)
+                check_answered_by(stamp, want_index, where)
                 stats.index = stamp
         cols = [t.column(c).to_pylist() for c in ("qid", "query", "path", "title", "score", "error")]
         for qid, query, path, title, score, error in zip(*cols):
@@ -189,41 +192,41 @@ class Spool:
                                               b.column("score")], schema=FLAGGED)
 
 
+# flagged texts per pass of the query-vector lookup and embed stages (one cache read, one embedder call each):
+# bounds the rows held at once, not a speed setting
+QUERY_VECTOR_ROWS = 2000
+
+
 def query_vectors(texts: list[str], cfg: Config, db: str, collection: str,
-                  embed: Callable[[list[str]], list[list[float]]] | None = None) -> tuple[np.ndarray, int]:
-    """Unit vectors of the texts (as the query, the `query` prompt role) from the collection's query-vector
-    cache; the ones not there are embedded (`embed`, default the config's embedder). Returns (vectors,
-    embedded count)."""
+                  runner: Runner | None = None) -> tuple[np.ndarray, int]:
+    """Unit vectors of the texts (as the query, the `query` prompt role) through the search's own stages:
+    LookupVectors reads the collection's query-vector cache, EmbedVariants embeds what it does not hold
+    (`runner`'s embedder; default an in-process one). Returns (vectors, embedded count)."""
+    from fanout.exec.runner import Runner
     from fanout.models.identity import model_identity
-    from fanout.store.caches import Caches
-    from fanout.store.db import Collection
+    from fanout.pipelines.retrieve_variants import EmbedVariants, LookupVectors
+    from fanout.schemas import VARIANT
 
-    col = Collection(db, collection, cfg)
-    caches = Caches(col, model_identity(cfg, "embedder")[1], cfg.models.embed_prompt)
-    found: dict[str, list[float]] = {}
-    for i in range(0, len(texts), 2000):
-        got = caches.get_vectors([("query", t) for t in texts[i:i + 2000]])
-        found.update({t: v for (_, t), v in got.items()})
-    missing = [t for t in texts if t not in found]
-    if missing:
-        if embed is None:
-            from fanout.exec.runner import Runner
-
-            runner = Runner(cfg)
-
-            def embed(xs: list[str]) -> list[list[float]]:
-                out = runner.map("embedder", pa.table({"text": xs, "role": ["query"] * len(xs)}))
-                return out["vector"].to_pylist()
-        log.info("%d of %d flagged queries are not in the query-vector cache: embedding them", len(missing),
-                 len(texts))
-        for i in range(0, len(missing), 256):
-            part = missing[i:i + 256]
-            found.update(zip(part, embed(part)))
     if not texts:
         return np.zeros((0, 1), np.float32), 0
-    x = np.asarray([found[t] for t in texts], dtype=np.float32)
+    vcfg = cfg.replace(retrieve={"lanes": ("vec",)})  # every text wants its vector, whatever lanes search
+    sha = model_identity(cfg, "embedder")[1]
+    lookup = LookupVectors(vcfg, db, collection, embed_model=sha)
+    embed = EmbedVariants(vcfg, runner or Runner(cfg), embed_model=sha)
+    rows: list[list[float]] = []
+    for i in range(0, len(texts), QUERY_VECTOR_ROWS):
+        part = texts[i:i + QUERY_VECTOR_ROWS]
+        batch = pa.table({"qid": [str(k) for k in range(len(part))], "error": pa.nulls(len(part), pa.string()),
+                          "variants": pa.array([[{"vid": 0, "kind": "vec", "text": t, "source": None}]
+                                                for t in part], pa.list_(VARIANT))})
+        out = embed(lookup(batch))
+        rows += [v[0]["vector"] for v in out.column("vectors").to_pylist()]
+    if lookup.stats["cached"] < len(set(texts)):
+        log.info("%d of %d flagged queries were not in the query-vector cache: embedded them",
+                 embed.stats["embedded"], len(texts))
+    x = np.asarray(rows, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms > 0, norms, 1.0), len(missing)
+    return x / np.where(norms > 0, norms, 1.0), embed.stats["embedded"]
 
 
 def cluster(x: np.ndarray, g: GapsConfig) -> np.ndarray:
@@ -388,8 +391,7 @@ class GapsResult:
 
 def find_gaps(answers: str, db: str, collection: str, cfg: Config, spool: Path,
               progress: Callable[[int, int], None] | None = None,
-              embed: Callable[[list[str]], list[list[float]]] | None = None,
-              previous: str | None = None) -> GapsResult:
+              runner: Runner | None = None, previous: str | None = None) -> GapsResult:
     """Read, band, group and name; only the spool file (`spool`) is written here (fanout/gaps/report.py
     writes the report). Memory: the distinct flagged texts and one batch of answer rows."""
     import time
@@ -416,7 +418,7 @@ def find_gaps(answers: str, db: str, collection: str, cfg: Config, spool: Path,
         raise UserError(f"{answers}: no query rows in it; give the --out file of `fanout batch`")
     t1 = time.perf_counter()
     keys = list(texts)
-    x, embedded = query_vectors([texts[k].text for k in keys], cfg, db, collection, embed)
+    x, embedded = query_vectors([texts[k].text for k in keys], cfg, db, collection, runner)
     t2 = time.perf_counter()
     labels = cluster(x, g) if keys else np.zeros(0, dtype=np.int64)
     groups = make_groups(texts, keys, x, labels, g) if keys else []

@@ -108,10 +108,9 @@ class FanoutTools:
         self.vault = Path(vault).resolve() if vault else None
 
     def warm(self) -> None:
-        """Load the embedder before the first search needs it (in-process runner only)."""
-        if self.runner.kind == "inproc":
-            with self.lock:
-                self.runner.actor("embedder")
+        """Load the embedder before the first search needs it (a runner with nothing to load ahead skips it)."""
+        with self.lock:
+            self.runner.preload("embedder")
 
     # -- search ---------------------------------------------------------------------------------------
     def search(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -25,19 +25,18 @@ os.environ.setdefault("LANCEDB_LOG", "error")  # Lance warns on stderr for every
 
 import pyarrow as pa
 
-from fanout.store import storage
+from fanout.store import manifest, storage
 from fanout.store.integrity import (
     IndexMissing,
     IndexStateError,
     bad_vector_rows,
     describe_error,
-    parse_manifest,
     rebuild_hint,
 )
 from fanout.store.vectors import VECTOR, has_vector_index, truncate_vectors, vector_dims
 
 if TYPE_CHECKING:
-    from fanout.config import Config
+    from fanout.config import Config, StorageConfig
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +123,7 @@ class Collection:
 
     def has(self, name: str) -> bool:
         """Whether table `name` exists (its folder or prefix is there; what lancedb lists as a table)."""
-        return storage.exists(self.table_uri(name), self._scfg)
+        return storage.exists(self.table_uri(name), self.storage_cfg)
 
     def table(self, name: str):
         """The lancedb handle of table `name` (chunks and documents at the pinned versions, once pinned)."""
@@ -158,9 +157,14 @@ class Collection:
         with self.guard(name):
             return self.dataset(name).to_table(columns=columns, filter=where, limit=limit, with_row_id=with_row_id)
 
-    def drop(self, name: str) -> None:
+    def forget(self, name: str) -> None:
+        """Close this collection's open handles of table `name` (the next read opens it again): after the
+        table was replaced or dropped behind them."""
         self._tables.pop(name, None)
         self._datasets.pop(name, None)
+
+    def drop(self, name: str) -> None:
+        self.forget(name)
         if self.has(name):
             self.db.drop_table(name)
 
@@ -190,8 +194,7 @@ class Collection:
 
     def _reclaim(self, name: str, root: str, existed: bool, before: set[str], version: int | None) -> None:
         try:
-            self._tables.pop(name, None)
-            self._datasets.pop(name, None)
+            self.forget(name)
             now = self._latest_version(name)
             if now is not None and now != version:
                 return  # the write committed; its files belong to the new version
@@ -213,49 +216,50 @@ class Collection:
             log.warning("could not remove what a failed write to %s left: %s", name, e)
 
     def exists(self) -> bool:
-        return self.has(self.chunks_name) and storage.exists(self.manifest_path, self._scfg)
+        return self.has(self.chunks_name) and manifest.exists(self.db_dir, self.name, self.storage_cfg)
 
     @property
-    def _scfg(self):
+    def storage_cfg(self) -> StorageConfig | None:
+        """The storage section this collection's files are reached with (None: the defaults)."""
         return self.cfg.storage if self.cfg is not None else None
 
-    # -- manifest -------------------------------------------------------------------------------------
+    # -- manifest (fanout/store/manifest.py) ------------------------------------------------------------
     @property
     def manifest_path(self) -> str:
         """The manifest's location (a path or URI string, next to the tables)."""
-        return storage.join(self.db_dir, f"{self.name}.manifest.json")
+        return manifest.path(self.db_dir, self.name)
 
     def read_manifest(self) -> dict[str, Any]:
         """The manifest as stored, unchecked ({} when missing or not a JSON object); `require` checks it."""
-        try:
-            data = json.loads(storage.read_text(self.manifest_path, self._scfg))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return manifest.read(self.db_dir, self.name, self.storage_cfg)
 
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
+    def stored_manifest(self) -> dict[str, Any] | None:
+        """The manifest, checked, or None when there is none (IndexStateError when it is damaged); unlike
+        `require`, a manifest of a rebuild in progress or one without tables is returned as it is."""
+        return manifest.read_checked(self.db_dir, self.name, self.hint(), self.storage_cfg)
+
+    def write_manifest(self, data: dict[str, Any]) -> None:
         """One whole-object write (local: temporary file + atomic rename)."""
-        storage.write_text(self.manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False), self._scfg)
+        manifest.write(self.db_dir, self.name, data, self.storage_cfg)
+
+    def remove_manifest(self) -> bool:
+        """Delete the manifest; True when there was one."""
+        return manifest.remove(self.db_dir, self.name, self.storage_cfg)
 
     def require(self) -> dict[str, Any]:
         """The manifest of an existing index, checked (IndexStateError names the file and the fix)."""
         missing = IndexMissing(f"no index {self.name!r} in {str(self.db_dir)!r}; build it with "
                                f"`fanout index VAULT --db {self.db_dir} --collection {self.name}`")
-        if not storage.exists(self.manifest_path, self._scfg):
+        found = self.stored_manifest()
+        if found is None:
             raise missing
-        try:
-            text = storage.read_text(self.manifest_path, self._scfg)
-        except (OSError, UnicodeDecodeError) as e:
-            raise IndexStateError(f"index manifest {self.manifest_path} cannot be read ({e}); rebuild the "
-                                  f"index with {self.hint()}") from None
-        manifest = parse_manifest(text, self.manifest_path, self.hint())
-        self.vault_hint = manifest["vault"]
-        if manifest.get("building"):
+        self.vault_hint = found["vault"]
+        if found.get("building"):
             raise IndexStateError(f"index {self.name!r} in {self.db_dir} is being rebuilt by `fanout index` (or a "
                                   f"rebuild was killed: run it again); search it when that run has finished")
         if not self.has(self.chunks_name):
             raise missing
-        return manifest
+        return found
 
     # -- search ---------------------------------------------------------------------------------------
     def fts_search_many(self, queries: list[str], columns: list[str], boosts: list[float], k: int,
@@ -354,10 +358,10 @@ class Collection:
         index, and a re-index in progress is invisible until it finishes. When the versions change, the
         handles are reopened and derived state (`memo`) is dropped. Returns the checked manifest.
         """
-        manifest = self.require()
-        self.pin({k: v for k, v in (manifest.get("tables") or {}).items()
+        found = self.require()
+        self.pin({k: v for k, v in (found.get("tables") or {}).items()
                   if k in (self.chunks_name, self.documents_name)})
-        return manifest
+        return found
 
     def pin(self, want: dict[str, int]) -> None:
         """Check out exactly these chunks/documents versions (what `refresh` read from the manifest, or what

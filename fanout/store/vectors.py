@@ -182,7 +182,7 @@ def rederive_vectors(col: Collection, vector_dim: int) -> tuple[int, int]:
             yield from fit_vectors(pa.Table.from_batches([b]), vector_dim, native=full).to_batches()
 
     schema = first.schema if first is not None else fit_vectors(tbl.schema.empty_table(), vector_dim, full).schema
-    col._tables.pop(col.chunks_name, None)
+    col.forget(col.chunks_name)
     col.db.create_table(col.chunks_name, data=pa.RecordBatchReader.from_batches(schema, batches()),
                         mode="overwrite")
     log.info("re-derived %s vectors %d -> %d dims (%d rows, no re-embedding)", col.chunks_name, old, want, rows)
