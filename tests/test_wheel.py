@@ -22,11 +22,27 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _clean_env() -> dict[str, str]:
+    """The environment without a PYTHONPATH or venv of the caller's (a checkout on the path would make pip
+    take the project as installed already)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel, built from a copy of the checkout's files (tracked, and new ones git does not ignore), so the
+    build's egg-info and build/ folders never land in the checkout."""
+    import shutil
+
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.split("\0")
+    for rel in filter(None, listed):
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(out), str(ROOT)], check=True, capture_output=True, text=True, cwd=out)
+                    str(out), str(src)], check=True, capture_output=True, text=True, cwd=out, env=_clean_env())
     (whl,) = out.glob("fanout_search-*.whl")
     return whl
 
@@ -49,7 +65,7 @@ def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
-                   check=True, capture_output=True, text=True)
+                   check=True, capture_output=True, text=True, cwd=tmp_path, env=_clean_env())
     site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
     added = {p.name for p in site.iterdir()} - {"__pycache__"}
@@ -57,7 +73,7 @@ def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
     assert (venv / "bin" / "fanout").exists()
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _clean_env()
     env["PYTHONPATH"] = sysconfig.get_paths()["purelib"]  # the project venv's dependencies, no .pth files run
     env["FANOUT_MODELS_OFFLINE"] = "1"
     helped = subprocess.run([str(venv / "bin" / "fanout"), "--help"], check=False, cwd=work, env=env, capture_output=True,
