@@ -112,6 +112,12 @@ class IndexConfig:
     # below this vector search is brute force: exact, ~5.6 ms/query at 50k rows (STACK.md); at 100k rows
     # brute force was ~10x slower than the index below (bench/index_scale.py, same run)
     vector_index_min_rows: int = 50000
+    # up to this many chunks a vector search is exact: the batch's query vectors against every chunk vector
+    # as one matrix product (numpy/BLAS) over a copy of the pinned version's vectors each retrieval process
+    # loads once (rows x dim x 4 bytes: 184 MB at 60,000 x 768); above it LanceDB's vector index answers.
+    # Exact is cheaper than the index's search up to about this size, and its lists are exact
+    # (docs/performance.md, bench/query_cost.py). 0 = always Lance.
+    exact_search_rows: int = 200_000
     # bench/index_scale.py, 100k clustered 768-d rows, 100 queries per call, shared 2-core box: IVF_HNSW_SQ
     # reached recall@10 1.0 (nprobes 20, refine 2, ef 100) at ~1/10 of brute force's time, 91 MB, built in
     # 395 s; IVF_RQ built 5x faster but stopped at recall 0.93 (refine 10); IVF_PQ took 10x HNSW's build
@@ -151,6 +157,8 @@ class IndexConfig:
         _check(self.vector_index_min_rows >= 1,
                f"index.vector_index_min_rows must be >= 1, got {self.vector_index_min_rows}")
         _check(self.nprobes >= 1, f"index.nprobes must be >= 1, got {self.nprobes}")
+        _check(self.exact_search_rows >= 0,
+               f"index.exact_search_rows must be >= 0 (0: always LanceDB's search), got {self.exact_search_rows}")
         for name in ("vector_partitions", "vector_sub_vectors", "refine_factor", "ef"):
             _check(getattr(self, name) >= 0, f"index.{name} must be >= 0 (0 = automatic), got {getattr(self, name)}")
 
