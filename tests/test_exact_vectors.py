@@ -192,3 +192,35 @@ def test_fake_index_vector_lists_unchanged(tmp_path, fake_cfg, fake_runner):
         want = lance.vector_search_many(q, 60, ["path", "chunk_id"], where)
         got = exact.vector_search_many(q, 60, ["path", "chunk_id"], where)
         _same_up_to_ties(got, want)
+
+
+@pytest.mark.parametrize("rows,k", [(30, 10), (900, 10), (20_000, 10), (20_000, 60), (20_000, 400)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_top_k_is_the_exact_top_k_with_ties_in_row_order(rows, k, masked):
+    """Every candidate path of `top_k` (all rows, a partition per row, the block-maximum bound) gives the
+    exact top k, ties (many: coarse vectors) in row order, only allowed rows."""
+    from fanout.exact_vectors import Matrix, top_k
+
+    rng = np.random.default_rng(rows + k)
+    v = np.round(rng.normal(size=(rows, 8)) * 2).astype(np.float32)  # coarse: equal scores are common
+    v[v.sum(axis=1) == 0] = 1.0
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    damaged = np.zeros(rows, bool)
+    damaged[::97] = True
+    m = Matrix(1, np.arange(rows, dtype=np.int64), np.where(damaged[:, None], 0, v).astype(np.float32), damaged)
+    q = np.round(rng.normal(size=(37, 8)) * 2).astype(np.float32)
+    q[0] = 0.0  # a query vector of length zero: no rows
+    allowed = rng.random(rows) < (0.7 if rows > 100 else 0.3) if masked else None
+    qi, pos, dist = top_k(m, q, k, allowed)
+    keep = ~damaged if allowed is None else allowed & ~damaged
+    qn = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)
+    s = (qn @ v.T).astype(np.float32)
+    for i in range(len(q)):
+        if i == 0:
+            assert not (qi == 0).any()
+            continue
+        cand = np.flatnonzero(keep)
+        want = cand[np.lexsort((cand, -s[i][cand]))][:k]
+        got = pos[qi == i]
+        assert got.tolist() == want.tolist(), i
+        assert np.allclose(1 - dist[qi == i], s[i][want], atol=1e-6)
