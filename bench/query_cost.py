@@ -194,13 +194,16 @@ def recall_child(db: str, qfile: str) -> None:
     tab = ds.to_table(columns=["chunk_id", "vector"])
     v = tab["vector"].combine_chunks().flatten().to_numpy().reshape(tab.num_rows, -1).astype(np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
-    truth = np.argsort(-(q @ v.T), axis=1, kind="stable")[:, :10]
-    ids = tab["chunk_id"].to_pylist()
+    s = q @ v.T
+    tenth = -np.partition(-s, 9, axis=1)[:, 9]  # each query's exact 10th best score
+    pos = {c: i for i, c in enumerate(tab["chunk_id"].to_pylist())}
     got: dict[int, list[str]] = {}
     res = res.sort_by([("query_index", "ascending"), ("_distance", "ascending")])
     for qi, cid in zip(res["query_index"].to_pylist(), res["chunk_id"].to_pylist()):
         got.setdefault(qi, []).append(cid)
-    rec = [len(set(got.get(i, [])[:10]) & {ids[j] for j in truth[i]}) / 10 for i in range(len(q))]
+    # a returned chunk counts when its exact score reaches the 10th best: rows tied with the 10th (common with
+    # the fake embedder's bag-of-words vectors of short texts) are all right answers
+    rec = [sum(s[i, pos[c]] >= tenth[i] - 1e-6 for c in got.get(i, [])[:10]) / 10 for i in range(len(q))]
     print(json.dumps({"recall": float(np.mean(rec)), "vectors": len(q), "cpu_ms_per_vector": 1000 * cpu / len(q)}))
 
 
