@@ -114,10 +114,11 @@ class IndexConfig:
     vector_index_min_rows: int = 50000
     # up to this many chunks a vector search is exact: the batch's query vectors against every chunk vector
     # as one matrix product (numpy/BLAS) over a copy of the pinned version's vectors each retrieval process
-    # loads once (rows x dim x 4 bytes: 184 MB at 60,000 x 768); above it LanceDB's vector index answers.
-    # Exact is cheaper than the index's search up to about this size, and its lists are exact
-    # (docs/performance.md, bench/query_cost.py). 0 = always Lance.
-    exact_search_rows: int = 200_000
+    # loads once (rows x dim x 4 bytes: 184 MB at 60,000 x 768, 460 MB at this size); above it LanceDB's
+    # vector index answers. Exact CPU grows with the rows (~4 ms a query of 3 vectors at 60,000 x 768, 26 at
+    # 400,000) and meets the tuned index's (~12 ms a query at 400,000, recall 0.99) near this size; below it
+    # the lists are exact (docs/performance.md; bench/query_cost.py, bench/vector_cost.py). 0 = always Lance.
+    exact_search_rows: int = 150_000
     # bench/index_scale.py, 100k clustered 768-d rows, 100 queries per call, shared 2-core box: IVF_HNSW_SQ
     # reached recall@10 1.0 (nprobes 20, refine 2, ef 100) at ~1/10 of brute force's time, 91 MB, built in
     # 395 s; IVF_RQ built 5x faster but stopped at recall 0.93 (refine 10); IVF_PQ took 10x HNSW's build
@@ -128,9 +129,13 @@ class IndexConfig:
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
     hnsw_m: int = 20  # HNSW graph degree
     hnsw_ef_construction: int = 300  # HNSW build beam width
-    nprobes: int = 20  # IVF partitions searched per query (query time; 50 gave no more recall at 100k)
-    refine_factor: int = 2  # re-rank k x this with exact distances (query time; SQ alone: recall 0.92-0.96)
-    ef: int = 100  # HNSW beam width, at least k x refine_factor; 0 = Lance's default (query time)
+    # query time, above index.exact_search_rows; bench/vector_cost.py at 400,000 clustered 768-d rows, k=60
+    # (docs/performance.md): refine 2 -> 1 halves the CPU (Lance's re-rank reads each candidate's full vector)
+    # at recall@10 0.985-0.99; nprobes 3-10 and ef 40-60 cost and find the same there; without refine (SQ
+    # distances only) recall is 0.955
+    nprobes: int = 10  # IVF partitions searched per query (50 gave no more recall at 100k)
+    refine_factor: int = 1  # re-rank k x this with exact distances (SQ alone: recall 0.92-0.96)
+    ef: int = 60  # HNSW beam width, at least k x refine_factor; 0 = Lance's default
     # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
     # Full it is: bench/matryoshka.py on the English sets (115 queries), hybrid nDCG@5 base/tricky 768
     # 0.797/0.804, 512 0.782/0.789, 256 0.779/0.780, 128 0.770/0.722; vector-only (--score-index, all four
