@@ -3,8 +3,16 @@
     PYTHONPATH=. .venv/bin/python bench/query_cost.py [--sizes 200,2000] [--engines inproc,data,floor]
                                                       [--scale-notes 0] [--cpus 2] [--baseline DIR]
                                                       [--also LABEL:SECTION.KEY=VALUE[,...]] [--repeat N]
+                                                      [--dim 768] [--work DIR]
 
-Fake models (configs/fake.yaml: hashed vectors, no sleep), so only fanout's own work counts. Each job is a
+Fake models (configs/fake.yaml: hashed bag-of-words vectors, at `--dim` dimensions, the real embedder's 768 by
+default; no sleep), so only fanout's own work counts. The synthetic vault (`--scale-notes`) is written like a
+real one (`Topics`: a Zipf vocabulary, one topic per 300 notes with words of its own), so its vectors cluster
+by topic with neighbours inside it, as real embeddings do, and its queries are written with a topic's words:
+they land next to that topic's chunks, and an ANN index's recall means what it would with the real model.
+Each variant's table row also has the job's peak RSS (the in-process job's one process; on Ray Data the
+driver's) and the recall@10 of its vector lists against exact search (`recall_child`: 300 query vectors of
+the largest job, rows tied with the exact 10th counted as right). Each job is a
 `fanout batch` of N distinct queries with an agent's three fields (short_query -> a second full-text list,
 rephrased_query and expected_answer -> two more query vectors) run by `pipelines.batch.run_batch` in a child
 process of its own cpuacct cgroup (v1): the CPU counted is that of every process the job starts, Ray's
@@ -16,7 +24,8 @@ imports, Ray start, actor pools, opening tables). Per stage: seconds inside each
 in-process loop's own timer; on Ray Data each stage's own seconds, summed over its actors: RunStats). `--scale-notes N` repeats the jobs
 on a synthetic vault of N notes (about 2 chunks each) to show the cost at a larger index. `--baseline DIR`
 (a checkout of another commit, e.g. `git worktree add /tmp/base <commit>`) runs the same jobs on that code too,
-in the same invocation, so before/after are compared on the same machine state. `--also` (repeatable) runs
+in the same invocation, so before/after are compared on the same machine state. `--work DIR` keeps the vault
+and the built index templates there for the next run (a 60,000-chunk index takes minutes to build). `--also` (repeatable) runs
 this code again with config values changed (`--also blocks64:runner.block_rows=64`; with `--baseline`, that
 code too): a tunable's candidates measured side by side. `--repeat N` runs every job N times, the variants taking turns, and reports the
 medians (the progress lines show each median's range): the box's speed drifts by a second or two between
