@@ -131,9 +131,9 @@ class IndexConfig:
     hnsw_ef_construction: int = 300  # HNSW build beam width
     # query time, above index.exact_search_rows; bench/vector_cost.py at 400,000 clustered 768-d rows, k=60
     # (docs/performance.md): refine 2 -> 1 halves the CPU (Lance's re-rank reads each candidate's full vector)
-    # at recall@10 0.985-0.99; nprobes 3-10 and ef 40-60 cost and find the same there; without refine (SQ
-    # distances only) recall is 0.955
-    nprobes: int = 10  # IVF partitions searched per query (50 gave no more recall at 100k)
+    # at recall@10 0.985-0.99; nprobes 3-10 and ef 40-60 find the same there, 10 costing ~10-40% more than 5;
+    # without refine (SQ distances only) recall is 0.955. Larger tables (more partitions) may want more probes
+    nprobes: int = 5  # IVF partitions searched per query (50 gave no more recall at 100k)
     refine_factor: int = 1  # re-rank k x this with exact distances (SQ alone: recall 0.92-0.96)
     ef: int = 60  # HNSW beam width, at least k x refine_factor; 0 = Lance's default
     # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
