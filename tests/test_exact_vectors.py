@@ -69,16 +69,17 @@ def table(tmp_path):
 
 
 @pytest.mark.parametrize("where", [None, "path != 'p3.md'", "path IN ('p1.md', 'p2.md')", "path = 'none.md'"])
-def test_exact_lists_equal_lances_exact_search(table, where):
+@pytest.mark.parametrize("rowid_map", [2_000_000, 0])
+def test_exact_lists_equal_lances_exact_search(table, where, rowid_map):
     """No vector index: Lance scans every row (exact); the matrix product gives the same lists, prefiltered
-    or not (a filter that keeps nothing: no rows)."""
+    or not (a filter that keeps nothing: no rows), its columns from the in-memory row map or read by row id."""
     from fanout.db import Collection
 
     path, _, q = table
     want = Collection(str(path), "t", _cfg(exact_search_rows=0)).vector_search_many(q, 10, ["chunk_id", "path"],
                                                                                     where)
-    got = Collection(str(path), "t", _cfg(exact_search_rows=100_000)).vector_search_many(
-        q, 10, ["chunk_id", "path"], where)
+    cfg = _cfg(exact_search_rows=100_000).replace(retrieve={"rowid_map_rows": rowid_map})
+    got = Collection(str(path), "t", cfg).vector_search_many(q, 10, ["chunk_id", "path"], where)
     assert got.column_names == ["query_index", "chunk_id", "path", "_distance"]
     assert got.num_rows == want.num_rows == (0 if where == "path = 'none.md'" else 300)
     _same_up_to_ties(got, want)
