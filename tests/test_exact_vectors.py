@@ -225,3 +225,18 @@ def test_top_k_is_the_exact_top_k_with_ties_in_row_order(rows, k, masked):
         got = pos[qi == i]
         assert got.tolist() == want.tolist(), i
         assert np.allclose(1 - dist[qi == i], s[i][want], atol=1e-6)
+
+
+@pytest.mark.parametrize("rows,k", [(200, 60), (50_000, 60)])
+def test_rows_tied_at_the_cut_are_kept_in_row_order(rows, k):
+    """Many rows with the same score at the k-th place (bag-of-words vectors sharing no term with the query
+    all score 0): the first ones in row order are kept, as Lance's flat search keeps them."""
+    from fanout.exact_vectors import Matrix, top_k
+
+    v = np.zeros((rows, 4), np.float32)
+    v[:, 1] = 1.0  # orthogonal to the query: score 0
+    v[rows // 2:rows // 2 + 5, 0] = 1.0  # five rows that share a term: the best ones
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    m = Matrix(1, np.arange(rows, dtype=np.int64), v, np.zeros(rows, bool))
+    _, pos, _ = top_k(m, np.asarray([[1.0, 0, 0, 0]], np.float32), k)
+    assert pos.tolist() == list(range(rows // 2, rows // 2 + 5)) + list(range(k - 5))
