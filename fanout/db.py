@@ -285,8 +285,8 @@ class Collection:
         Query vectors are cut to the stored dimension (Matryoshka) and re-normalised. Up to
         `index.exact_search_rows` rows the search is exact, one matrix product (`_exact_search`); above, with a
         vector index the config's `index.nprobes` / `index.refine_factor` / `index.ef` apply (rows added since
-        the index was built are searched exactly as well). Non-finite query vectors get empty lists; stored vectors that are
-        damaged (NaN distance) are logged and never served. `where` prefilters every query (fanout/filters.py).
+        the index was built are searched exactly as well). Non-finite query vectors get empty lists; stored
+        vectors that are damaged (NaN distance) are logged and never served. `where` prefilters every query (fanout/filters.py).
         """
         import pyarrow.compute as pc
 
