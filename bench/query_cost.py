@@ -1,10 +1,18 @@
 """A query's cost outside the models: CPU of the whole process tree, both engines; prints one table.
 
-    PYTHONPATH=. .venv/bin/python bench/query_cost.py [--sizes 200,2000] [--engines inproc,data,floor]
+    PYTHONPATH=. .venv/bin/python bench/query_cost.py [--sizes 200,2000] [--engines inproc,data,floor,api]
                                                       [--scale-notes 0] [--cpus 2] [--baseline DIR]
                                                       [--also LABEL:SECTION.KEY=VALUE[,...]] [--repeat N]
+                                                      [--dim 768] [--work DIR]
 
-Fake models (configs/fake.yaml: hashed vectors, no sleep), so only fanout's own work counts. Each job is a
+Fake models (configs/fake.yaml: hashed bag-of-words vectors, at `--dim` dimensions, the real embedder's 768 by
+default; no sleep), so only fanout's own work counts. The synthetic vault (`--scale-notes`) is written like a
+real one (`Topics`: a Zipf vocabulary, one topic per 300 notes with words of its own), so its vectors cluster
+by topic with neighbours inside it, as real embeddings do, and its queries are written with a topic's words:
+they land next to that topic's chunks, and an ANN index's recall means what it would with the real model.
+Each variant's table row also has the job's peak RSS (the in-process job's one process; on Ray Data the
+driver's) and the recall@10 of its vector lists against exact search (`recall_child`: 300 query vectors of
+the largest job, rows tied with the exact 10th counted as right). Each job is a
 `fanout batch` of N distinct queries with an agent's three fields (short_query -> a second full-text list,
 rephrased_query and expected_answer -> two more query vectors) run by `fanout.pipelines.batch.run_batch` in a child
 process of its own cpuacct cgroup (v1): the CPU counted is that of every process the job starts, Ray's
@@ -16,12 +24,15 @@ imports, Ray start, actor pools, opening tables). Per stage: seconds inside each
 in-process loop's own timer; on Ray Data each stage's own seconds, summed over its actors: RunStats). `--scale-notes N` repeats the jobs
 on a synthetic vault of N notes (about 2 chunks each) to show the cost at a larger index. `--baseline DIR`
 (a checkout of another commit, e.g. `git worktree add /tmp/base <commit>`) runs the same jobs on that code too,
-in the same invocation, so before/after are compared on the same machine state. `--also` (repeatable) runs
+in the same invocation, so before/after are compared on the same machine state. `--work DIR` keeps the vault
+and the built index templates there for the next run (a 60,000-chunk index takes minutes to build). `--also` (repeatable) runs
 this code again with config values changed (`--also blocks64:runner.block_rows=64`; with `--baseline`, that
 code too): a tunable's candidates measured side by side. `--repeat N` runs every job N times, the variants taking turns, and reports the
 medians (the progress lines show each median's range): the box's speed drifts by a second or two between
 minutes, more than a change to the fixed cost often moves it. The engine `floor` runs Ray Data's own floor for the same job shape (the same private
 Ray, blocks and actor pools, each stage an identity): what a Ray Data job costs before fanout does anything.
+The engine `api` runs the same job through the Python API (`fanout.open(...).batch(...)`, in-process; this
+code only): it must cost what `inproc` costs, the API adding nothing per query.
 """
 
 from __future__ import annotations
@@ -60,30 +71,98 @@ def queries(n: int, seed: int) -> list[dict]:
     return out
 
 
+class Topics:
+    """A synthetic vault's words, drawn like a real vault's: a Zipf vocabulary of VOCAB made-up words, and one
+    topic per TOPIC_NOTES notes with TOPIC_WORDS words of its own. A note's text is mostly its topic's words
+    (TOPIC_SHARE), the rest the common vocabulary, so the fake embedder's bag-of-words vectors (fake.dim: the
+    model's 768) cluster by topic with neighbours inside it, as real embeddings do, and a query written with a
+    topic's words lands next to that topic's notes. Full-text postings get a realistic spread too (a few
+    frequent words, most rare)."""
+
+    VOCAB, TOPIC_NOTES, TOPIC_WORDS, TOPIC_SHARE = 20_000, 300, 150, 0.6
+
+    def __init__(self, notes: int, seed: int = 1):
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        letters = np.array(list("etaoinshrdlucmfwypvbgkqjxz"))
+        words: list[str] = []
+        seen: set[str] = set()
+        while len(words) < self.VOCAB:  # distinct made-up words of 4-10 letters
+            w = "".join(rng.choice(letters, int(rng.integers(4, 11))))
+            if w not in seen:
+                seen.add(w)
+                words.append(w)
+        self.words = np.array(words)
+        p = 1.0 / np.arange(1, self.VOCAB + 1) ** 1.05
+        self.p = p / p.sum()
+        self.n_topics = max(2, notes // self.TOPIC_NOTES)
+        self.topic_words = [self.words[rng.choice(self.VOCAB, self.TOPIC_WORDS, replace=False)]
+                            for _ in range(self.n_topics)]
+        tp = 1.0 / np.arange(1, self.TOPIC_WORDS + 1) ** 0.8
+        self.tp = tp / tp.sum()
+
+    def text(self, rng, topic: int, n: int) -> str:
+        own = rng.random(n) < self.TOPIC_SHARE
+        out = self.words[rng.choice(self.VOCAB, n, p=self.p)]
+        out[own] = self.topic_words[topic][rng.choice(self.TOPIC_WORDS, int(own.sum()), p=self.tp)]
+        return " ".join(out.tolist())
+
+
 def synthetic_vault(root: Path, notes: int, seed: int = 1) -> Path:
-    """`notes` markdown notes of two sections each, words drawn from WORDS plus filler (about 2 chunks each)."""
-    rnd = random.Random(seed)
+    """`notes` markdown notes of two sections each (about 3 chunks a note), each note on one of `Topics`'
+    topics (note i: topic i mod topics)."""
+    import numpy as np
+
+    top = Topics(notes, seed)
+    rng = np.random.default_rng(seed + 1)
     for i in range(notes):
         d = root / f"area{i % 20}"
         d.mkdir(parents=True, exist_ok=True)
-        body = []
-        for h in range(2):
-            words = " ".join(rnd.choice(WORDS) for _ in range(120))
-            body.append(f"## Part {h} {rnd.choice(WORDS)}\n\n{words}.\n")
-        (d / f"note {i}.md").write_text(f"# Note {i}\n\n" + "\n".join(body), encoding="utf-8")
+        t = i % top.n_topics
+        body = [f"## {top.text(rng, t, 2)}\n\n{top.text(rng, t, 120)}.\n" for _ in range(2)]
+        (d / f"note {i}.md").write_text(f"# Note {i} {top.text(rng, t, 2)}\n\n" + "\n".join(body),
+                                        encoding="utf-8")
     return root
+
+
+def topic_queries(n: int, seed: int, notes: int) -> list[dict]:
+    """n distinct queries about the synthetic vault's topics (`Topics`), the three agent fields included: each
+    written with one topic's words, so its vectors land next to that topic's chunks."""
+    import numpy as np
+
+    top = Topics(notes, 1)
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        t = int(rng.integers(top.n_topics))
+        out.append({"id": f"q{seed}-{i}", "query": f"how do I set up {top.text(rng, t, 4)} ({i})",
+                    "short_query": f"{top.text(rng, t, 2)} {i}",
+                    "rephrased_query": f"{top.text(rng, t, 5)} configuration steps {seed}-{i}",
+                    "expected_answer": f"The notes explain {top.text(rng, t, 14)} ({seed}-{i})."})
+    return out
+
+
+def _mod(new: str, old: str):
+    """A module by its name in this layout, or by its old name in a --baseline checkout from before it (the
+    subpackages and the one import name came in one change)."""
+    import importlib
+
+    try:
+        return importlib.import_module(new)
+    except ImportError:
+        return importlib.import_module(old)
 
 
 # -- the child: one job, in its own cgroup --------------------------------------------------------------------
 def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
     t0 = time.perf_counter()
     from fanout.config import load_config
-    try:
-        from fanout.exec.engines import make_runner
-    except ImportError:  # a --baseline checkout from before fanout/exec/engines.py
-        from fanout.exec.runner import make_runner
-    from fanout.pipelines.batch import run_batch
-    from fanout.pipelines.search import Searcher, SearchOptions
+
+    make_runner = _mod("fanout.exec.engines", "fanout.engines").make_runner
+    run_batch = _mod("fanout.pipelines.batch", "pipelines.batch").run_batch
+    search = _mod("fanout.pipelines.search", "pipelines.search")
+    Searcher, SearchOptions = search.Searcher, search.SearchOptions
 
     cfg = load_config("fake")
     sections: dict = json.loads(os.environ.get("FANOUT_QC_SET") or "{}")  # --also: config values changed
@@ -93,13 +172,69 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
         sections["runner"] = {**sections.get("runner", {}), "mode": "ray"}
     if sections:
         cfg = cfg.replace(**sections)
-    with make_runner(cfg, mode="ray" if engine == "data" else "inproc") as runner:
-        t1 = time.perf_counter()
-        searcher = Searcher(db, "bench", cfg, runner)
-        st = run_batch(qfile, out, searcher, SearchOptions(n=10, expand=False, rerank=False))
-        t2 = time.perf_counter()
+    if engine == "api":  # the Python API's batch (fanout.open(...).batch): the same job, in-process
+        import fanout
+
+        with fanout.open(db, "bench", cfg, runner="inproc") as kb:
+            t1 = time.perf_counter()
+            st = kb.batch(qfile, out=out, n=10, expand=False, rerank=False).stats
+            t2 = time.perf_counter()
+    else:
+        with make_runner(cfg, mode="ray" if engine == "data" else "inproc") as runner:
+            t1 = time.perf_counter()
+            searcher = Searcher(db, "bench", cfg, runner)
+            st = run_batch(qfile, out, searcher, SearchOptions(n=10, expand=False, rerank=False))
+            t2 = time.perf_counter()
     print(json.dumps({"start_s": t1 - t0, "job_s": t2 - t1, "total_s": time.perf_counter() - t0,
-                      "queries": st["queries"], "errors": st["errors"], "timings": st["timings"]}))
+                      "queries": st["queries"], "errors": st["errors"], "timings": st["timings"],
+                      "rss_mb": peak_rss_mb()}))
+
+
+def peak_rss_mb() -> float:
+    """Peak RSS of this process (the in-process job's only process; on Ray Data the driver's)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def recall_child(db: str, qfile: str) -> None:
+    """Recall@10 of this code's vector lists (`Collection.vector_search_many`, k = Retrieve's 3 x
+    retrieve.k) against exact search (numpy over every stored vector), for the vector-lane texts of the
+    queries in `qfile` (query, rephrased_query, expected_answer), embedded with the fake embedder."""
+    import numpy as np
+
+    from fanout.config import load_config
+
+    hashed_vector = _mod("fanout.actors.fake", "actors.fake").hashed_vector
+    Collection = _mod("fanout.store.db", "fanout.db").Collection
+
+    cfg = load_config("fake")
+    sections: dict = json.loads(os.environ.get("FANOUT_QC_SET") or "{}")
+    if sections:
+        cfg = cfg.replace(**sections)
+    rows = [json.loads(x) for x in Path(qfile).read_text(encoding="utf-8").splitlines() if x.strip()][:100]
+    texts = [r[f] for r in rows for f in ("query", "rephrased_query", "expected_answer")]
+    q = np.stack([hashed_vector(f" {t}", cfg.fake.dim) for t in texts])
+    col = Collection(db, "bench", cfg)
+    col.refresh()
+    t = time.process_time()
+    res = col.vector_search_many([list(map(float, v)) for v in q], 3 * cfg.retrieve.k, ["chunk_id"])
+    cpu = time.process_time() - t
+    ds = col.dataset(col.chunks_name)
+    tab = ds.to_table(columns=["chunk_id", "vector"])
+    v = tab["vector"].combine_chunks().flatten().to_numpy().reshape(tab.num_rows, -1).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    s = q @ v.T
+    tenth = -np.partition(-s, 9, axis=1)[:, 9]  # each query's exact 10th best score
+    pos = {c: i for i, c in enumerate(tab["chunk_id"].to_pylist())}
+    got: dict[int, list[str]] = {}
+    res = res.sort_by([("query_index", "ascending"), ("_distance", "ascending")])
+    for qi, cid in zip(res["query_index"].to_pylist(), res["chunk_id"].to_pylist()):
+        got.setdefault(qi, []).append(cid)
+    # a returned chunk counts when its exact score reaches the 10th best: rows tied with the 10th (common with
+    # the fake embedder's bag-of-words vectors of short texts) are all right answers
+    rec = [sum(s[i, pos[c]] >= tenth[i] - 1e-6 for c in got.get(i, [])[:10]) / 10 for i in range(len(q))]
+    print(json.dumps({"recall": float(np.mean(rec)), "vectors": len(q), "cpu_ms_per_vector": 1000 * cpu / len(q)}))
 
 
 class Identity:
@@ -200,12 +335,13 @@ def in_cgroup(cmd: list[str], name: str, code: Path = ROOT, sections: dict | Non
 
 
 def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, code: Path = ROOT,
-        sections: dict | None = None) -> dict:
+        sections: dict | None = None, notes: int = 0) -> dict:
     db = work / f"db-{tag}"
     shutil.rmtree(db, ignore_errors=True)
     shutil.copytree(template, db)
     q = work / f"q-{tag}.jsonl"
-    q.write_text("".join(json.dumps(r) + "\n" for r in queries(n, seed=n)), encoding="utf-8")
+    qs = topic_queries(n, n, notes) if notes else queries(n, seed=n)
+    q.write_text("".join(json.dumps(r) + "\n" for r in qs), encoding="utf-8")
     out = work / f"out-{tag}.parquet"
     cmd = [sys.executable, __file__, "--child", engine, str(db), str(q), str(out), str(cpus)]
     cpu, line = in_cgroup(cmd, f"fanout-qc-{os.getpid()}-{tag}", code, sections)
@@ -215,13 +351,33 @@ def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, co
     return {"engine": engine, "n": n, "cpu": cpu, **r}
 
 
-def build(vault: Path, db: Path) -> int:
+def recall(template: Path, n: int, notes: int, code: Path, sections: dict) -> dict:
+    """`recall_child` on the index `template` with `code` (no copy: it only reads)."""
+    qf = template.parent / f"recall-{n}.jsonl"
+    qs = topic_queries(n, n, notes) if notes else queries(n, seed=n)
+    qf.write_text("".join(json.dumps(r) + "\n" for r in qs), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(code), "FANOUT_QC_CODE": str(code), "FANOUT_QC_SET": json.dumps(sections)}
+    res = subprocess.run([sys.executable, __file__, "--recall-child", str(template), str(qf)], capture_output=True,
+                         text=True, check=False, env=env, cwd=code, timeout=3600)
+    if res.returncode:
+        raise RuntimeError(f"recall failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def merged(a: dict, b: dict) -> dict:
+    """Config sections `b` over `a` (one level deep: {section: {key: value}})."""
+    return {**a, **{k: {**a.get(k, {}), **v} for k, v in b.items()}}
+
+
+def build(vault: Path, db: Path, sections: dict | None = None) -> int:
     from fanout.pipelines.index import index_vault
 
     from fanout.config import load_config
     from fanout.exec.runner import Runner
 
     cfg = load_config("fake")
+    if sections:
+        cfg = cfg.replace(**sections)
     with Runner(cfg) as r:
         s = index_vault(vault, db, "bench", cfg, r)
     return s.chunks
@@ -238,24 +394,43 @@ def main(argv: list[str] | None = None) -> int:
                     help="run this code again with config values changed (repeatable)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run every job this many times, the variants interleaved; medians are reported")
+    ap.add_argument("--dim", type=int, default=768,
+                    help="the fake embedder's dimension (fake.dim; the real embedder's is 768)")
+    ap.add_argument("--work", default=None,
+                    help="work folder, kept: the vault and index templates are reused by the next run")
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--recall-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         child(*args.child[:4], int(args.child[4]))
+        return 0
+    if args.recall_child:
+        recall_child(*args.recall_child)
         return 0
     if not CGROUP.is_dir() or not os.access(CGROUP, os.W_OK):
         print(f"needs a writable cgroup v1 cpuacct hierarchy at {CGROUP} (root)", file=sys.stderr)
         return 2
     sizes = [int(x) for x in args.sizes.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="fanout-qc-", dir="/tmp"))
-    vaults = [("samples", ROOT / "samples" / "vault")]
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="fanout-qc-", dir="/tmp"))
+    work.mkdir(parents=True, exist_ok=True)
+    vaults = [("samples", ROOT / "samples" / "vault", 0)]
     if args.scale_notes:
-        vaults.append((f"synthetic {args.scale_notes} notes", synthetic_vault(work / "vault", args.scale_notes)))
+        vdir = work / f"vault-{args.scale_notes}"
+        if not vdir.is_dir():
+            synthetic_vault(work / "vault-tmp", args.scale_notes).rename(vdir)
+        vaults.append((f"synthetic {args.scale_notes} notes", vdir, args.scale_notes))
+    dim = {"fake": {"dim": args.dim}}
     rows = []
     try:
-        for label, vault in vaults:
-            template = work / f"template-{len(rows)}"
-            chunks = build(vault, template)
+        for label, vault, notes in vaults:
+            template = work / f"template-{notes}-{args.dim}"
+            t_build = time.perf_counter()
+            if args.work and (template / "bench.manifest.json").is_file():  # kept from an earlier run
+                chunks = json.loads((template / "bench.manifest.json").read_text())["stats"]["chunks"]
+            else:
+                shutil.rmtree(template, ignore_errors=True)
+                chunks = build(vault, template, dim)
+            print(f"  {label}: built {chunks} chunks in {time.perf_counter() - t_build:.0f} s", flush=True)
             codes = [("", ROOT, {})] + ([(" (baseline)", Path(args.baseline).resolve(), {})] if args.baseline else [])
             for tag, sections in map(overrides, args.also):  # each --also on this code, and on the baseline's
                 codes += [(f" ({tag})", ROOT, sections)]
@@ -263,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             # the floor is Ray's and Ray Data's, not fanout's: on this code's runner, once per job shape (this
             # code's config and each --also), never for the baseline
             variants = [(c, e) for e in args.engines.split(",")
-                        for c in ([c for c in codes if c[1] == ROOT] if e == "floor" else codes)]
+                        for c in ([c for c in codes if c[1] == ROOT] if e in ("floor", "api") else codes)]
             # --repeat N: every variant's job of one size N times, the variants taking turns (the box's speed
             # drifts between minutes; interleaved runs share it), then the median of each
             done: dict[tuple[int, int], list[dict]] = {}
@@ -271,7 +446,9 @@ def main(argv: list[str] | None = None) -> int:
                 for n in sizes:
                     for v, ((mark, code, sections), engine) in enumerate(variants):
                         done.setdefault((v, n), []).append(
-                            job(engine, template, n, work, f"{engine}-{n}-{len(rows)}-{v}", args.cpus, code, sections))
+                            job(engine, template, n, work, f"{engine}-{n}-{len(rows)}-{v}", args.cpus, code,
+                                merged(dim, sections), notes))
+            recalls = [recall(template, sizes[-1], notes, c[1], merged(dim, c[2])) for c in codes]
             for v, ((mark, code, sections), engine) in enumerate(variants):
                 runs = [median_run(done[(v, n)]) for n in sizes]
                 small, big = runs[0], runs[-1]
@@ -279,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                 m_cpu = (big["cpu"] - small["cpu"]) / dn
                 m_wall = (big["total_s"] - small["total_s"]) / dn
                 rows.append({"index": f"{label} ({chunks} chunks)", "engine": engine + mark, "runs": runs,
+                             "rss_mb": max(r.get("rss_mb") or 0 for r in runs),
+                             "recall": None if engine == "floor" else
+                             recalls[codes.index((mark, code, sections))]["recall"],
                              "spread": [done[(v, n)] for n in sizes],
                              "marginal_cpu_ms": 1000 * m_cpu, "marginal_wall_ms": 1000 * m_wall,
                              "fixed_cpu_s": small["cpu"] - small["n"] * m_cpu,
@@ -288,20 +468,27 @@ def main(argv: list[str] | None = None) -> int:
                     f"{n} q cpu {_spread([r['cpu'] for r in done[(v, n)]])}s wall "
                     f"{_spread([r['total_s'] for r in done[(v, n)]])}s" for n in sizes), flush=True)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
     print(f"\nfake models, queries with three agent fields, caches empty at the start; CPU of the whole process "
           f"tree (cpuacct cgroup); marginal = ({sizes[-1]} - {sizes[0]}) queries; {os.cpu_count()} cores"
           + (f"; medians of {args.repeat} interleaved runs" if args.repeat > 1 else "") + "\n")
     print("| index | engine | CPU ms/query (marginal) | wall ms/query (marginal) | fixed CPU s | fixed wall s | "
-          + " | ".join(f"CPU s, {n} q" for n in sizes) + " |")
-    print("|---|---|---|---|---|---|" + "---|" * len(sizes))
+          + " | ".join(f"CPU s, {n} q" for n in sizes) + " | peak RSS MB | recall@10 vs exact |")
+    print("|---|---|---|---|---|---|" + "---|" * len(sizes) + "---|---|")
     for r in rows:
+        rec = "" if r["recall"] is None else f"{r['recall']:.3f}"
         print(f"| {r['index']} | {r['engine']} | {r['marginal_cpu_ms']:.2f} | {r['marginal_wall_ms']:.2f} | "
               f"{r['fixed_cpu_s']:.1f} | {r['fixed_wall_s']:.1f} | "
-              + " | ".join(f"{x['cpu']:.1f}" for x in r["runs"]) + " |")
-    print("\nseconds per stage in the largest job (in-process: the loop's timer; Ray Data: summed over the actors):\n")
+              + " | ".join(f"{x['cpu']:.1f}" for x in r["runs"]) + f" | {r['rss_mb']:.0f} | {rec} |")
+    print("\nseconds per stage (in-process: the loop's timer; Ray Data: summed over the actors), marginal: "
+          f"({sizes[-1]} - {sizes[0]}) queries' difference per query; in brackets the largest job's seconds per "
+          "query, one-time costs (postings, title and alias maps, loading vectors) included:\n")
     for r in rows:
-        st = ", ".join(f"{k} {1000 * v / r['n_big']:.2f}" for k, v in r["stages"].items())
+        small, big = r["runs"][0]["timings"], r["stages"]
+        dn = r["n_big"] - r["runs"][0]["n"]
+        st = ", ".join(f"{k} {1000 * (v - small.get(k, 0.0)) / dn:.2f} ({1000 * v / r['n_big']:.2f})"
+                       for k, v in big.items())
         print(f"- {r['index']}, {r['engine']} (ms/query): {st}")
     return 0
 

@@ -31,7 +31,8 @@ def test_vector_search_through_lance_is_lancedbs(tmp_path, kind, search, where):
 
     rng = np.random.default_rng(7)
     cfg = load_config("fake").replace(index={"vector_index_type": kind, "vector_partitions": 4, "nprobes": 1,
-                                             "refine_factor": 0, "ef": 0, **search})
+                                             "refine_factor": 0, "ef": 0, **search,
+                                             "exact_search_rows": 0})  # Lance's path, not the exact one
     db = lancedb.connect(str(tmp_path))
     tbl = db.create_table("t_chunks", _rows(rng, 600, 0))
     build_vector_index(tbl, cfg.index)

