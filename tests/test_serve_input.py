@@ -8,10 +8,7 @@ The server runs the fake model profile (configs/fake.yaml) on the tiny vault, so
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +16,7 @@ import pytest
 
 from fanout.api.service import check_request
 from fanout.serve.http import PORT_FILE
-from tests.conftest import write_vault
+from tests.conftest import running_serve, write_vault
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = """extends: fake
@@ -44,20 +41,8 @@ def server(tmp_path_factory, fake_cfg, fake_runner):
     victim.write_text("not yours\n", encoding="utf-8")
     (db / (PORT_FILE + ".tmp")).symlink_to(victim)  # the old fixed temp name
     (db / PORT_FILE).symlink_to(victim)  # a link where the port file goes
-    cfg = root / "hostile.yaml"
-    cfg.write_text(CONFIG, encoding="utf-8")
-    with open(root / "serve.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "fanout.cli.main", "serve", "--db", str(db), "-c", "t",
-                                 "--config", str(cfg)], cwd=REPO, stdout=log, stderr=log,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 120
-    while (db / PORT_FILE).is_symlink() or not (db / PORT_FILE).exists():
-        assert proc.poll() is None and time.monotonic() < deadline, (root / "serve.log").read_text()
-        time.sleep(0.1)
-    info = json.loads((db / PORT_FILE).read_text(encoding="utf-8"))
-    yield {"db": db, "port": info["port"], "token": info["token"], "victim": victim, "root": root}
-    proc.terminate()
-    proc.wait(20)
+    with running_serve(db, "t", CONFIG, root) as info:
+        yield {"db": db, "port": info["port"], "token": info["token"], "victim": victim, "root": root}
 
 
 def exchange(port: int, raw: bytes, wait: float = 10.0) -> tuple[int | None, dict]:

@@ -9,18 +9,14 @@ the 408 the README promised. The server runs the fake model profile on the tiny 
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from fanout.serve.http import PORT_FILE
-from tests.conftest import write_vault
+from tests.conftest import running_serve, write_vault
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = """extends: fake
@@ -38,20 +34,8 @@ def server(tmp_path_factory, fake_cfg, fake_runner):
     root = tmp_path_factory.mktemp("serve-load")
     db = root / "db"
     index_vault(write_vault(root / "vault"), db, "t", fake_cfg, fake_runner)
-    cfg = root / "load.yaml"
-    cfg.write_text(CONFIG, encoding="utf-8")
-    with open(root / "serve.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "fanout.cli.main", "serve", "--db", str(db), "-c", "t",
-                                 "--config", str(cfg)], cwd=REPO, stdout=log, stderr=log,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 120
-    while not (db / PORT_FILE).exists():
-        assert proc.poll() is None and time.monotonic() < deadline, (root / "serve.log").read_text()
-        time.sleep(0.1)
-    info = json.loads((db / PORT_FILE).read_text(encoding="utf-8"))
-    yield {"port": info["port"], "token": info["token"], "log": root / "serve.log"}
-    proc.terminate()
-    proc.wait(20)
+    with running_serve(db, "t", CONFIG, root) as info:
+        yield {"port": info["port"], "token": info["token"], "log": root / "serve.log"}
     assert info["token"] not in (root / "serve.log").read_text(encoding="utf-8")  # never logged
 
 

@@ -251,14 +251,14 @@ class KnowledgeBase:
     def get(self, ref: str, *, max_lines: int | None = None) -> Note:
         """A note by path, title or alias, optionally a section (`Note#Heading > Sub`) or file lines
         (`Note:40-60`): what `fanout get` prints. Never reads outside the vault (`NoteError` says why)."""
-        from fanout.api.notes import locate, note_lines, parse_ref, read_note
+        from fanout.api.notes import indexed_docs, locate, note_lines, parse_ref, read_note, vault_of
 
         if not isinstance(ref, str) or not ref.strip():
             raise UserError(f"`ref` must be a note's path, title or alias (text), got {ref!r}")
         col = self._collection()
-        vault = _vault(col)
+        vault = vault_of(col)
         r = parse_ref(ref)
-        target = locate(vault, r.name, _docs(col))
+        target = locate(vault, r.name, indexed_docs(col))
         note = read_note(vault, target, "note", col.cfg.index)
         head, first, lines = note_lines(note, r.heading, r.line_from, r.line_to, max_lines)
         return Note(path=note["path"], title=note["title"], heading=head, first_line=first,
@@ -348,18 +348,3 @@ def _input_file(rows: Rows, tmp: str) -> tuple[str, int | None]:
 @contextlib.contextmanager
 def _nothing():
     yield None
-
-
-def _vault(col) -> Path | None:
-    v = col.read_manifest().get("vault")
-    return Path(v).resolve() if v else None
-
-
-def _docs(col):
-    rows: list[dict] = []
-
-    def load() -> list[dict]:
-        if not rows:
-            rows.extend(col.read(col.documents_name, ["path", "title", "aliases"]).to_pylist())
-        return rows
-    return load

@@ -259,3 +259,21 @@ def line_of(note: dict[str, Any], snippet: str, heading: str | None = None) -> i
             return note["body_line"] + i
         offset += len(ln) + 1
     return None
+
+
+def vault_of(col: Any) -> Path | None:
+    """The vault a collection was indexed from, as its manifest records it (None: not recorded)."""
+    v = col.read_manifest().get("vault")
+    return Path(v).resolve() if v else None
+
+
+def indexed_docs(col: Any) -> Callable[[], list[dict]]:
+    """A loader of the collection's documents (path, title, aliases), read once on first call: what `locate`
+    matches titles and aliases against."""
+    rows: list[dict] = []
+
+    def load() -> list[dict]:
+        if not rows:
+            rows.extend(col.read(col.documents_name, ["path", "title", "aliases"]).to_pylist())
+        return rows
+    return load

@@ -13,8 +13,6 @@ import os
 import sys
 
 TYPE_CHECKING = False  # typing and pathlib cost the warm `fanout query` path ~13 ms of imports
-if TYPE_CHECKING:
-    from pathlib import Path
 
 from fanout.cli.args import _fmt, filter_arg
 from fanout.cli.args import build_parser as _build_parser
@@ -110,24 +108,6 @@ def _open(args: argparse.Namespace):
     return col
 
 
-def _vault(col) -> Path | None:
-    from pathlib import Path
-
-    v = col.read_manifest().get("vault")
-    return Path(v).resolve() if v else None
-
-
-def _docs(col):
-    rows: list[dict] = []
-
-    def load() -> list[dict]:
-        if not rows:
-            t = col.table(col.documents_name).search().select(["path", "title", "aliases"]).limit(None)
-            rows.extend(t.to_arrow().to_pylist())
-        return rows
-    return load
-
-
 def cmd_get(args: argparse.Namespace) -> int:
     from fanout.api.notes import render_lines
 
@@ -144,10 +124,19 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_multi_get(args: argparse.Namespace) -> int:
-    from fanout.api.notes import NoteError, locate, match_many, note_lines, read_note, render_lines
+    from fanout.api.notes import (
+        NoteError,
+        indexed_docs,
+        locate,
+        match_many,
+        note_lines,
+        read_note,
+        render_lines,
+        vault_of,
+    )
 
     col = _open(args)
-    vault, docs = _vault(col), _docs(col)
+    vault, docs = vault_of(col), indexed_docs(col)
     refs = match_many(args.pattern, [d["path"] for d in docs()])
     if not refs:
         raise UserError(f"no indexed note matches {args.pattern!r}; see `fanout ls` for the paths")
