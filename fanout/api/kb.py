@@ -70,8 +70,9 @@ class KnowledgeBase:
         self.collection = check_collection(collection)
         cfg = _config(config)
         self.cfg = cfg.replace(runner={"mode": _mode(runner)}) if runner else cfg
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()  # calls run one at a time (a server's own reads take it too)
         self._runners: dict[str, Runner] = {}
+        self._borrowed: set[str] = set()  # runners a server lent (`attach`): closing leaves them open
         self._service: SearchService | None = None
         self._closed = False
 
@@ -84,9 +85,10 @@ class KnowledgeBase:
 
     def close(self) -> None:
         """Release the models and stages; a Ray session fanout started for a job ends here."""
-        with self._lock:
-            for r in self._runners.values():
-                r.close()
+        with self.lock:
+            for mode, r in self._runners.items():
+                if mode not in self._borrowed:
+                    r.close()
             self._runners.clear()
             self._service = None
             self._closed = True
@@ -102,6 +104,23 @@ class KnowledgeBase:
         if mode not in self._runners:
             self._runners[mode] = make_runner(self.cfg, mode=mode)
         return self._runners[mode]
+
+    @classmethod
+    def attach(cls, db: str | os.PathLike, collection: str, config: Config, runner: Runner) -> KnowledgeBase:
+        """A KnowledgeBase that answers on `runner`, which its caller holds and closes (the MCP server, tests
+        that share one runner): `close()` leaves it open."""
+        from fanout.exec.engines import job_mode
+
+        kb = cls(db, collection, config)
+        mode = job_mode(kb.cfg, rows=1)  # the runner its searches ask for
+        kb._runners[mode] = runner
+        kb._borrowed.add(mode)
+        return kb
+
+    @property
+    def service(self) -> SearchService:
+        """The request -> response service behind `search` and `answer` (its Searchers are shared with them)."""
+        return self._svc()
 
     def _svc(self) -> SearchService:
         from fanout.api.service import SearchService
@@ -120,7 +139,7 @@ class KnowledgeBase:
         from fanout.pipelines.index import index_vault
 
         vault = as_path(vault, "vault")
-        with self._lock:
+        with self.lock:
             rep = index_vault(vault, self.db, self.collection, self.cfg, self._runner(job_mode(self.cfg, rows=0)),
                               progress=progress, rebuild=rebuild)
             self._service = None  # the next search pins the new index version
@@ -157,7 +176,7 @@ class KnowledgeBase:
                                **{k: v for k, v in fields.items() if v is not None}}
         if mode == "query":
             req.update(expand=expand, rerank=rerank)
-        with self._lock:
+        with self.lock:
             resp = self._svc().run(req)
         if resp["errors"]:
             e = resp["errors"][0]
@@ -169,13 +188,13 @@ class KnowledgeBase:
         n, min_score, filter, expand, rerank, explain, full, line_numbers) -> the JSON-ready response the CLI
         prints and the server sends (results, errors, timings, expansion). Raises RequestError for a malformed
         request; a bad query comes back as an error in `errors`."""
-        with self._lock:
+        with self.lock:
             return self._svc().run(dict(request) if isinstance(request, Mapping) else request)
 
     def warm(self, collections: list[str] | tuple[str, ...] = ()) -> None:
         """Open the searchers of `collections` and load the in-process embedder now, so the first request pays
         neither (a missing index or a model mismatch of those collections is raised here)."""
-        with self._lock:
+        with self.lock:
             svc = self._svc()
             for name in collections:
                 svc.searcher(name, "query")
@@ -215,7 +234,7 @@ class KnowledgeBase:
 
         opts = SearchOptions(n=_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
                              filter=as_option(parse_filter(filter)), explain=bool(explain))
-        with self._lock, tempfile.TemporaryDirectory(prefix="fanout-batch-") as tmp:
+        with self.lock, tempfile.TemporaryDirectory(prefix="fanout-batch-") as tmp:
             src, n_rows = _input_file(rows, tmp)
             dest = os.fspath(out) if out is not None else os.path.join(tmp, "answers.parquet")
             check_out(dest, src, self.cfg.storage)
@@ -240,7 +259,7 @@ class KnowledgeBase:
         from fanout.exec.engines import job_mode
         from fanout.pipelines.precompute import run_expand
 
-        with self._lock, tempfile.TemporaryDirectory(prefix="fanout-expand-") as tmp:
+        with self.lock, tempfile.TemporaryDirectory(prefix="fanout-expand-") as tmp:
             src, n_rows = _input_file(rows, tmp)
             mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
             st = run_expand(src, self.db, self.collection, self.cfg, self._runner(mode), progress=progress)
@@ -280,7 +299,7 @@ class KnowledgeBase:
         from fanout.exec.progress import Progress
         from fanout.gaps.report import make_report
 
-        with self._lock, (Progress("gaps: reading answers", "byte") if progress else _nothing()) as bar:
+        with self.lock, (Progress("gaps: reading answers", "byte") if progress else _nothing()) as bar:
             return make_report(as_path(answers, "answers"), as_path(out, "out"), self.db, self.collection,
                                self.cfg, previous=previous, progress=bar)
 

@@ -28,6 +28,7 @@ from mcp.server.stdio import stdio_server
 
 from fanout.agent_fields import FIELD_DESC as AGENT_FIELD_DESC
 from fanout.agent_fields import known_languages, language_code, language_line
+from fanout.api import KnowledgeBase
 from fanout.api.catalog import count_languages
 from fanout.api.catalog import status as collection_status
 from fanout.api.notes import NoteError, headings_of, locate, note_lines, read_note
@@ -37,7 +38,7 @@ from fanout.filters import KINDS as FILTER_KINDS
 from fanout.pipelines.clean_fields import collection_titles
 from fanout.pipelines.clean_fields import hints as field_hints
 from fanout.pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError, parse_row
-from fanout.pipelines.search import Searcher, SearchOptions
+from fanout.pipelines.search import SearchOptions
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,12 @@ class FanoutTools:
 
     def __init__(self, db_dir: str | Path, collection: str, cfg: Config, runner: Runner):
         self.cfg, self.runner = cfg, runner
-        self.searcher = Searcher(db_dir, collection, cfg, runner)
+        # the API's KnowledgeBase on the server's runner: its Searcher (shared with any other face's request on
+        # it) and its lock
+        self.kb = KnowledgeBase.attach(db_dir, collection, cfg, runner)
+        self.searcher = self.kb.service.searcher(collection, "query")
         self.col = self.searcher.col
-        self.lock = threading.Lock()  # one request at a time: llama.cpp models are not thread-safe, and
+        self.lock = self.kb.lock  # one request at a time: llama.cpp models are not thread-safe, and
         # each request reads one pinned index version (Searcher.refresh)
         self.vault: Path | None = None  # None: `get` refuses (never the cwd)
         self.refresh()

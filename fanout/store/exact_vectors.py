@@ -96,6 +96,9 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
     keep = ~m.damaged if allowed is None else (allowed & ~m.damaged)
     every = bool(keep.all())
     n = int(keep.sum())
+    # float32 first, as the query-vector cache stores them: a vector fresh from the model and the same vector
+    # read back from the cache then score alike to the last bit (ties among equal scores break the same way)
+    queries = np.asarray(queries, dtype=np.float32)
     qn = np.linalg.norm(queries, axis=1)
     q = (queries / np.where(qn > 0, qn, 1.0)[:, None]).astype(np.float32)
     out_q, out_p, out_d = [], [], []
