@@ -214,8 +214,10 @@ def test_top_k_is_the_exact_top_k_with_ties_in_row_order(rows, k, masked):
     allowed = rng.random(rows) < (0.7 if rows > 100 else 0.3) if masked else None
     qi, pos, dist = top_k(m, q, k, allowed)
     keep = ~damaged if allowed is None else allowed & ~damaged
-    qn = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)
-    s = (qn @ v.T).astype(np.float32)
+    qn = (q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)).astype(np.float32)
+    # the scores top_k ranks by: each pair's dot product in float64 (one order of summation whatever the batch)
+    s = np.stack([np.einsum("ij,ij->i", np.broadcast_to(qn[i].astype(np.float64), v.shape), v.astype(np.float64))
+                  for i in range(len(q))])
     for i in range(len(q)):
         if i == 0:
             assert not (qi == 0).any()

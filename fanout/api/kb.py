@@ -62,7 +62,8 @@ class KnowledgeBase:
     """
 
     def __init__(self, db: str | os.PathLike, collection: str = "notes",
-                 config: str | os.PathLike | Config | None = None, *, runner: RunnerMode | None = None):
+                 config: str | os.PathLike | Config | None = None, *, runner: RunnerMode | None = None,
+                 lent: Runner | None = None):
         from fanout.api.service import check_collection
         from fanout.store import storage
 
@@ -73,6 +74,12 @@ class KnowledgeBase:
         self.lock = threading.RLock()  # calls run one at a time (a server's own reads take it too)
         self._runners: dict[str, Runner] = {}
         self._borrowed: set[str] = set()  # runners a server lent (`attach`): closing leaves them open
+        if lent is not None:
+            from fanout.exec.engines import job_mode
+
+            mode = job_mode(self.cfg, rows=1)  # the runner its searches ask for
+            self._runners[mode] = lent
+            self._borrowed.add(mode)
         self._service: SearchService | None = None
         self._closed = False
 
@@ -109,13 +116,7 @@ class KnowledgeBase:
     def attach(cls, db: str | os.PathLike, collection: str, config: Config, runner: Runner) -> KnowledgeBase:
         """A KnowledgeBase that answers on `runner`, which its caller holds and closes (the MCP server, tests
         that share one runner): `close()` leaves it open."""
-        from fanout.exec.engines import job_mode
-
-        kb = cls(db, collection, config)
-        mode = job_mode(kb.cfg, rows=1)  # the runner its searches ask for
-        kb._runners[mode] = runner
-        kb._borrowed.add(mode)
-        return kb
+        return cls(db, collection, config, lent=runner)
 
     @property
     def service(self) -> SearchService:

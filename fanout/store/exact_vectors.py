@@ -113,7 +113,11 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
         if sub is None and not every:
             s[:, ~keep] = -np.inf
         r, c = _candidates(s, kk)
-        sc = s[r, c]
+        # the candidates' scores again, one dot product each in float64: a product of the whole block rounds
+        # each score according to the block's shape (BLAS picks its kernel by it), so the same query in
+        # another batch (another process, another block on Ray Data) could break exact ties another way
+        dots = np.einsum("ij,ij->i", q[a + r].astype(np.float64), vecs[c].astype(np.float64))
+        sc = np.where(np.isfinite(s[r, c]), dots, -np.inf)  # a row masked out stays out
         order = np.lexsort((c, -sc, r))  # per query: best first, equal scores in row order
         r, c, sc = r[order], c[order], sc[order]
         counts = np.bincount(r, minlength=len(s))
@@ -127,6 +131,9 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
     return np.concatenate(out_q), np.concatenate(out_p), np.concatenate(out_d)
 
 
+SLACK = 1e-5  # far above float32's rounding of a cosine (~1e-7), far below any real gap between two scores
+
+
 def _candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(query, row) of a superset of each query's k best scores in `s`: those at or above the k-th best of
     the rows' block maxima (k blocks hold at least k scores that high), a few more than k a query. Three
@@ -137,13 +144,15 @@ def _candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k >= n:
             return np.repeat(np.arange(nq), n), np.tile(np.arange(n), nq)
         bound = np.partition(s, n - k, axis=1)[:, n - k]  # every row tied with it stays a candidate: ties
-        return np.nonzero(s >= bound[:, None])  # at the cut go in row order, as Lance's flat search keeps them
+        # at the cut go in row order, as Lance's flat search keeps them; SLACK keeps the rows the block
+        # product put a rounding below a tie (top_k scores the candidates again, exactly)
+        return np.nonzero(s >= bound[:, None] - SLACK)
     nb = n // b
     m = s[:, :nb * b].reshape(nq, nb, b).max(axis=2)
     if n > nb * b:
         m = np.concatenate([m, s[:, nb * b:].max(axis=1, keepdims=True)], axis=1)
     bound = np.partition(m, m.shape[1] - k, axis=1)[:, m.shape[1] - k]
-    return np.nonzero(s >= bound[:, None])
+    return np.nonzero(s >= bound[:, None] - SLACK)
 
 
 def search(col: Any, ds, queries: np.ndarray, k: int, select: list[str], where: str | None) -> pa.Table | None:
