@@ -29,7 +29,8 @@ say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 VARIANTS=$("$PYTHON" scripts/cpu_variants.py)
 LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON \
 -DGGML_CPU_VARIANTS_ONLY=$VARIANTS \
--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DGGML_OPENMP=ON"
+-DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF \
+-DGGML_OPENMP=ON"
 # FANOUT_GGML_CUDA=1 adds llama.cpp's CUDA backend to the same runtime-dispatch wheel (libggml-cuda.so in bin/,
 # loaded beside the CPU variant). nvcc from $CUDACXX, or from PATH or /usr/local/cuda when its toolkit has
 # cuBLAS; else CUDA 13.0 from PyPI: NVIDIA's nvidia-cuda-nvcc/-runtime/-cublas/-cccl/-crt and nvidia-nvvm
@@ -127,6 +128,10 @@ if [ -z "$(wheel)" ]; then
       fi
       tar xzf "$src" -C "$tmp"
       "$PYTHON" scripts/cpu_variants.py --patch "$tmp/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/ggml/src/CMakeLists.txt"
+      # llama-cpp-python forces llama.cpp's common/ library (and cpp-httplib with it) on, though the package
+      # never loads it: without the force, -DLLAMA_BUILD_COMMON=OFF above holds (docs/performance.md, "Set-up
+      # time"). A release that drops the line only costs the compile it used to
+      sed -i '/^ *set(LLAMA_BUILD_COMMON ON CACHE BOOL .* FORCE)$/d' "$tmp/llama_cpp_python-$LLAMA_VERSION/CMakeLists.txt"
       CMAKE_ARGS="$LLAMA_CMAKE_ARGS" FORCE_CMAKE=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
         "$PY" -m pip wheel -q --no-cache-dir --no-deps -w "$tmp" "$tmp/llama_cpp_python-$LLAMA_VERSION"
       mkdir -p "$WHEEL_DIR"
