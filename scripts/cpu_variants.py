@@ -98,7 +98,10 @@ def choose(flags: set[str] | None, amx_ok: bool, env: str = "") -> list[str]:
     if flags is None:  # no /proc/cpuinfo to read: the portable wheel
         return list(VARIANTS)
     usable = sorted((v for v in VARIANTS if not why_not(v, flags, amx_ok)), key=score)
-    return sorted(set(usable[-2:]) | {"x64"}, key=score)
+    keep = {usable[-1], "x64"}
+    if "AMX_TILE" in VARIANTS[usable[-1]]:  # AMX can pass every check and still trap: keep its non-AMX twin
+        keep.add(next(v for v in reversed(usable) if "AMX_TILE" not in VARIANTS[v]))
+    return sorted(keep, key=score)
 
 
 _FILTER = """function(ggml_add_cpu_backend_variant tag_name)
