@@ -22,7 +22,8 @@ LLAMA_VERSION=0.3.36
 # Runtime CPU dispatch: ggml CPU backends per micro-architecture in the wheel's bin/, the best usable one
 # loaded at start by actors/_llama.py (llama-cpp-python 0.3.36 does not call ggml_backend_load_all itself).
 # No -march=native; AMX is never chosen where the kernel forbids it. Which variants: scripts/cpu_variants.py
-# (the best two this CPU can run plus the portable x64: 3 compiled instead of GGML_CPU_ALL_VARIANTS' 14;
+# (the best this CPU can run, its best non-AMX one beside an AMX variant, and the portable x64: 2 or 3
+# compiled instead of GGML_CPU_ALL_VARIANTS' 14;
 # FANOUT_GGML_VARIANTS=all builds every one, e.g. for an image shared by different CPUs). The vendored
 # CMakeLists gets a two-line filter (GGML_CPU_VARIANTS_ONLY) so ALL_VARIANTS compiles only those.
 say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
