@@ -1,16 +1,19 @@
 """Which ggml CPU kernel variants scripts/setup.sh builds into the llama-cpp-python wheel on this machine.
 
-    python scripts/cpu_variants.py            # e.g. "x64;haswell;zen4" (a CMake list)
+    python scripts/cpu_variants.py            # e.g. "x64;zen4" (a CMake list)
     python scripts/cpu_variants.py --explain  # one line per variant: its score here, or why it cannot run
 
 Stdlib only: it runs before anything is installed. `GGML_CPU_ALL_VARIANTS` compiles 14 x86 variants (10.5 of
 set-up's 16 minutes on 2 cores), yet the wheel is built on, and cached for, the machine that runs it (the
-cache key holds the list). A machine needs three: the best variant its CPU and kernel can run, the next best
-(a VM can permit AMX and still trap it: set-up's smoke test then records the best as dead and fanout loads the
-second, actors/_llama.py), and `x64`, the portable floor. So every CPU still gets the best kernels it can run
-(AVX2 as haswell; AVX-512 as skylakex, with VBMI/VNNI as icelake, with BF16 as zen4; AMX as sapphirerapids
-where the kernel allows it) while set-up compiles 3 variants instead of 14. `FANOUT_GGML_VARIANTS=all` builds
-every variant (an image shared by machines of different CPUs); a comma list (e.g. `haswell,x64`) builds those.
+cache key holds the list). A machine needs two: the best variant its CPU and kernel can run and `x64`, the
+portable floor (a variant that dies with SIGILL anyway is recorded by set-up's smoke test, and fanout loads the
+next one built, actors/_llama.py). An AMX variant also brings the best non-AMX one: a VM can permit AMX and
+still trap ggml's AMX kernel (the 2-core Xeon VM does), and its fallback should be AVX-512, not x64. So every
+CPU still gets the best kernels it can run (AVX2 as haswell; AVX-512 as skylakex, with VBMI/VNNI as icelake,
+with BF16 as zen4; AMX as sapphirerapids where the kernel allows it) while set-up compiles 2 or 3 variants
+instead of 14 (each costs 30-50 CPU-s of the build: docs/performance.md, "Set-up time").
+`FANOUT_GGML_VARIANTS=all` builds every variant (an image shared by machines of different CPUs); a comma list
+(e.g. `haswell,x64`) builds those.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ def why_not(variant: str, flags: set[str], amx_ok: bool) -> str:
 
 
 def choose(flags: set[str] | None, amx_ok: bool, env: str = "") -> list[str]:
-    """The variants to build: $FANOUT_GGML_VARIANTS when set, else the best two usable here plus x64."""
+    """The variants to build: $FANOUT_GGML_VARIANTS when set, else the best usable here plus x64 (and the best
+    non-AMX one when the best is an AMX variant)."""
     env = env.strip()
     if env == "all":
         return list(VARIANTS)
@@ -98,7 +102,10 @@ def choose(flags: set[str] | None, amx_ok: bool, env: str = "") -> list[str]:
     if flags is None:  # no /proc/cpuinfo to read: the portable wheel
         return list(VARIANTS)
     usable = sorted((v for v in VARIANTS if not why_not(v, flags, amx_ok)), key=score)
-    return sorted(set(usable[-2:]) | {"x64"}, key=score)
+    keep = {usable[-1], "x64"}
+    if "AMX_TILE" in VARIANTS[usable[-1]]:  # AMX can pass every check and still trap: keep its non-AMX twin
+        keep.add(next(v for v in reversed(usable) if "AMX_TILE" not in VARIANTS[v]))
+    return sorted(keep, key=score)
 
 
 _FILTER = """function(ggml_add_cpu_backend_variant tag_name)

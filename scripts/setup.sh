@@ -22,14 +22,16 @@ LLAMA_VERSION=0.3.36
 # Runtime CPU dispatch: ggml CPU backends per micro-architecture in the wheel's bin/, the best usable one
 # loaded at start by actors/_llama.py (llama-cpp-python 0.3.36 does not call ggml_backend_load_all itself).
 # No -march=native; AMX is never chosen where the kernel forbids it. Which variants: scripts/cpu_variants.py
-# (the best two this CPU can run plus the portable x64: 3 compiled instead of GGML_CPU_ALL_VARIANTS' 14;
+# (the best this CPU can run, its best non-AMX one beside an AMX variant, and the portable x64: 2 or 3
+# compiled instead of GGML_CPU_ALL_VARIANTS' 14;
 # FANOUT_GGML_VARIANTS=all builds every one, e.g. for an image shared by different CPUs). The vendored
 # CMakeLists gets a two-line filter (GGML_CPU_VARIANTS_ONLY) so ALL_VARIANTS compiles only those.
 say() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 VARIANTS=$("$PYTHON" scripts/cpu_variants.py)
 LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON \
 -DGGML_CPU_VARIANTS_ONLY=$VARIANTS \
--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DGGML_OPENMP=ON"
+-DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF \
+-DGGML_OPENMP=ON"
 # FANOUT_GGML_CUDA=1 adds llama.cpp's CUDA backend to the same runtime-dispatch wheel (libggml-cuda.so in bin/,
 # loaded beside the CPU variant). nvcc from $CUDACXX, or from PATH or /usr/local/cuda when its toolkit has
 # cuBLAS; else CUDA 13.0 from PyPI: NVIDIA's nvidia-cuda-nvcc/-runtime/-cublas/-cccl/-crt and nvidia-nvvm
@@ -127,6 +129,10 @@ if [ -z "$(wheel)" ]; then
       fi
       tar xzf "$src" -C "$tmp"
       "$PYTHON" scripts/cpu_variants.py --patch "$tmp/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/ggml/src/CMakeLists.txt"
+      # llama-cpp-python forces llama.cpp's common/ library (and cpp-httplib with it) on, though the package
+      # never loads it: without the force, -DLLAMA_BUILD_COMMON=OFF above holds (docs/performance.md, "Set-up
+      # time"). A release that drops the line only costs the compile it used to
+      sed -i '/^ *set(LLAMA_BUILD_COMMON ON CACHE BOOL .* FORCE)$/d' "$tmp/llama_cpp_python-$LLAMA_VERSION/CMakeLists.txt"
       CMAKE_ARGS="$LLAMA_CMAKE_ARGS" FORCE_CMAKE=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
         "$PY" -m pip wheel -q --no-cache-dir --no-deps -w "$tmp" "$tmp/llama_cpp_python-$LLAMA_VERSION"
       mkdir -p "$WHEEL_DIR"
