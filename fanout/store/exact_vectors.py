@@ -15,6 +15,7 @@ process never holds a table's vectors twice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import OrderedDict
@@ -26,7 +27,14 @@ import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-QUERY_BLOCK = 256  # query vectors per product: bounds the score block to 256 x rows x 4 bytes
+# query vectors per product, always exactly this many (a short block is padded with zero rows): BLAS picks its
+# kernel by the product's shape and rounds each score accordingly, so a query scored in blocks of one shape
+# scores alike to the last bit in any batch, process or Ray Data block, and exact ties break the same way
+# everywhere. 16 keeps a lone search's padding cheap (16 x 60,000 x 768 is ~0.7 GFLOP)
+QUERY_BLOCK = 16
+# vector elements (rows x dims) up to which a product runs on one BLAS thread: the sample vault's 180 x 768
+# cost 3.5 CPU-ms a query on two threads against 3.0 on one, at 60,000 x 768 two threads halve the wall
+SMALL_PRODUCT = 4_000_000
 CANDIDATE_BLOCK = 256  # rows per block whose maximum bounds a query's k-th best score (`_candidates`)
 _LOCK = threading.RLock()
 _CACHE: OrderedDict[str, Matrix] = OrderedDict()  # chunks table uri -> its vectors at the version used last
@@ -101,23 +109,40 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
     queries = np.asarray(queries, dtype=np.float32)
     qn = np.linalg.norm(queries, axis=1)
     q = (queries / np.where(qn > 0, qn, 1.0)[:, None]).astype(np.float32)
-    out_q, out_p, out_d = [], [], []
     kk = min(k, n)
     if kk <= 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.float32)
     # a small allowed set: the product over those rows only
     sub = None if every or n > len(keep) // 2 else np.flatnonzero(keep)
     vecs = m.vectors if sub is None else m.vectors[sub]
+    # a small table's products are too short for BLAS's second thread to pay: it only spins (CPU, no wall)
+    with _blas_threads(1 if vecs.size <= SMALL_PRODUCT else None):
+        return _top_k_blocks(q, qn, vecs, sub, keep, every, kk)
+
+
+@contextlib.contextmanager
+def _blas_threads(n: int | None):
+    if n is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(n, user_api="blas"):
+        yield
+
+
+def _top_k_blocks(q: np.ndarray, qn: np.ndarray, vecs: np.ndarray, sub: np.ndarray | None, keep: np.ndarray,
+                  every: bool, kk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    out_q, out_p, out_d = [], [], []
     for a in range(0, len(q), QUERY_BLOCK):
-        s = q[a:a + QUERY_BLOCK] @ vecs.T  # cosine similarity
+        blk = q[a:a + QUERY_BLOCK]
+        if len(blk) < QUERY_BLOCK:
+            blk = np.concatenate([blk, np.zeros((QUERY_BLOCK - len(blk), q.shape[1]), np.float32)])
+        s = (blk @ vecs.T)[:min(QUERY_BLOCK, len(q) - a)]  # cosine similarity
         if sub is None and not every:
             s[:, ~keep] = -np.inf
         r, c = _candidates(s, kk)
-        # the candidates' scores again, one dot product each in float64: a product of the whole block rounds
-        # each score according to the block's shape (BLAS picks its kernel by it), so the same query in
-        # another batch (another process, another block on Ray Data) could break exact ties another way
-        dots = np.einsum("ij,ij->i", q[a + r].astype(np.float64), vecs[c].astype(np.float64))
-        sc = np.where(np.isfinite(s[r, c]), dots, -np.inf)  # a row masked out stays out
+        sc = s[r, c]
         order = np.lexsort((c, -sc, r))  # per query: best first, equal scores in row order
         r, c, sc = r[order], c[order], sc[order]
         counts = np.bincount(r, minlength=len(s))
@@ -131,9 +156,6 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
     return np.concatenate(out_q), np.concatenate(out_p), np.concatenate(out_d)
 
 
-SLACK = 1e-5  # far above float32's rounding of a cosine (~1e-7), far below any real gap between two scores
-
-
 def _candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(query, row) of a superset of each query's k best scores in `s`: those at or above the k-th best of
     the rows' block maxima (k blocks hold at least k scores that high), a few more than k a query. Three
@@ -144,15 +166,14 @@ def _candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k >= n:
             return np.repeat(np.arange(nq), n), np.tile(np.arange(n), nq)
         bound = np.partition(s, n - k, axis=1)[:, n - k]  # every row tied with it stays a candidate: ties
-        # at the cut go in row order, as Lance's flat search keeps them; SLACK keeps the rows the block
-        # product put a rounding below a tie (top_k scores the candidates again, exactly)
-        return np.nonzero(s >= bound[:, None] - SLACK)
+        # at the cut go in row order, as Lance's flat search keeps them
+        return np.nonzero(s >= bound[:, None])
     nb = n // b
     m = s[:, :nb * b].reshape(nq, nb, b).max(axis=2)
     if n > nb * b:
         m = np.concatenate([m, s[:, nb * b:].max(axis=1, keepdims=True)], axis=1)
     bound = np.partition(m, m.shape[1] - k, axis=1)[:, m.shape[1] - k]
-    return np.nonzero(s >= bound[:, None] - SLACK)
+    return np.nonzero(s >= bound[:, None])
 
 
 def search(col: Any, ds, queries: np.ndarray, k: int, select: list[str], where: str | None) -> pa.Table | None:
