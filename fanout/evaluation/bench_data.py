@@ -42,7 +42,7 @@ def default_bench_dir() -> Path:
     env = os.environ.get(BENCH_ENV)
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "obsidian-help"
+    return Path(__file__).resolve().parents[3] / "shared" / "eval" / "obsidian-help"
 
 
 def resolve_bench_dir(bench_dir: str | Path | None = None) -> Path:
