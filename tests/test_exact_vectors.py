@@ -214,12 +214,17 @@ def test_top_k_is_the_exact_top_k_with_ties_in_row_order(rows, k, masked):
     allowed = rng.random(rows) < (0.7 if rows > 100 else 0.3) if masked else None
     qi, pos, dist = top_k(m, q, k, allowed)
     keep = ~damaged if allowed is None else allowed & ~damaged
-    from fanout.store.exact_vectors import QUERY_BLOCK
+    from fanout.store.exact_vectors import LARGE_QUERY_BLOCK, QUERY_BLOCK, SMALL_PRODUCT
 
     qn = (q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)).astype(np.float32)
-    # the scores top_k ranks by: products of QUERY_BLOCK query rows at a time (short blocks zero-padded)
-    pad = np.zeros((-len(qn) % QUERY_BLOCK, qn.shape[1]), np.float32)
-    s = np.concatenate([b @ v.T for b in np.split(np.concatenate([qn, pad]), (len(qn) + len(pad)) // QUERY_BLOCK)])
+    # the scores top_k ranks by: on a small table products of QUERY_BLOCK query rows (short blocks zero-padded),
+    # on a large one of up to LARGE_QUERY_BLOCK rows
+    if v.size <= SMALL_PRODUCT:
+        pad = np.zeros((-len(qn) % QUERY_BLOCK, qn.shape[1]), np.float32)
+        blocks = np.split(np.concatenate([qn, pad]), (len(qn) + len(pad)) // QUERY_BLOCK)
+    else:
+        blocks = [qn[a:a + LARGE_QUERY_BLOCK] for a in range(0, len(qn), LARGE_QUERY_BLOCK)]
+    s = np.concatenate([b @ v.T for b in blocks])[:len(qn)]
     for i in range(len(q)):
         if i == 0:
             assert not (qi == 0).any()
@@ -244,3 +249,21 @@ def test_rows_tied_at_the_cut_are_kept_in_row_order(rows, k):
     m = Matrix(1, np.arange(rows, dtype=np.int64), v, np.zeros(rows, bool))
     _, pos, _ = top_k(m, np.asarray([[1.0, 0, 0, 0]], np.float32), k)
     assert pos.tolist() == list(range(rows // 2, rows // 2 + 5)) + list(range(k - 5))
+
+
+def test_a_query_scores_alike_alone_and_in_any_batch_on_a_small_table():
+    """One product shape on a small table: the same query vector gets bit-equal distances and the same row
+    order alone, first or last in a batch (Ray Data's blocks and the in-process loop batch it differently)."""
+    from fanout.store.exact_vectors import Matrix, top_k
+
+    rng = np.random.default_rng(7)
+    v = rng.normal(size=(500, 64)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    m = Matrix(1, np.arange(500, dtype=np.int64), v, np.zeros(500, bool))
+    q = rng.normal(size=(1, 64)).astype(np.float32)
+    others = rng.normal(size=(37, 64)).astype(np.float32)
+    alone = top_k(m, q, 20)
+    for batch, at in ((np.concatenate([q, others]), 0), (np.concatenate([others, q]), 37)):
+        qi, pos, dist = top_k(m, batch, 20)
+        assert pos[qi == at].tolist() == alone[1].tolist()
+        assert dist[qi == at].tobytes() == alone[2].tobytes()

@@ -27,11 +27,15 @@ import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-# query vectors per product, always exactly this many (a short block is padded with zero rows): BLAS picks its
-# kernel by the product's shape and rounds each score accordingly, so a query scored in blocks of one shape
-# scores alike to the last bit in any batch, process or Ray Data block, and exact ties break the same way
-# everywhere. 16 keeps a lone search's padding cheap (16 x 60,000 x 768 is ~0.7 GFLOP)
+# query vectors per product. On a small table (up to SMALL_PRODUCT elements) always exactly QUERY_BLOCK, a
+# short block padded with zero rows: BLAS picks its kernel by the product's shape and rounds each score
+# accordingly, so one shape everywhere scores a query alike to the last bit in any batch, process or Ray Data
+# block, and exact ties (the fake embedder's vectors tie often) break the same way everywhere. On a large
+# table a block is up to LARGE_QUERY_BLOCK rows, unpadded: each product reads every vector once, so 16-row
+# products cost 2.75x the CPU of 256-row ones at 60,000 x 768 (docs/performance.md), and a lone search padded
+# to 256 rows would cost ~130 ms; real embeddings practically never tie, so the last bit is harmless there
 QUERY_BLOCK = 16
+LARGE_QUERY_BLOCK = 256
 # vector elements (rows x dims) up to which a product runs on one BLAS thread: the sample vault's 180 x 768
 # cost 3.5 CPU-ms a query on two threads against 3.0 on one, at 60,000 x 768 two threads halve the wall
 SMALL_PRODUCT = 4_000_000
@@ -115,9 +119,10 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
     # a small allowed set: the product over those rows only
     sub = None if every or n > len(keep) // 2 else np.flatnonzero(keep)
     vecs = m.vectors if sub is None else m.vectors[sub]
+    small = vecs.size <= SMALL_PRODUCT
     # a small table's products are too short for BLAS's second thread to pay: it only spins (CPU, no wall)
-    with _blas_threads(1 if vecs.size <= SMALL_PRODUCT else None):
-        return _top_k_blocks(q, qn, vecs, sub, keep, every, kk)
+    with _blas_threads(1 if small else None):
+        return _top_k_blocks(q, qn, vecs, sub, keep, every, kk, QUERY_BLOCK if small else 0)
 
 
 @contextlib.contextmanager
@@ -132,13 +137,16 @@ def _blas_threads(n: int | None):
 
 
 def _top_k_blocks(q: np.ndarray, qn: np.ndarray, vecs: np.ndarray, sub: np.ndarray | None, keep: np.ndarray,
-                  every: bool, kk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  every: bool, kk: int, fixed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`top_k` over blocks of query rows: `fixed` rows each, short ones zero-padded (one product shape), or
+    (0) up to LARGE_QUERY_BLOCK rows unpadded."""
     out_q, out_p, out_d = [], [], []
-    for a in range(0, len(q), QUERY_BLOCK):
-        blk = q[a:a + QUERY_BLOCK]
-        if len(blk) < QUERY_BLOCK:
-            blk = np.concatenate([blk, np.zeros((QUERY_BLOCK - len(blk), q.shape[1]), np.float32)])
-        s = (blk @ vecs.T)[:min(QUERY_BLOCK, len(q) - a)]  # cosine similarity
+    step = fixed or LARGE_QUERY_BLOCK
+    for a in range(0, len(q), step):
+        blk = q[a:a + step]
+        if fixed and len(blk) < fixed:
+            blk = np.concatenate([blk, np.zeros((fixed - len(blk), q.shape[1]), np.float32)])
+        s = (blk @ vecs.T)[:min(step, len(q) - a)]  # cosine similarity
         if sub is None and not every:
             s[:, ~keep] = -np.inf
         r, c = _candidates(s, kk)
