@@ -17,7 +17,7 @@ every error fanout raises on purpose is a `FanoutError`. The names are imported 
 `import fanout` stays cheap for the CLI's warm path.
 
 Package layout (each subpackage's docstring says what it may import; tests/test_layers.py checks it):
-base `fanout.config`, `fanout.store`, `fanout.exec`, `fanout.models.files`, `fanout.io` and the small shared modules
+base `fanout.config`, `fanout.store`, `fanout.exec`, `fanout.models`, `fanout.io` and the small shared modules
 here (schemas, filters, errors, ...) <- `fanout.actors` (the repo's actors/) <- `fanout.pipelines` (the repo's
 pipelines/) <- `fanout.api` (this API) and `fanout.ray` <- the faces: `fanout.cli`, `fanout.serve`,
 `fanout.evaluation`, `fanout.gaps`.

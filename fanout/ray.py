@@ -12,8 +12,8 @@ query). One row per query rather than one per hit, so the caller's row count and
 `.groupby()` and joins on their own columns work after the search as before it, and
 `.flat_map(lambda r: [{**r, **h} for h in r["hits"]])` gives one row per hit when that is wanted.
 
-    import ray, fanout.ray
-    ds = ray.data.read_parquet("s3://lake/questions/")
+    ds = ray.data.read_parquet("s3://lake/questions/")      # the caller's Dataset, on the caller's Ray
+    import fanout.ray
     answers = fanout.ray.search(ds, db="s3://kb/db", collection="docs", config="production")
     answers.write_parquet("s3://lake/answers/")
 """
@@ -43,7 +43,7 @@ def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
     `KnowledgeBase.search`. Raises a `FanoutError` at once for a missing index, a bad config or a column that
     is not there; a bad row becomes that row's `error`, never the job's.
     """
-    from fanout.api.kb import _config, _count
+    from fanout.api.kb import check_count, resolve_config
     from fanout.api.service import check_collection
     from fanout.api.types import as_path
     from fanout.exec.ray_runner import RayRunner
@@ -57,7 +57,7 @@ def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
         raise UserError(f"`ds` must be a ray.data.Dataset, got {type(ds).__name__}")
     db = storage.normalize_uri(as_path(db, "db"))
     collection = check_collection(collection)
-    cfg = _config(config)
+    cfg = resolve_config(config)
     columns = {f: f for f in ROW_FIELDS} | {"query": query_column} | dict(field_columns or {})
     unknown = sorted(set(columns) - set(ROW_FIELDS))
     if unknown:
@@ -72,7 +72,7 @@ def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
         if taken:
             raise UserError(f"the Dataset already has column(s) {taken}, which fanout would write; pass "
                             f"hits_column= / error_column= names that are free")
-    opts = SearchOptions(n=_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
+    opts = SearchOptions(n=check_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
                          filter=as_option(parse_filter(filter)))
     runner = RayRunner(cfg, private=False)
     searcher = Searcher(db, collection, cfg, runner)  # checks the index (and its model) here, in the driver

@@ -39,7 +39,8 @@ AGENT_FIELDS = ("short_query", "rephrased_query", "expected_answer", "intent")
 Rows = pa.Table | Iterable[Mapping[str, Any]] | str | os.PathLike | Any  # Any: a pandas DataFrame
 
 
-def _config(config: str | os.PathLike | Config | None) -> Config:
+def resolve_config(config: str | os.PathLike | Config | None) -> Config:
+    """A Config from a profile name, a YAML path or a Config (None: $FANOUT_CONFIG or local)."""
     if isinstance(config, Config):
         return config
     if config is not None and not isinstance(config, str | os.PathLike):
@@ -69,7 +70,7 @@ class KnowledgeBase:
 
         self.db = storage.normalize_uri(as_path(db, "db"))
         self.collection = check_collection(collection)
-        cfg = _config(config)
+        cfg = resolve_config(config)
         self.cfg = cfg.replace(runner={"mode": _mode(runner)}) if runner else cfg
         self.lock = threading.RLock()  # calls run one at a time (a server's own reads take it too)
         self._runners: dict[str, Runner] = {}
@@ -233,7 +234,7 @@ class KnowledgeBase:
         from fanout.pipelines.batch import run_batch
         from fanout.pipelines.search import Searcher, SearchOptions
 
-        opts = SearchOptions(n=_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
+        opts = SearchOptions(n=check_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
                              filter=as_option(parse_filter(filter)), explain=bool(explain))
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-batch-") as tmp:
             src, n_rows = _input_file(rows, tmp)
@@ -300,7 +301,7 @@ class KnowledgeBase:
         from fanout.exec.progress import Progress
         from fanout.gaps.report import make_report
 
-        with self.lock, (Progress("gaps: reading answers", "byte") if progress else _nothing()) as bar:
+        with self.lock, (Progress("gaps: reading answers", "byte") if progress else contextlib.nullcontext()) as bar:
             return make_report(as_path(answers, "answers"), as_path(out, "out"), self.db, self.collection,
                                self.cfg, previous=previous, progress=bar)
 
@@ -328,7 +329,8 @@ def open(db: str | os.PathLike = ".fanout/db", collection: str = "notes",
     return KnowledgeBase(db, collection, config, runner=runner)
 
 
-def _count(value: Any, name: str) -> int:
+def check_count(value: Any, name: str) -> int:
+    """`value` when it is a whole number >= 1, else UserError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"`{name}` must be a whole number >= 1, got {value!r}")
     return value
@@ -363,8 +365,3 @@ def _input_file(rows: Rows, tmp: str) -> tuple[str, int | None]:
                 line = json.dumps(f"row {n} cannot be read: {type(e).__name__}: {str(e)[:80]}")
             f.write(line + "\n")
     return path, n
-
-
-@contextlib.contextmanager
-def _nothing():
-    yield None

@@ -100,10 +100,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def _open(args: argparse.Namespace):
     from fanout.store.db import Collection
 
-    names = collections_arg(args.collection)
-    if len(names) > 1:
-        raise UserError(f"{args.cmd} reads one collection, got {names}")
-    col = Collection(args.db, names[0], config_from_args(args))
+    col = Collection(args.db, _one_collection(args), config_from_args(args))
     col.refresh()  # the table versions the manifest pins: what searches are served
     return col
 
