@@ -2,7 +2,7 @@
 flagged.parquet (one row per flagged query: qid, query, group, band, score) and groups.parquet.
 
 `fanout analyze OUT` opens the folder: views `flagged` and `groups`. `main_gaps` runs the command
-(fanout/gaps/analysis.py finds the gaps, this module writes them).
+(fanout/gaps/analysis.py finds the gaps, fanout/gaps/groups.py groups them, this module writes them).
 
 Query text and note paths are not trusted: report.html escapes them (html.escape), report.md writes them as
 literal markdown text (`md_text`: no HTML, link, image or code span can start) and paths as code spans that
@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from fanout.errors import UserError
-from fanout.gaps.analysis import FLAGGED, groups_table
+from fanout.gaps.analysis import FLAGGED
+from fanout.gaps.groups import groups_table
 from fanout.safe_text import md_code, md_text
 
 if TYPE_CHECKING:
     from fanout.config import Config
     from fanout.config.sections import GapsConfig
-    from fanout.gaps.analysis import GapsResult, Group
+    from fanout.gaps.analysis import GapsResult
+    from fanout.gaps.groups import Group
 
 COLORS = {"lost": "#8e44ad", "unanswered": "#c0392b", "weak": "#e67e22"}
 LABELS = {"lost": "lost its page", "unanswered": "unanswered", "weak": "weakly answered"}
