@@ -29,6 +29,7 @@ from fanout.errors import UserError
 
 if TYPE_CHECKING:
     from fanout.api.service import SearchService
+    from fanout.api.watch import Watcher, WatchRound
     from fanout.exec.runner import Runner
     from fanout.gaps.analysis import GapsResult
     from fanout.pipelines.index import IndexReport
@@ -144,8 +145,19 @@ class KnowledgeBase:
         with self.lock:
             rep = index_vault(vault, self.db, self.collection, self.cfg, self._runner(job_mode(self.cfg, rows=0)),
                               progress=progress, rebuild=rebuild)
-            self._service = None  # the next search pins the new index version
+            self.forget([self.collection])  # its next search pins the new index version (others stay open)
             return rep
+
+    def watch(self, vault: str | os.PathLike, *, initial: bool = True,
+              on_round: Callable[[WatchRound], Any] | None = None,
+              progress: bool | Callable[[int, int], Any] = False) -> Watcher:
+        """Keep the collection current with `vault` (`fanout index VAULT --watch`): a started `Watcher`, a
+        background thread that runs `index(vault)` once per batch of file events (config `watch:`), plus a first
+        round when `initial`. `on_round(WatchRound)` is called after each round; `progress` goes to the first
+        round's `index`. Stop it with `.stop()` or a `with` block; a failed round is logged and retried."""
+        from fanout.api.watch import Watcher
+
+        return Watcher(self, vault, initial=initial, on_round=on_round, progress=progress).start()
 
     # -- search -------------------------------------------------------------------------------------------------
     def search(self, query: str, *, short_query: str | None = None, rephrased_query: str | None = None,
