@@ -287,3 +287,26 @@ def test_cli_index_watch_prints_each_round_and_ctrl_c_stops_it(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert json.loads((db / "notes.manifest.json").read_text())["stats"]["notes"] == 4
+
+
+def test_serve_watch_keeps_one_collection_and_index_watch_refuses_rebuild(tmp_path, capsys):
+    from fanout.cli.main import main
+
+    vault = write(tmp_path / "vault", NOTES)
+    assert main(["serve", "--db", str(tmp_path / "db"), "--config", "fake", "--watch", str(vault),
+                 "-c", "a,b"]) == 2
+    assert "--watch keeps one collection current, got -c a,b; give -c with one name" in capsys.readouterr().err
+    assert main(["index", str(vault), "--db", str(tmp_path / "db"), "--config", "fake", "--watch",
+                 "--rebuild"]) == 2
+    assert "--rebuild and --watch do not go together" in capsys.readouterr().err
+
+
+def test_closing_the_knowledge_base_stops_its_watchers(tmp_path):
+    vault = write(tmp_path / "vault", NOTES)
+    kb = fanout.open(tmp_path / "db", config=fast_cfg())
+    w = kb.watch(vault)
+    assert w.wait(1, WAIT)
+    kb.close()
+    assert not w.running
+    with pytest.raises(fanout.UserError, match="is closed"):
+        kb.watch(vault)
