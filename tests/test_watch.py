@@ -39,7 +39,9 @@ def write(root: Path, notes: dict[str, str]) -> Path:
 
 
 def fast_cfg(**watch):
-    return load_config("fake").replace(watch={"tick_ms": 200, "retry_s": 0.5, **watch})
+    """The fake profile, its first round after 0.2 s, a failed round retried after 0.5 s; a batch closes after
+    0.5 s of quiet (more than the default, so that a busy test machine does not split a burst)."""
+    return load_config("fake").replace(watch={"tick_ms": 200, "retry_s": 0.5, "step_ms": 500, **watch})
 
 
 @pytest.fixture()
