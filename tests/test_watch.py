@@ -164,6 +164,20 @@ def test_a_symlink_out_of_the_vault_made_while_watching_is_never_indexed(watchin
     assert found(kb, "xylophone") == [] and indexed(kb) == {*NOTES, "Marker.md"}
 
 
+def test_edits_behind_a_folder_link_that_was_there_before_watching_start_no_round(tmp_path):
+    outside = write(tmp_path / "outside", {"Secret.md": "# Secret\n"})
+    vault = write(tmp_path / "vault", NOTES)
+    os.symlink(outside, vault / "Linked")  # the OS watch follows it from the start: its events are dropped
+    with fanout.open(tmp_path / "db", config=fast_cfg()) as kb, kb.watch(vault) as w:
+        assert w.wait(1, WAIT)
+        n = w.rounds
+        (outside / "Secret.md").write_text("# Secret\n\nxylophone\n")
+        (outside / "More.md").write_text("# More\n\nxylophone\n")
+        r = round_after(w, lambda: (vault / "Marker.md").write_text("# Marker\n"))
+        assert w.rounds == n + 1 and r.changes == (("added", "Marker.md"),)
+        assert found(kb, "xylophone") == [] and indexed(kb) == {*NOTES, "Marker.md"}
+
+
 def test_a_failed_round_is_logged_and_retried_and_the_watcher_keeps_going(watching, caplog):
     from fanout.store.locks import collection_lock
 
