@@ -7,6 +7,7 @@ embedder's context" exact: `chunk_notes(..., count=PromptCounter(cfg), context=c
 from __future__ import annotations
 
 import logging
+import threading
 
 from fanout.actors._llama import _quiet_stderr, load_backends, model_path
 from fanout.actors.embedder import format_prompt
@@ -29,10 +30,26 @@ class PromptCounter:
         with _quiet_stderr():
             self.llm = Llama(model_path=str(model_path(cfg, "embedder")), vocab_only=True, verbose=False)
         self.counted = 0
+        self.lock = threading.Lock()  # shared by index runs of several threads (`shared_counter`)
 
     def __call__(self, text: str, title: str | None = None) -> int:
         prompt = format_prompt(self.style, "document", text, title).encode("utf-8")
         if len(prompt) + 1 < self.limit:  # a token is at least one byte
             return len(prompt) + 1
-        self.counted += 1
-        return len(self.llm.tokenize(prompt, add_bos=True))
+        with self.lock:
+            self.counted += 1
+            return len(self.llm.tokenize(prompt, add_bos=True))
+
+
+_SHARED: dict[tuple, PromptCounter] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_counter(cfg: Config) -> PromptCounter:
+    """One PromptCounter per embedder and prompt format in this process: loading and freeing the tokenizer took
+    ~1.2 s of every index run, so each round of `--watch` paid it (docs/performance.md#watch-mode)."""
+    key = (cfg.models.embedder, cfg.models.cache_dir, cfg.models.embed_prompt, cfg.embedder.n_ctx)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = PromptCounter(cfg)
+        return _SHARED[key]

@@ -66,12 +66,14 @@ if TYPE_CHECKING:
         RequestError,
         StorageError,
         UserError,
+        Watcher,
+        WatchRound,
         open,
     )
 
 __all__ = ["BatchResult", "ConfigError", "FanoutError", "FilterError", "Hit", "Hits", "IndexReport",
            "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError", "RequestError", "StorageError",
-           "UserError", "__version__", "open"]
+           "UserError", "WatchRound", "Watcher", "__version__", "open"]
 _LAZY = set(__all__) - {"FanoutError", "__version__"}
 
 

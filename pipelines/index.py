@@ -187,9 +187,9 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     group = max(64, acfg.count * acfg.batch_size * 2)
     count = None
     if cfg.chunk.check_context and todo.num_rows:
-        from fanout.actors.tokenizer import PromptCounter
+        from fanout.actors.tokenizer import shared_counter
 
-        count = PromptCounter(cfg)
+        count = shared_counter(cfg)  # loaded once per process: a watcher's rounds reuse it
     chunks_all = chunk_notes(todo, cfg.chunk, count, cfg.embedder.n_ctx)
     # True: the house reporter (a bar on a TTY, one line every few seconds off it); a callable: the caller's own
     bar = Progress("embedding", "chunk") if progress is True and chunks_all.num_rows else None

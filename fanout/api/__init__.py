@@ -1,7 +1,8 @@
 """The public Python API (above the pipelines): `open` -> `KnowledgeBase` with index, search, batch, expand,
-get, status and gaps (kb.py); its result types (types.py); the request -> response service the CLI and
-`fanout serve` share (service.py); reading notes confined to the vault (notes.py); what a db holds
-(catalog.py). `fanout/__init__.py` re-exports the public names; `fanout.ray` is the Ray Data processor.
+get, status, gaps and watch (kb.py; the `Watcher`: watch.py); its result types (types.py); the request ->
+response service the CLI and `fanout serve` share (service.py); reading notes confined to the vault
+(notes.py); what a db holds (catalog.py). `fanout/__init__.py` re-exports the public names; `fanout.ray` is
+the Ray Data processor.
 
 May import the base, fanout.actors, fanout.pipelines and fanout.gaps; never the faces (cli, serve, evaluation).
 """
@@ -10,6 +11,7 @@ from fanout.api.kb import KnowledgeBase, open
 from fanout.api.notes import NoteError
 from fanout.api.service import RequestError
 from fanout.api.types import BatchResult, Hit, Hits, Note
+from fanout.api.watch import Watcher, WatchRound
 from fanout.config import ConfigError
 from fanout.errors import FanoutError, PlacementError, UserError
 from fanout.filters import FilterError
@@ -20,4 +22,4 @@ from fanout.store.storage import StorageError
 
 __all__ = ["BatchResult", "ConfigError", "FanoutError", "FilterError", "Hit", "Hits", "IndexReport",
            "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError", "RequestError", "StorageError",
-           "UserError", "open"]
+           "UserError", "WatchRound", "Watcher", "open"]

@@ -29,6 +29,7 @@ from fanout.errors import UserError
 
 if TYPE_CHECKING:
     from fanout.api.service import SearchService
+    from fanout.api.watch import Watcher, WatchRound
     from fanout.exec.runner import Runner
     from fanout.gaps.analysis import GapsResult
     from fanout.pipelines.index import IndexReport
@@ -82,6 +83,7 @@ class KnowledgeBase:
             self._runners[mode] = lent
             self._borrowed.add(mode)
         self._service: SearchService | None = None
+        self._watchers: list[Watcher] = []  # started by `watch`; `close` stops them
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -92,7 +94,9 @@ class KnowledgeBase:
         self.close()
 
     def close(self) -> None:
-        """Release the models and stages; a Ray session fanout started for a job ends here."""
+        """Stop its watchers, release the models and stages; a Ray session fanout started for a job ends here."""
+        for w in self._watchers:  # before the lock: a round in progress holds it, and finishes first
+            w.stop()
         with self.lock:
             for mode, r in self._runners.items():
                 if mode not in self._borrowed:
@@ -144,8 +148,23 @@ class KnowledgeBase:
         with self.lock:
             rep = index_vault(vault, self.db, self.collection, self.cfg, self._runner(job_mode(self.cfg, rows=0)),
                               progress=progress, rebuild=rebuild)
-            self._service = None  # the next search pins the new index version
+            self.forget([self.collection])  # its next search pins the new index version (others stay open)
             return rep
+
+    def watch(self, vault: str | os.PathLike, *, initial: bool = True,
+              on_round: Callable[[WatchRound], Any] | None = None,
+              progress: bool | Callable[[int, int], Any] = False) -> Watcher:
+        """Keep the collection current with `vault` (`fanout index VAULT --watch`): a started `Watcher`, a
+        background thread that runs `index(vault)` once per batch of file events (config `watch:`), plus a first
+        round when `initial`. `on_round(WatchRound)` is called after each round; `progress` goes to the first
+        round's `index`. Stop it with `.stop()`, a `with` block, or `close()`; a failed round is logged and retried."""
+        from fanout.api.watch import Watcher
+
+        if self._closed:
+            raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")
+        w = Watcher(self, vault, initial=initial, on_round=on_round, progress=progress)
+        self._watchers = [x for x in self._watchers if x.running] + [w]
+        return w.start()
 
     # -- search -------------------------------------------------------------------------------------------------
     def search(self, query: str, *, short_query: str | None = None, rephrased_query: str | None = None,

@@ -197,6 +197,9 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("vault", help="the folder that holds the notes")
         p.add_argument("--rebuild", action="store_true",
                        help="drop the collection's tables and index from scratch (repairs a damaged index)")
+        p.add_argument("--watch", action="store_true",
+                       help="then keep watching VAULT: each batch of file changes runs one incremental index "
+                       "round (config `watch:`) until Ctrl-C")
         _db(p)
         _engine(p)
         p.set_defaults(fn=fns["index"])
@@ -380,6 +383,9 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("--token-file", default=None,
                        help="with --http: the file holding the bearer token clients must send (created 0600 with "
                        "a random token if missing; default <db>/.fanout-mcp-token, or env FANOUT_MCP_TOKEN)")
+        p.add_argument("--watch", default=None, metavar="VAULT",
+                       help="keep the collection current with VAULT while serving (an index round per batch of "
+                       "file changes; config `watch:`)")
         p.set_defaults(fn=fns["mcp"])
 
     if want("serve"):
@@ -388,6 +394,9 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("-c", "--collection", default=None, help="collections to open at start (comma list; "
                        "others open on first use)")
         p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
+        p.add_argument("--watch", default=None, metavar="VAULT",
+                       help="keep a collection (-c NAME, default notes) current with VAULT while serving (an "
+                       "index round per batch of file changes; config `watch:`)")
         _engine(p)
         p.set_defaults(fn=fns["serve"])
     return ap

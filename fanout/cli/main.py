@@ -39,6 +39,10 @@ def _one_collection(args: argparse.Namespace) -> str:
 def cmd_index(args: argparse.Namespace) -> int:
     from fanout.exec.progress import EMBED_STARTING, Progress
 
+    if getattr(args, "watch", False):
+        from fanout.cli.watch import index_watch
+
+        return index_watch(_kb(args), args)
     with _kb(args) as kb, Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
         s = kb.index(args.vault, progress=progress, rebuild=getattr(args, "rebuild", False))
     from fanout.safe_text import for_terminal

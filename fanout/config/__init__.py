@@ -35,6 +35,7 @@ from fanout.config.sections import (
     RunnerConfig,
     ServeConfig,
     StorageConfig,
+    WatchConfig,
     _check,
 )
 
@@ -83,6 +84,7 @@ class Config:
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     gaps: GapsConfig = field(default_factory=GapsConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)  # `--watch`: file events -> index rounds
 
     def validate(self) -> Config:
         for role in ("embedder", "expander", "reranker", "retriever", "writer"):
@@ -105,6 +107,7 @@ class Config:
         self.runner.validate()
         self.storage.validate()
         self.gaps.validate()
+        self.watch.validate()
         return self
 
     def replace(self, **sections: dict[str, Any]) -> Config:

@@ -434,6 +434,38 @@ class ServeConfig:
 
 
 @dataclass(frozen=True)
+class WatchConfig:
+    """`--watch` on `fanout index`, `serve` and `mcp` (fanout/api/watch.py): how file events become index rounds.
+
+    Events come from watchfiles (the OS's file notifications, no polling of our own); a batch of them runs one
+    incremental round (content hashes: unchanged notes cost nothing). Figures: docs/performance.md#watch-mode.
+    """
+
+    # a batch closes once no event came for this long (watchfiles' `step`): an editor's save (write a temp file,
+    # rename it over the note) and a `git checkout` of many notes arrive within milliseconds of each other, so
+    # they become one round; it is also what a save waits before its round starts
+    step_ms: int = 300
+    # the longest a batch keeps growing while events keep coming (watchfiles' `debounce`): a note saved again and
+    # again is still indexed this often; a longer burst of saves becomes more than one round
+    debounce_ms: int = 3000
+    # how often the idle watcher wakes in Python (watchfiles' `rust_timeout`): the first round runs at the first
+    # tick, when the file watch is already in place (a save during that round is the next round's); a failed
+    # round is retried at the first tick after `retry_s`. Idle, the watcher costs no measurable CPU
+    tick_ms: int = 1000
+    # seconds between tries after a round failed (a `fanout index` of the same collection running, a full disk):
+    # its changes stay due and the watcher keeps going
+    retry_s: float = 10.0
+
+    def validate(self) -> None:
+        for k in ("step_ms", "debounce_ms", "tick_ms"):
+            _check(isinstance(getattr(self, k), int) and getattr(self, k) >= 1,
+                   f"watch.{k} must be a whole number of milliseconds >= 1, got {getattr(self, k)!r}")
+        _check(self.debounce_ms >= self.step_ms,
+               f"watch.debounce_ms must be >= watch.step_ms ({self.step_ms}), got {self.debounce_ms}")
+        _check(self.retry_s > 0, f"watch.retry_s must be > 0 seconds, got {self.retry_s}")
+
+
+@dataclass(frozen=True)
 class StorageConfig:
     """Object-store access for `--db s3://...` (and batch files); "" = the usual environment variable."""
 

@@ -545,6 +545,27 @@ def _uvicorn(asgi: Any, limits: Any) -> Any:
     return uvicorn.Server(config)
 
 
+def watched_collection(args: Any) -> str | None:
+    """The collection `--watch VAULT` keeps current (`-c NAME`, else the default one); None without --watch."""
+    from fanout.cli.common import DEFAULT_COLLECTION
+
+    if not getattr(args, "watch", None):
+        return None
+    names = list(getattr(args, "warm", None) or [])
+    if len(names) > 1:
+        raise UserError(f"--watch keeps one collection current, got -c {','.join(names)}; give -c with one name")
+    return names[0] if names else DEFAULT_COLLECTION
+
+
+def first_index(kb: Any, vault: str) -> None:
+    """Index `vault` now when `kb`'s collection has no index yet (a server with `--watch` on a new db)."""
+    from fanout.store import manifest
+
+    if not manifest.exists(kb.db, kb.collection, kb.cfg.storage):
+        print(f"fanout: no index of {kb.collection!r} yet: indexing {vault} first", file=sys.stderr, flush=True)
+        print(kb.index(vault).text(), file=sys.stderr, flush=True)
+
+
 def serve(args: Any) -> int:
     """`fanout serve --db DB [--port N]`: serve until Ctrl-C / SIGTERM; removes its port file on exit."""
     import signal
@@ -556,11 +577,19 @@ def serve(args: Any) -> int:
         raise UserError(f"--port must be 0 (any free port) to 65535, got {args.port}")
     cfg = config_from_args(args)
     pf = port_file(args.db)
-    with KnowledgeBase(args.db, DEFAULT_COLLECTION, cfg) as kb:
+    watched = watched_collection(args)
+    with KnowledgeBase(args.db, watched or DEFAULT_COLLECTION, cfg) as kb:
+        if watched:  # (with no index yet, the first round runs before the server answers)
+            first_index(kb, args.watch)
         kb.warm(args.warm or ())  # a missing index or a model mismatch fails here, not at the first request
         app = _App(str(args.db), kb, cfg.cache.serve_answers)
         for name in args.warm or []:  # a re-index after this point reopens the collection's tables
             app.state(name)
+        watcher = None
+        if watched:  # each round that publishes a new index version drops that collection's remembered answers
+            from fanout.cli.watch import round_printer
+
+            watcher = kb.watch(args.watch, on_round=round_printer(sys.stderr, lambda r: app.state(watched)))
         _room_for(cfg.serve.max_connections)
         server = _uvicorn(_asgi(app, cfg.serve), cfg.serve)
         sock = _listen(args.port, cfg.serve.backlog)
@@ -577,6 +606,8 @@ def serve(args: Any) -> int:
             pass
         finally:
             sock.close()
+            if watcher is not None:
+                watcher.stop()
             with contextlib.suppress(OSError, ValueError):
                 if json.loads(pf.read_text(encoding="utf-8")).get("pid") == os.getpid():
                     pf.unlink()

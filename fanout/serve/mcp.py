@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -335,14 +336,27 @@ def main_mcp(args: Any) -> int:
     if token_file is not None and port is None:
         raise ValueError("--token-file is for --http (stdio needs no token: the client started the server)")
     with make_runner(cfg, n_rows=1) as runner:
+        if getattr(args, "watch", None):  # a new db: the first round runs before the tools open the index
+            from fanout.serve.http import first_index
+
+            first_index(KnowledgeBase.attach(args.db, args.collection, cfg, runner), args.watch)
         tools = FanoutTools(args.db, args.collection, cfg, runner)  # fails first on a missing index
         token, where = http_token(str(args.db), token_file) if port is not None else ("", "")
         server = build_server(tools)
         threading.Thread(target=tools.warm, name="warm", daemon=True).start()
-        if port is None:
-            anyio.run(serve_stdio, server)
-        else:
-            log.warning("fanout mcp: streamable HTTP on http://127.0.0.1:%d/mcp; clients send the header "
-                        "`Authorization: Bearer <token>`, the token in %s", port, where)
-            anyio.run(serve_http, server, port, token)
+        watcher = None
+        if getattr(args, "watch", None):  # rounds under the tools' lock; every request pins the latest version
+            from fanout.cli.watch import round_printer
+
+            watcher = tools.kb.watch(args.watch, on_round=round_printer(sys.stderr))  # stdout is MCP's
+        try:
+            if port is None:
+                anyio.run(serve_stdio, server)
+            else:
+                log.warning("fanout mcp: streamable HTTP on http://127.0.0.1:%d/mcp; clients send the header "
+                            "`Authorization: Bearer <token>`, the token in %s", port, where)
+                anyio.run(serve_http, server, port, token)
+        finally:
+            if watcher is not None:
+                watcher.stop()
     return 0

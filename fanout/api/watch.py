@@ -1,0 +1,174 @@
+"""`KnowledgeBase.watch(vault)`: keep a collection's index current while the notes change (`--watch`).
+
+A `Watcher` is a background thread: the vault's file events (fanout/io/watch.py, watchfiles) come in batches
+(`watch.step_ms` of quiet closes one, `watch.debounce_ms` caps it), and each batch runs the ordinary incremental
+`KnowledgeBase.index` once. Content hashes make unchanged notes cost nothing, so a burst of saves to one note
+embeds it once and a `git checkout` of fifty notes is one round that embeds those fifty (a renamed note is
+embedded again: its title, part of every chunk's embedded text, comes from its name). A round that fails is logged and retried (`watch.retry_s`); the watcher keeps
+going until `stop()`.
+
+The embedder is shared, not copied: a round runs under the KnowledgeBase's lock like any other call, so a
+search that arrives during a round waits for it (llama.cpp models are not thread-safe, and a second copy of the
+embedder would double its memory for a wait that lasts one round: the debounce is not in it, only the scan,
+the changed notes' embedding and the write; docs/performance.md#watch-mode has the figures). A search never
+sees half a round: the round publishes its tables by writing the manifest last (fanout/store/manifest.py), and
+searches read the versions it pins.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+from fanout.api.types import as_path
+
+if TYPE_CHECKING:
+    from fanout.api.kb import KnowledgeBase
+    from fanout.pipelines.index import IndexReport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WatchRound:
+    """One index round of a `Watcher`: which events started it, what the index run did (or why it failed)."""
+
+    number: int  # 1-based
+    changes: tuple[tuple[str, str], ...]  # (added|modified|deleted, vault-relative path); () for the first round
+    report: IndexReport | None  # None when the round failed
+    error: str | None  # the failure, as one line
+    started: float  # time.time() when the index run began
+    seconds: float  # how long the index run took
+
+    def text(self) -> str:
+        """One line: when, what changed, and the index run's line (or the error)."""
+        when = time.strftime("%H:%M:%S", time.localtime(self.started))
+        if not self.changes:
+            what = "first round"
+        else:
+            names = ", ".join(f"{kind} {path}" for kind, path in self.changes[:3])
+            more = f" and {len(self.changes) - 3} more" if len(self.changes) > 3 else ""
+            what = f"{len(self.changes)} change{'s' if len(self.changes) != 1 else ''} ({names}{more})"
+        outcome = self.report.text() if self.report is not None else f"failed: {self.error}"
+        return f"[{when}] watch round {self.number}, {what}: {outcome}"
+
+
+class Watcher:
+    """Keeps `kb`'s collection current with `vault`; built and started by `KnowledgeBase.watch`.
+
+    `stop()` (or the end of a `with` block) ends it: the round in progress finishes first (a killed round would
+    resume anyway). `rounds` counts the rounds done, `last` is the latest `WatchRound`, `wait(n, timeout)`
+    blocks until `n` rounds are done. `on_round` is called with each `WatchRound` from the watcher's thread."""
+
+    def __init__(self, kb: KnowledgeBase, vault: str | os.PathLike, *, initial: bool = True,
+                 on_round: Callable[[WatchRound], Any] | None = None,
+                 progress: bool | Callable[[int, int], Any] = False):
+        from fanout.io.watch import VaultEvents
+
+        if on_round is not None and not callable(on_round):
+            from fanout.errors import UserError
+
+            raise UserError(f"`on_round` must be a callable taking a WatchRound, got {type(on_round).__name__}")
+        self.kb, self.vault = kb, as_path(vault, "vault")
+        self.events = VaultEvents(self.vault)  # a missing or bad vault is refused here, not in the thread
+        self.cfg = kb.cfg.watch
+        self.initial, self.on_round, self.progress = initial, on_round, progress
+        self.rounds = 0
+        self.errors = 0
+        self.last: WatchRound | None = None
+        self._stop = threading.Event()
+        self._done = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def start(self) -> Watcher:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="fanout-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop watching; waits for a round in progress (at most `timeout` seconds). True when stopped."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return not self.running
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the watcher's thread to end (after `stop()`, or a failure it could not survive)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait(self, rounds: int, timeout: float) -> bool:
+        """Block until at least `rounds` rounds are done (True) or `timeout` seconds passed (False)."""
+        with self._done:
+            return self._done.wait_for(lambda: self.rounds >= rounds, timeout)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Watcher(vault={self.vault!r}, rounds={self.rounds}, running={self.running})"
+
+    # -- the thread ---------------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        from fanout.io.watch import batches
+
+        due = 0.0 if self.initial else None  # monotonic time a round is owed by (first round, a retry)
+        pending: set[tuple[str, str]] = set()  # changes of failed rounds, shown again in the retry's line
+        while not self._stop.is_set():
+            try:
+                for changes in batches(self.events, self._stop, step_ms=self.cfg.step_ms,
+                                       debounce_ms=self.cfg.debounce_ms, tick_ms=self.cfg.tick_ms):
+                    if not changes and (due is None or time.monotonic() < due):
+                        continue  # an idle tick
+                    pending.update(changes)
+                    if self._round(sorted(pending, key=lambda x: (x[1], x[0]))):
+                        pending, due = set(), None
+                    else:
+                        due = time.monotonic() + self.cfg.retry_s
+            except Exception as e:  # noqa: BLE001 - the file watch itself failed (the vault went away, a limit)
+                log.error("watching %s failed (%s: %s); trying again in %g s", self.vault, type(e).__name__, e,
+                          self.cfg.retry_s)
+                due = 0.0
+                self._stop.wait(self.cfg.retry_s)
+
+    def _round(self, changes: list[tuple[str, str]]) -> bool:
+        started, t0 = time.time(), time.perf_counter()
+        report, error = None, None
+        try:
+            report = self.kb.index(self.vault, progress=self.progress if self.rounds == 0 else False)
+        except Exception as e:  # noqa: BLE001 - logged; the watcher keeps going and retries
+            error = f"{type(e).__name__}: {e}".splitlines()[0][:500]
+        try:
+            self.events.reload()  # the ignore rules may have changed, and the folders that hold notes
+        except Exception as e:  # noqa: BLE001 - the vault is gone: the next round says so
+            log.warning("watch: cannot re-read %s (%s)", self.vault, e)
+        r = WatchRound(number=self.rounds + 1, changes=tuple(changes), report=report, error=error,
+                       started=started, seconds=time.perf_counter() - t0)
+        if error is not None:
+            self.errors += 1
+            log.error("%s; retrying in %g s (or at the next change)", r.text(), self.cfg.retry_s)
+        else:
+            log.info("%s", r.text())
+        if self.on_round is not None:  # before the round counts as done: `wait` returns after the hook ran
+            try:
+                self.on_round(r)
+            except Exception:  # a caller's hook must not end the watcher
+                log.exception("watch: on_round failed")
+        with self._done:
+            self.rounds, self.last = r.number, r
+            self._done.notify_all()
+        return error is None

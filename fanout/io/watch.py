@@ -1,0 +1,99 @@
+"""A vault's file events, in batches: what `--watch` reacts to (fanout/api/watch.py runs one index round per batch).
+
+The events come from watchfiles (Rust `notify`: inotify, FSEvents, ReadDirectoryChangesW; no polling loop of
+ours). `VaultEvents` is the filter: it keeps only the events that can change what `fanout index` would index,
+by the vault scanner's own rules (fanout/io/vault.py, docs/security.md "Vault boundary"):
+
+- a `.md` name, a folder that appeared (created, or moved in with its notes: one event for the whole folder),
+  or a folder that held notes and is gone (moved away or removed: again one event, none for its notes);
+- `.fanoutignore` and `.obsidian/app.json` (they change which notes are indexed);
+- nothing under a hidden name (`.obsidian/`, `.git/`, `.trash/`, an editor's `.note.md.swp`), nothing the
+  ignore rules exclude, and nothing whose real path leaves the vault (a symlink pointing out of it, or a path
+  through one): such an event never starts a round, and the round's scan refuses the link anyway.
+
+A temporary file an editor writes and renames over a note is not a `.md` name (or is gone by the time the
+round scans), so an atomic save is one edit of the note.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from fanout.io.vault import IGNORE_FILE, IgnoreRules, inside, list_notes, resolve_vault
+
+log = logging.getLogger(__name__)
+
+RULE_FILES = (IGNORE_FILE, ".obsidian/app.json")  # hidden files whose change changes which notes are indexed
+KINDS = {1: "added", 2: "modified", 3: "deleted"}  # watchfiles.Change values
+
+
+class VaultEvents:
+    """The watch filter of one vault: `events(change, path)` is True for an event that can change the index.
+
+    `reload()` re-reads the ignore rules and the folders that hold notes (call it after each round)."""
+
+    def __init__(self, vault: str | os.PathLike, suffix: str = ".md"):
+        self.root = os.path.realpath(resolve_vault(vault))
+        self.suffix = suffix
+        self.rules = IgnoreRules()
+        self.folders: set[str] = set()  # vault-relative folders that held notes at the last reload
+        self.reload()
+
+    def reload(self) -> None:
+        self.rules = IgnoreRules.load(self.root)
+        folders: set[str] = set()
+        for rel, _ in list_notes(self.root, self.suffix).files:
+            parts = rel.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                folders.add("/".join(parts[:i]))
+        self.folders = folders
+
+    def rel(self, path: str) -> str | None:
+        """`path` relative to the vault (with `/`), None when it is not under the vault's folder."""
+        if not inside(path, self.root) or path == self.root:
+            return None
+        return os.path.relpath(path, self.root).replace(os.sep, "/")
+
+    def __call__(self, change: int, path: str) -> bool:
+        rel = self.rel(path)
+        if rel is None:
+            return False
+        if any(part.startswith(".") for part in rel.split("/")):  # hidden: never notes (as the scanner)
+            return rel in RULE_FILES
+        if not inside(os.path.realpath(path), self.root):  # a link out of the vault, or a path through one
+            return False
+        try:
+            is_dir = stat.S_ISDIR(os.lstat(path).st_mode)  # a link to a folder is not walked by the scanner
+        except OSError:  # gone (deleted, renamed away): known as a folder only if it held notes
+            is_dir = rel in self.folders
+        if self.rules.ignored(rel, is_dir):
+            return False
+        # a note, or a folder that came with its notes; not another kind of file (an image, an editor's temp file)
+        return rel.endswith(self.suffix) or is_dir
+
+    def shown(self, changes: set[tuple[int, str]]) -> list[tuple[str, str]]:
+        """watchfiles' changes as sorted (kind, vault-relative path) pairs."""
+        out = {(KINDS.get(int(c), str(c)), self.rel(p) or p) for c, p in changes}
+        return sorted(out, key=lambda x: (x[1], x[0]))
+
+
+def batches(events: VaultEvents, stop: threading.Event, *, step_ms: int, debounce_ms: int,
+            tick_ms: int) -> Iterator[list[tuple[str, str]]]:
+    """Batches of the vault's relevant events, as (kind, vault-relative path) pairs, until `stop` is set.
+
+    A batch closes once `step_ms` passed without a new event, or `debounce_ms` after its first; events that come
+    while the caller works on a batch are kept for the next one. An empty batch is a tick: every `tick_ms`
+    without events (the watch is in place from the first one on)."""
+    import watchfiles
+
+    for changes in watchfiles.watch(Path(events.root), watch_filter=events, debounce=debounce_ms, step=step_ms,
+                                    stop_event=stop, rust_timeout=tick_ms, yield_on_timeout=True,
+                                    raise_interrupt=False, ignore_permission_denied=True):
+        if stop.is_set():
+            return
+        yield events.shown(changes)
