@@ -153,14 +153,15 @@ class KnowledgeBase:
                filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
                rerank: bool | None = None, explain: bool = False, mode: Literal["query", "search", "vsearch"] = "query",
                min_score: float = 0.0, line_numbers: bool = False, full: bool = False,
-               collections: list[str] | None = None) -> Hits:
+               collections: list[str] | None = None, sections: int | None = None) -> Hits:
         """The pages that answer `query`, best first: the answers of `fanout query` (`mode="search"`: full text
         only, `"vsearch"`: vectors only, as the commands of those names).
 
         The agent fields (`short_query`: keywords -> full text; `rephrased_query`: a paraphrase -> vectors;
         `expected_answer`: an answer-like passage -> vectors; `intent`: what the asker wants) replace local
         expansion when given. `filter`: {"folder": ..., "tag": ..., "path": ..., "lang": ...} (a value or a list).
-        `expand` / `rerank`: None = the config's default. Raises `RequestError` (a `FanoutError`) naming the
+        `expand` / `rerank`: None = the config's default. `sections`: add each page's N best sections (heading,
+        file lines, score, snippet, a `ref` that `get` reads back; pages ranked as without). Raises `RequestError` (a `FanoutError`) naming the
         field for bad input, `IndexStateError` when there is no index to search.
         """
         from fanout.api.service import RequestError
@@ -176,6 +177,8 @@ class KnowledgeBase:
                                "n": n, "min_score": min_score, "explain": explain, "full": full,
                                "line_numbers": line_numbers, "filter": filter,
                                **{k: v for k, v in fields.items() if v is not None}}
+        if sections is not None:
+            req["sections"] = sections
         if mode == "query":
             req.update(expand=expand, rerank=rerank)
         with self.lock:
