@@ -220,7 +220,7 @@ class KnowledgeBase:
     def batch(self, rows: Rows, *, out: str | os.PathLike | None = None, n: int = 10, min_score: float = 0.0,
               filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
               rerank: bool | None = None, explain: bool = False, runner: RunnerMode | None = None,
-              progress: bool = False) -> BatchResult:
+              sections: int | None = None, progress: bool = False) -> BatchResult:
         """Answer many queries: what `fanout batch` does, with the same output.
 
         `rows`: a pa.Table, a pandas DataFrame, a list of dicts (each with `query`, optional `id`, the agent
@@ -228,8 +228,11 @@ class KnowledgeBase:
         (its id, field and reason) and never stops the others. `out`: a .parquet/.jsonl/.csv path or URI to
         write (resumable: the same call after a kill redoes only the unfinished rows); None keeps the answers
         in memory. `runner`: "inproc", "ray" (Ray Data; a running Ray session or cluster is used), or "auto"
-        (the config's rule: Ray for big jobs on big machines). `progress`: a bar on stderr.
+        (the config's rule: Ray for big jobs on big machines). `sections`: each page's N best sections as a
+        `sections` list column (parquet; JSON text in CSV; a `sections` list per result in JSONL), one row per
+        page as without. `progress`: a bar on stderr.
         """
+        from fanout.api.service import check_sections
         from fanout.exec.engines import job_mode
         from fanout.exec.progress import Progress
         from fanout.filters import as_option, parse_filter
@@ -238,7 +241,11 @@ class KnowledgeBase:
         from fanout.pipelines.search import Searcher, SearchOptions
 
         opts = SearchOptions(n=check_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
-                             filter=as_option(parse_filter(filter)), explain=bool(explain))
+                             filter=as_option(parse_filter(filter)), explain=bool(explain),
+                             sections=check_sections(sections, self.cfg.retrieve.max_sections))
+        if opts.sections and opts.explain:
+            raise UserError("`sections` and `explain` together are not supported by batch yet; run the job twice, "
+                            "or use `search` for the explained answers with sections")
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-batch-") as tmp:
             src, n_rows = _input_file(rows, tmp)
             dest = os.fspath(out) if out is not None else os.path.join(tmp, "answers.parquet")

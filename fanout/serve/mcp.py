@@ -31,7 +31,8 @@ from fanout.agent_fields import known_languages, language_code, language_line
 from fanout.api import KnowledgeBase
 from fanout.api.catalog import count_languages
 from fanout.api.catalog import status as collection_status
-from fanout.api.notes import NoteError, headings_of, locate, note_lines, read_note
+from fanout.api.notes import NoteError, headings_of, locate, note_lines, parse_ref, read_note
+from fanout.api.service import RequestError, check_sections
 from fanout.config import Config
 from fanout.exec.runner import Runner
 from fanout.filters import KINDS as FILTER_KINDS
@@ -65,6 +66,8 @@ FIELD_DESC = {
               "path prefix), tag (with or without #; a parent tag matches nested ones), property (front matter "
               "`key=value`, or `key` for any value), lang (a language code); each a string or a list of "
               "alternatives. {lang}",
+    "sections": "Optional: also return each page's N best sections (heading, file lines, score, snippet, ref), "
+                "for long pages whose answer sits in a later section (at most {max_sections}).",
     "rerank": "Rescore the top candidates with the local reranker model: seconds slower. "
               "Default here: {rerank}.",
 }
@@ -75,6 +78,8 @@ GET_FIELDS = {
             "title or alias works too).",
     "heading": "Optional: one section's heading as `search` returns it (\"Setup > Sync\") or just its last "
                "part; returns that section with its subsections.",
+    "ref": "Instead of path and heading: a section's `ref` from `search` with `sections` "
+           "(\"Folder/Note.md:40-52\"); returns exactly those lines.",
 }
 STATUS_DESC = "The index behind `search`: collection, vault, notes, chunks, languages, models, index time."
 INSTRUCTIONS = """Searches a markdown knowledge base ({notes} notes). For every question call `search` with \
@@ -118,7 +123,7 @@ class FanoutTools:
 
     # -- search ---------------------------------------------------------------------------------------
     def search(self, args: dict[str, Any]) -> dict[str, Any]:
-        _known(args, (*SEARCH_FIELDS, "limit", "rerank", "filter"), "search")
+        _known(args, (*SEARCH_FIELDS, "limit", "rerank", "filter", "sections"), "search")
         limit = args.get("limit", 10)
         if isinstance(limit, float) and limit.is_integer():
             limit = int(limit)
@@ -128,6 +133,10 @@ class FanoutTools:
         rerank = args.get("rerank")
         if rerank is not None and not isinstance(rerank, bool):
             raise ToolArgError(f"`rerank` must be true or false, got {rerank!r}")
+        try:
+            sections = check_sections(args.get("sections"), self.cfg.retrieve.max_sections)
+        except RequestError as e:
+            raise ToolArgError(str(e)) from None
         row = {k: args[k] for k in (*SEARCH_FIELDS, "filter") if args.get(k) is not None}
         try:
             parse_row(row)  # the batch parser's checks and messages, before the lock
@@ -136,14 +145,15 @@ class FanoutTools:
             raise ToolArgError(msg if f"`{e.field}`" in msg else f"`{e.field}`: {msg}") from None
         t = time.perf_counter()
         with self.lock:  # Searcher.search pins the index version first
-            out = self.searcher.search([{"id": "q", **row}], SearchOptions(n=limit, rerank=rerank))
+            out = self.searcher.search([{"id": "q", **row}], SearchOptions(n=limit, rerank=rerank,
+                                                                                    sections=sections))
         log.info("search %.0f ms %s", (time.perf_counter() - t) * 1000, out.timings)
         if out.errors.num_rows:
             e = out.errors.to_pylist()[0]
             raise ToolArgError(f"`{e['field']}`: {e['error']}")
         keys = ("path", "title", "heading", "snippet", "score")
         results = [{k: (round(r[k], 3) if k == "score" else r[k]) for k in keys}
-                   for r in out.results.to_pylist()]
+                   | ({"sections": r["sections"] or []} if sections else {}) for r in out.results.to_pylist()]
         data: dict[str, Any] = {"results": results}
         examples = list(dict.fromkeys(r["title"] for r in results if r["title"]))[:3]
         if weak := field_hints(row, collection_titles(self.col), examples):  # fields that look weak
@@ -163,12 +173,19 @@ class FanoutTools:
         return locate(self.vault, rel, docs, "`path`")
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
-        _known(args, ("path", "heading"), "get")
+        _known(args, ("path", "heading", "ref"), "get")
+        path, head, first, last = args.get("path"), args.get("heading"), None, None
+        if args.get("ref") is not None:  # a section's `ref` from search (sections=N): exactly its lines
+            if path is not None or head is not None or not isinstance(args["ref"], str):
+                raise ToolArgError("`ref` must be a section's ref as `search` returns it (text), given without "
+                                   "`path` and `heading`")
+            r = parse_ref(args["ref"])
+            path, head, first, last = r.name, r.heading, r.line_from, r.line_to
         with self.lock:  # one pinned index version per request
             self.refresh()
-            target = self.resolve(args.get("path"))
+            target = self.resolve(path)
         note = read_note(self.vault, target, limits=self.cfg.index)  # index.max_note_mb, as fanout get
-        heading, _, lines = note_lines(note, args.get("heading"))
+        heading, _, lines = note_lines(note, head, first, last)
         text = "\n".join(lines).strip()
         data = {"path": note["path"], "title": note["title"], "heading": heading,
                 "lang": language_code(note["lang"]), "text": text}
@@ -200,8 +217,8 @@ def _schema(props: dict[str, dict], required: list[str]) -> dict[str, Any]:
 def tool_list(tools: FanoutTools) -> list[types.Tool]:
     """The three tools, their descriptions carrying the knowledge base's languages."""
     lang = language_line(tools.langs)
-    d = {k: v.format(lang=lang, rerank="on" if tools.cfg.rerank.enabled else "off").strip()
-         for k, v in FIELD_DESC.items()}
+    d = {k: v.format(lang=lang, rerank="on" if tools.cfg.rerank.enabled else "off",
+                     max_sections=tools.cfg.retrieve.max_sections).strip() for k, v in FIELD_DESC.items()}
     text = {"type": "string"}
     props = {k: {**text, "description": d[k]} for k in SEARCH_FIELDS if k != "searches"}
     item = _schema({"type": {"type": "string", "enum": list(SEARCH_TYPES)}, "query": text}, ["type", "query"])
@@ -210,9 +227,15 @@ def tool_list(tools: FanoutTools) -> list[types.Tool]:
     props["limit"] = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10,
                       "description": d["limit"]}
     props["rerank"] = {"type": "boolean", "description": d["rerank"]}
+    props["sections"] = {"type": "integer", "minimum": 1, "maximum": tools.cfg.retrieve.max_sections,
+                         "description": d["sections"]}
     one_or_many = {"anyOf": [text, {"type": "array", "items": text}]}
     props["filter"] = {**_schema({k: one_or_many for k in FILTER_KINDS}, []), "description": d["filter"]}
-    page = _schema({k: text for k in ("path", "title", "heading", "snippet")} | {"score": {"type": "number"}},
+    num, line = {"type": "number"}, {"type": ["integer", "null"]}
+    section = _schema({"heading": text, "line_from": line, "line_to": line, "score": num, "snippet": text,
+                       "ref": text}, ["heading", "line_from", "line_to", "score", "snippet", "ref"])
+    page = _schema({k: text for k in ("path", "title", "heading", "snippet")} | {"score": num}
+                   | {"sections": {"type": "array", "items": section}},
                    ["path", "title", "heading", "snippet", "score"])
     out = _schema({"results": {"type": "array", "items": page}, "hint": text,
                    "hints": {"type": "array", "items": text}}, ["results"])
@@ -221,7 +244,7 @@ def tool_list(tools: FanoutTools) -> list[types.Tool]:
     return [
         types.Tool(name="search", description=SEARCH_DESC.format(lang=lang).strip(),
                    input_schema=_schema(props, ["query"]), output_schema=out, annotations=ro),
-        types.Tool(name="get", description=GET_DESC, input_schema=_schema(get_props, ["path"]),
+        types.Tool(name="get", description=GET_DESC, input_schema=_schema(get_props, []),
                    annotations=ro),
         types.Tool(name="status", description=STATUS_DESC, input_schema=_schema({}, []), annotations=ro),
     ]
