@@ -42,6 +42,7 @@ from fanout.pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError,
 from fanout.pipelines.search import SearchOptions
 
 log = logging.getLogger(__name__)
+_LINE_REF = re.compile(r"\.md:\d+(-\d+)?$")  # a section's ref (pipelines/pick_sections.py): path:FROM-TO
 
 MAX_LIMIT = 50  # pages one search may return
 MAX_NOTE_CHARS = 40_000  # `get` cuts a longer note and lists its headings instead
@@ -75,11 +76,10 @@ GET_DESC = ("Read a note, or one section of it, by its path relative to the vaul
             "Returns the markdown without front matter.")
 GET_FIELDS = {
     "path": "The note's path relative to the vault, as `search` returns it, e.g. \"Folder/Note.md\" (a note's "
-            "title or alias works too).",
+            "title or alias works too), or a section's `ref` from `search` with `sections` "
+            "(\"Folder/Note.md:40-52\": exactly those file lines).",
     "heading": "Optional: one section's heading as `search` returns it (\"Setup > Sync\") or just its last "
                "part; returns that section with its subsections.",
-    "ref": "Instead of path and heading: a section's `ref` from `search` with `sections` "
-           "(\"Folder/Note.md:40-52\"); returns exactly those lines.",
 }
 STATUS_DESC = "The index behind `search`: collection, vault, notes, chunks, languages, models, index time."
 INSTRUCTIONS = """Searches a markdown knowledge base ({notes} notes). For every question call `search` with \
@@ -173,14 +173,11 @@ class FanoutTools:
         return locate(self.vault, rel, docs, "`path`")
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
-        _known(args, ("path", "heading", "ref"), "get")
+        _known(args, ("path", "heading"), "get")
         path, head, first, last = args.get("path"), args.get("heading"), None, None
-        if args.get("ref") is not None:  # a section's `ref` from search (sections=N): exactly its lines
-            if path is not None or head is not None or not isinstance(args["ref"], str):
-                raise ToolArgError("`ref` must be a section's ref as `search` returns it (text), given without "
-                                   "`path` and `heading`")
-            r = parse_ref(args["ref"])
-            path, head, first, last = r.name, r.heading, r.line_from, r.line_to
+        if isinstance(path, str) and head is None and _LINE_REF.search(path):  # a section's `ref` from search
+            r = parse_ref(path)  # (sections=N): "Folder/Note.md:40-52" reads exactly those file lines
+            path, first, last = r.name, r.line_from, r.line_to
         with self.lock:  # one pinned index version per request
             self.refresh()
             target = self.resolve(path)
@@ -244,7 +241,7 @@ def tool_list(tools: FanoutTools) -> list[types.Tool]:
     return [
         types.Tool(name="search", description=SEARCH_DESC.format(lang=lang).strip(),
                    input_schema=_schema(props, ["query"]), output_schema=out, annotations=ro),
-        types.Tool(name="get", description=GET_DESC, input_schema=_schema(get_props, []),
+        types.Tool(name="get", description=GET_DESC, input_schema=_schema(get_props, ["path"]),
                    annotations=ro),
         types.Tool(name="status", description=STATUS_DESC, input_schema=_schema({}, []), annotations=ro),
     ]
