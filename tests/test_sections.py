@@ -191,3 +191,41 @@ def test_http_serve(kb, tmp_path):
         for bad in (0, -3, "2", 2.5, 99):
             status, err = ask(server, {**req, "sections": bad})
             assert status == 400 and "`sections` must be a whole number from 1 to 20" in err["error"]
+
+
+def test_deep_section_judgments_name_real_sections_of_the_judged_pages():
+    from fanout.evaluation.bench_data import resolve_bench_dir
+    from fanout.evaluation.sections_eval import heading_lines, load_judgments
+
+    js = load_judgments()
+    assert len(js) == 13 and sum(i.startswith("en:") for i in js) == 7
+    assert all(j["how"].startswith("read by") for j in js.values())
+    try:
+        bench = resolve_bench_dir()
+    except (ValueError, OSError):
+        pytest.skip("the Obsidian Help benchmark is not here")
+    queries = [json.loads(x) for x in (bench / "queries" / "obsidian-help.jsonl").read_text("utf-8").splitlines()]
+    deep = {q["id"]: q for q in queries if q.get("category") == "deep-section"}
+    assert set(deep) == set(js)
+    for qid, j in js.items():
+        assert j["path"] in deep[qid]["relevant"]
+        assert all(n >= 1 for n in heading_lines(bench / "corpus" / qid[:2], j))
+
+
+def test_the_section_metric_counts_a_section_that_holds_the_judged_heading(tmp_path):
+    from fanout.evaluation.sections_eval import same_pages, score_sections
+
+    (tmp_path / "P.md").write_text("intro\n\n## A\n\ntext a\n\n### B\n\ntext b\n\n## C\n\ntext c\n", "utf-8")
+    judged = {"q": {"id": "q", "path": "P.md", "heading": "A > B", "accept": []}}
+
+    def row(*secs):
+        return {"qid": "q", "rank": 2, "path": "P.md", "sections": [
+            {"line_from": a, "line_to": b, "ref": f"P.md:{a}-{b}"} for a, b in secs]}
+
+    qs = [{"id": "q", "lang": "en"}]
+    hit = score_sections([row((11, 13), (3, 9))], qs, judged, tmp_path, 3, "m")[0]
+    assert (hit["page_rank"], hit["section_rank"], hit["hit_1"], hit["hit_3"]) == (2, 2, False, True)
+    miss = score_sections([{**row((3, 5)), "path": "Other.md"}], qs, judged, tmp_path, 3, "m")[0]
+    assert miss["page_rank"] is None and not miss["hit_3"]
+    r = {"qid": "q", "rank": 1, "path": "P.md", "title": "P", "heading": "", "snippet": "", "score": 0.5}
+    assert same_pages([r], [{**r, "sections": []}]) == 0 and same_pages([r], [{**r, "score": 0.4}]) == 1
