@@ -23,7 +23,7 @@ and `ref` names its heading instead (`path#Heading > Sub`); re-indexing restores
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,9 +34,10 @@ from fanout.config import Config
 from fanout.config.sections import RetrieveConfig
 from fanout.io.vault import read_regular
 from fanout.schemas import SECTION, set_column
-from fanout.store.db import Collection
+from fanout.store.db import Collection, pin_batch
 from fanout.text import stem_key, terms
 
+CACHE_PAGES = 1024  # pages whose chunks a retrieval process keeps per index version (a few MB)
 SECTIONS_COLUMN = "_sections"  # per query, per candidate: its sections (empty past the top n)
 
 
@@ -67,9 +68,10 @@ def group_sections(chunks: list[dict]) -> list[dict]:
     return out
 
 
-def rank_sections(secs: list[dict], contrib: dict[str, float], keys: set[str], reranked: tuple[str, float] | None
-                  ) -> list[dict]:
-    """`secs` with `score` and `_terms`, best first (the module's rule)."""
+def rank_sections(secs: list[dict], contrib: dict[str, float], keys: set[str], reranked: tuple[str, float] | None,
+                  want: int) -> list[dict]:
+    """The best `want` of `secs`, with `score`, best first (the module's rule). Query terms are counted only
+    when sections no list named are needed to fill `want`."""
     total = sum(contrib.values())
     for s in secs:
         raw = sum(contrib.get(c, 0.0) for c in s["chunk_ids"])
@@ -77,8 +79,13 @@ def rank_sections(secs: list[dict], contrib: dict[str, float], keys: set[str], r
         if reranked is not None:
             share = (share + (reranked[1] if reranked[0] in s["chunk_ids"] else 0.0)) / 2
         s["score"] = share
+    seen = sorted((s for s in secs if s["score"] > 0), key=lambda s: (-s["score"], s["order"]))
+    if len(seen) >= want:
+        return seen[:want]
+    rest = [s for s in secs if s["score"] <= 0]
+    for s in rest:
         s["_terms"] = len(keys & {stem_key(t) for t in terms(" ".join(s["texts"]))}) if keys else 0
-    return sorted(secs, key=lambda s: (-s["score"], -s["_terms"], s["order"]))
+    return seen + sorted(rest, key=lambda s: (-s["_terms"], s["order"]))[:want - len(seen)]
 
 
 class PickSections:
@@ -110,17 +117,29 @@ class PickSections:
             return None
 
     def page_chunks(self, paths: list[str]) -> dict[str, list[dict]]:
-        if not paths:
-            return {}
-        where = "path IN (" + ", ".join("'" + p.replace("'", "''") + "'" for p in sorted(set(paths))) + ")"
-        rows = self.col.read(self.col.chunks_name, ["chunk_id", "path", "ordinal", "heading", "start", "end",
-                                                    "text"], where).to_pylist()
-        out: dict[str, list[dict]] = defaultdict(list)
-        for r in sorted(rows, key=lambda r: (r["path"], r["ordinal"])):
-            out[r["path"]].append(r)
+        """path -> its chunks in note order, one read for the pages not read before at this index version
+        (kept per version, at most CACHE_PAGES pages: a server asked about the same pages again reads none)."""
+        cache: OrderedDict[str, list[dict]] = self.col.memo("section_chunks", OrderedDict)
+        todo = sorted(set(paths) - set(cache))
+        if todo:
+            where = "path IN (" + ", ".join("'" + p.replace("'", "''") + "'" for p in todo) + ")"
+            rows = self.col.read(self.col.chunks_name, ["chunk_id", "path", "ordinal", "heading", "start", "end",
+                                                        "text"], where).to_pylist()
+            got: dict[str, list[dict]] = defaultdict(list)
+            for r in sorted(rows, key=lambda r: (r["path"], r["ordinal"])):
+                got[r["path"]].append(r)
+            for p in todo:
+                cache[p] = got.get(p, [])
+        out = {}
+        for p in set(paths):
+            cache.move_to_end(p)
+            out[p] = cache[p]
+        while len(cache) > CACHE_PAGES:
+            cache.popitem(last=False)
         return out
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        pin_batch(self.col, batch)  # the index version the batch's retrieval read
         cands = batch.column("candidates").to_pylist()
         hits = batch.column("_hits").to_pylist() if "_hits" in batch.column_names else [None] * batch.num_rows
         queries = batch.column("query").to_pylist()
@@ -155,7 +174,7 @@ class PickSections:
                 secs = group_sections(chunks.get(path, []))
                 rr = (c["chunk_id"], float(c["_rerank"])) if c.get("_rerank") is not None else None
                 per[i] = [self.section(s, path, texts[path], keys, rc)
-                          for s in rank_sections(secs, contrib, keys, rr)[:self.sections]]
+                          for s in rank_sections(secs, contrib, keys, rr, self.sections)]
                 self.stats["pages"] += 1
             out.append(per)
         return set_column(batch, SECTIONS_COLUMN, pa.array(out, pa.list_(pa.list_(SECTION))))
