@@ -229,3 +229,23 @@ def test_the_section_metric_counts_a_section_that_holds_the_judged_heading(tmp_p
     assert miss["page_rank"] is None and not miss["hit_3"]
     r = {"qid": "q", "rank": 1, "path": "P.md", "title": "P", "heading": "", "snippet": "", "score": 0.5}
     assert same_pages([r], [{**r, "sections": []}]) == 0 and same_pages([r], [{**r, "score": 0.4}]) == 1
+
+
+def test_rank_sections_hand_computed():
+    """The rule on a hand-built page: a section's score is its chunks' share of the list contributions (a split
+    section sums its chunks); the reranked chunk's section averages share and rerank score, the others halve;
+    sections no list named follow, most query terms first, then note order."""
+    from fanout.pipelines.passages import query_keys
+    from fanout.pipelines.pick_sections import group_sections, rank_sections
+
+    def chunk(i, heading, text):
+        return {"chunk_id": f"P#{i}", "heading": heading, "start": 10 * i, "end": 10 * i + 9, "text": text}
+
+    secs = group_sections([chunk(0, "A", "alpha"), chunk(1, "B", "beta one"), chunk(2, "B", "beta two"),
+                           chunk(3, "C", "nothing here"), chunk(4, "D", "the backup folder")])
+    assert [s["heading"] for s in secs] == ["A", "B", "C", "D"]  # chunks 1-2: one section
+    contrib = {"P#0": 0.1, "P#1": 0.2, "P#2": 0.1}  # total 0.4: A 0.25, B 0.75
+    got = rank_sections([dict(s) for s in secs], contrib, query_keys("backup folder"), None, 4)
+    assert [(s["heading"], round(s["score"], 4)) for s in got] == [("B", 0.75), ("A", 0.25), ("D", 0.0), ("C", 0.0)]
+    got = rank_sections([dict(s) for s in secs], contrib, set(), ("P#0", 0.9), 2)
+    assert [(s["heading"], round(s["score"], 4)) for s in got] == [("A", 0.575), ("B", 0.375)]
