@@ -249,3 +249,14 @@ def test_rank_sections_hand_computed():
     assert [(s["heading"], round(s["score"], 4)) for s in got] == [("B", 0.75), ("A", 0.25), ("D", 0.0), ("C", 0.0)]
     got = rank_sections([dict(s) for s in secs], contrib, set(), ("P#0", 0.9), 2)
     assert [(s["heading"], round(s["score"], 4)) for s in got] == [("A", 0.575), ("B", 0.375)]
+
+
+def test_without_sections_no_stage_and_no_kept_lists(kb):
+    from fanout.pipelines.search import SearchOptions, search_stages
+
+    off = search_stages(kb.cfg, kb.db, "t", SearchOptions())
+    on = search_stages(kb.cfg, kb.db, "t", SearchOptions(sections=2))
+    assert "PickSections" not in [s.cls.__name__ for s in off]
+    assert [s.cls.__name__ for s in on][-3:-1] == ["PickSections", "FormatResults"]
+    retrieve = {s.cls.__name__: s for s in off}["Retrieve"]
+    assert retrieve.kwargs["explain"] is False  # `_hits` is not kept for nothing
