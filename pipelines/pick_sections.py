@@ -51,6 +51,13 @@ def _lines_of(text: str, start: int, end: int) -> tuple[int, int]:
     return text.count("\n", 0, start) + 1, text.count("\n", 0, stop - 1) + 1
 
 
+def _stems(chunk: dict) -> frozenset[str]:
+    """The chunk's query-term stems, computed once per cached chunk row."""
+    if "_stems" not in chunk:
+        chunk["_stems"] = frozenset(stem_key(t) for t in terms(chunk["text"]))
+    return chunk["_stems"]
+
+
 def group_sections(chunks: list[dict]) -> list[dict]:
     """A page's chunks (ordinal order) -> sections: consecutive chunks with the same heading, merged."""
     out: list[dict] = []
@@ -61,10 +68,11 @@ def group_sections(chunks: list[dict]) -> list[dict]:
             s["start"], s["end"] = min(s["start"], c["start"]), max(s["end"], c["end"])
             s["texts"].append(c["text"])
             s["spans"].append((c["start"], c["end"], c["text"]))
+            s["chunks"].append(c)
         else:
             out.append({"heading": c["heading"] or "", "chunk_ids": [c["chunk_id"]], "start": c["start"],
                         "end": c["end"], "texts": [c["text"]], "spans": [(c["start"], c["end"], c["text"])],
-                        "order": len(out)})
+                        "chunks": [c], "order": len(out)})
     return out
 
 
@@ -84,7 +92,7 @@ def rank_sections(secs: list[dict], contrib: dict[str, float], keys: set[str], r
         return seen[:want]
     rest = [s for s in secs if s["score"] <= 0]
     for s in rest:
-        s["_terms"] = len(keys & {stem_key(t) for t in terms(" ".join(s["texts"]))}) if keys else 0
+        s["_terms"] = len(keys & set().union(*(_stems(c) for c in s["chunks"]))) if keys else 0
     return seen + sorted(rest, key=lambda s: (-s["_terms"], s["order"]))[:want - len(seen)]
 
 
