@@ -96,6 +96,11 @@ def test_bad_values_refused_by_the_api(kb, bad):
         kb.batch([{"query": "wikilinks"}], sections=bad)
 
 
+def test_batch_refuses_sections_with_explain(kb):
+    with pytest.raises(FanoutError, match="`sections` and `explain` together are not supported by batch"):
+        kb.batch([{"query": "wikilinks"}], sections=2, explain=True)
+
+
 def test_the_cap_is_the_config(tmp_path, kb, fake_runner):
     from fanout.api import KnowledgeBase
 
@@ -142,7 +147,7 @@ def test_cli_faces(kb, capsys):
     text = capsys.readouterr().out
     ref = next(ln.strip()[2:].split("  ")[1] for ln in text.splitlines() if ln.strip().startswith("- "))
     assert main(["get", ref, "--db", str(kb.db), "-c", "t", "--config", "fake"]) == 0
-    assert capsys.readouterr().out.strip()
+    assert capsys.readouterr().out.rstrip("\n") == kb.get(ref).text  # `fanout get REF`: exactly the cited lines
     for bad, msg in (("0", "argument --sections: must be >= 1, got 0"), ("-2", "must be >= 1"),
                      ("x", "must be a whole number")):
         with pytest.raises(SystemExit):
