@@ -190,7 +190,7 @@ class KnowledgeBase:
 
     def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """One search request as the JSON object `fanout serve` takes (mode, collections, query, agent fields,
-        n, min_score, filter, expand, rerank, explain, full, line_numbers) -> the JSON-ready response the CLI
+        n, min_score, filter, expand, rerank, explain, full, line_numbers, sections) -> the JSON-ready response the CLI
         prints and the server sends (results, errors, timings, expansion). Raises RequestError for a malformed
         request; a bad query comes back as an error in `errors`."""
         with self.lock:
