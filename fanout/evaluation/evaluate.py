@@ -351,7 +351,7 @@ def main_eval(args: argparse.Namespace) -> int:
     tim = "\n".join(f"| {t['mode']} | {t['lang']} | {t['queries']} | {t['per_query_ms']:.0f} |"
                     + (f" {t['sections_per_query_ms']:.0f} |" if "sections_per_query_ms" in t else "")
                     for t in timings)
-    secs_head = " ms/query with --sections |" if any("sections_per_query_ms" in t for t in timings) else ""
+    secs_head = " ms/query with --sections (run second: query vectors cached) |" if any("sections_per_query_ms" in t for t in timings) else ""
     source = (f"queries {args.queries}, collection {args.collection or OWN_COLLECTION}"
               + (f", vault {args.vault}" if args.vault else "")) if own else "Obsidian Help benchmark"
     report = (f"# fanout eval\n\n{source}; config: {args.config or 'local'} {args.overrides}\n\n"
