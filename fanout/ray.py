@@ -7,7 +7,7 @@ caller's Ray session or cluster (Ray is never started privately here; with no se
 Ray Data itself would start). Nothing runs until the Dataset is consumed.
 
 Output shape: one row per input row, the caller's columns untouched, plus `hits` (a list of pages: rank, path,
-title, heading, snippet, score) and `error` / `error_field` (null unless the row was refused, e.g. an empty
+title, heading, snippet, score; with `sections=N` each hit's `sections` list too) and `error` / `error_field` (null unless the row was refused, e.g. an empty
 query). One row per query rather than one per hit, so the caller's row count and keys survive: `.filter()`,
 `.groupby()` and joins on their own columns work after the search as before it, and
 `.flat_map(lambda r: [{**r, **h} for h in r["hits"]])` gives one row per hit when that is wanted.
@@ -32,7 +32,8 @@ def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
            config: str | os.PathLike | Config | None = None, query_column: str = "query",
            id_column: str | None = None, field_columns: Mapping[str, str] | None = None, n: int = 10,
            min_score: float = 0.0, filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
-           rerank: bool | None = None, hits_column: str = "hits", error_column: str = "error") -> Any:
+           rerank: bool | None = None, hits_column: str = "hits", error_column: str = "error",
+           sections: int | None = None) -> Any:
     """`ds` (a ray.data.Dataset) with fanout's answer to each row added, lazily.
 
     `query_column`: the column holding the query text. The agent fields and a per-row filter are read from
@@ -40,11 +41,12 @@ def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
     `queries`, `filter`) when present; `field_columns` maps a field to another column name
     ({"short_query": "keywords"}). `id_column`: a column of ids for error messages and the caches' logs
     (default: one made per row). `n`, `min_score`, `filter` (for every row), `expand`, `rerank`: as for
-    `KnowledgeBase.search`. Raises a `FanoutError` at once for a missing index, a bad config or a column that
+    `KnowledgeBase.search`. `sections`: each hit gains a `sections` list (its page's N best sections), still
+    one row per input row. Raises a `FanoutError` at once for a missing index, a bad config or a column that
     is not there; a bad row becomes that row's `error`, never the job's.
     """
     from fanout.api.kb import check_count, resolve_config
-    from fanout.api.service import check_collection
+    from fanout.api.service import check_collection, check_sections
     from fanout.api.types import as_path
     from fanout.exec.ray_runner import RayRunner
     from fanout.exec.runner import StageSpec
@@ -73,7 +75,8 @@ def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
             raise UserError(f"the Dataset already has column(s) {taken}, which fanout would write; pass "
                             f"hits_column= / error_column= names that are free")
     opts = SearchOptions(n=check_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
-                         filter=as_option(parse_filter(filter)))
+                         filter=as_option(parse_filter(filter)),
+                         sections=check_sections(sections, cfg.retrieve.max_sections))
     runner = RayRunner(cfg, private=False)
     searcher = Searcher(db, collection, cfg, runner)  # checks the index (and its model) here, in the driver
     specs = [StageSpec(WrapRows, {"columns": columns, "id_column": id_column}), *searcher.stages(opts),

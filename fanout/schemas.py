@@ -116,6 +116,12 @@ CANDIDATE = pa.struct([("path", pa.string()), ("chunk_id", pa.string()), ("title
                        ("_rrf", pa.float64()), ("_norm", pa.float64()), ("_rank", pa.int32()),
                        ("score", pa.float64()), ("_rerank", pa.float64())])
 RESULT = pa.struct([(f.name, f.type) for f in RESULTS if f.name != "qid"])
+# --sections N (pipelines/pick_sections.py): a page's best sections; the results gain a `sections` list only
+# when asked for, so the page rows stay what they were without it
+SECTION = pa.struct([("heading", pa.string()), ("line_from", pa.int32()), ("line_to", pa.int32()),
+                     ("score", pa.float64()), ("snippet", pa.string()), ("ref", pa.string())])
+RESULTS_SECTIONS = RESULTS.append(pa.field("sections", pa.list_(SECTION)))
+RESULT_SECTIONS = pa.struct([(f.name, f.type) for f in RESULTS_SECTIONS if f.name != "qid"])
 
 # what the last stage leaves per query (the parts a batch job writes)
 ANSWERS = pa.schema([
@@ -123,6 +129,7 @@ ANSWERS = pa.schema([
     ("field", pa.string()), ("expansion", pa.string()),  # agent | cache | model | fallback | probe_skip | none
     ("variants", pa.list_(VARIANT)), ("results", pa.list_(RESULT)),
 ])
+ANSWERS_SECTIONS = ANSWERS.set(ANSWERS.get_field_index("results"), pa.field("results", pa.list_(RESULT_SECTIONS)))
 
 # Routing (qmd): which variant kinds each lane searches. lex -> full text only; vec/hyde -> vectors only; the
 # original query -> both; the exact title/alias lane takes the original and lex. One place, read by

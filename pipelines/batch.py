@@ -31,7 +31,7 @@ from fanout.pipelines.write_explained import write_explained
 
 from fanout.exec.runs import Parts, Source
 from fanout.io.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
-from fanout.schemas import ANSWERS, INPUT_ROWS
+from fanout.schemas import ANSWERS, ANSWERS_SECTIONS, INPUT_ROWS
 from fanout.store.db import index_stamp
 
 if TYPE_CHECKING:
@@ -197,15 +197,19 @@ def run_batch(in_path: str | Path, out_path: str | Path, searcher: Searcher, opt
         source = Source(files, fs, rows=todo, schema=INPUT_ROWS)
         if on_slice:
             on_slice(0, todo)  # off a TTY the reporter's timer starts now (the first step loads the models)
-        run = runner.run(searcher.stages(opts), source, parts=Parts(fs, rdir, ANSWERS),
+        answers = ANSWERS_SECTIONS if opts.sections else ANSWERS  # --sections: each result's `sections` list
+        run = runner.run(searcher.stages(opts), source, parts=Parts(fs, rdir, answers),
                          pipeline=lambda: searcher.pipeline(opts), slice_rows=slice_size,
                          progress=progress and not on_slice,  # one bar: ours when someone reports progress
                          on_rows=(lambda k: on_slice(min(k, todo), todo)) if on_slice else None)
         for _ in run:
             pass
         timings, counters = dict(run.stats.seconds), run.stats.counters
-    parts = parts_dataset(fs, rdir)
-    counts = (write_explained if opts.explain else write_results)(parts, out_path, cfg.storage, index=stamp)
+    parts = parts_dataset(fs, rdir, ANSWERS_SECTIONS if opts.sections else ANSWERS)
+    if opts.explain:
+        counts = write_explained(parts, out_path, cfg.storage, index=stamp)
+    else:
+        counts = write_results(parts, out_path, cfg.storage, index=stamp, sections=opts.sections > 0)
     st = job_stats(parts)
     fs.delete_dir(pdir)
     return {"queries": counts["queries"], "resumed": resumed, "errors": counts["errors"], "runner": runner.kind,

@@ -19,11 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fanout.config.vocab import FIELD_KINDS
-from fanout.schemas import CARRY, INPUT_ROWS, RESULT
+from fanout.schemas import CARRY, INPUT_ROWS, RESULT, RESULT_SECTIONS
 
 # what a row may give, as a batch file's line may (qmd's `searches`, OHS's `queries` too)
 ROW_FIELDS = ("query", "intent", *FIELD_KINDS, "searches", "queries", "filter")
 HIT = pa.struct([(f.name, f.type) for f in RESULT if not f.name.startswith("_")])
+HIT_SECTIONS = pa.struct([(f.name, f.type) for f in RESULT_SECTIONS if not f.name.startswith("_")])  # --sections
 
 
 class WrapRows:
@@ -71,8 +72,9 @@ class UnwrapAnswers:
         cols: dict[str, Any] = {f.name: carry.field(i) for i, f in enumerate(carry.type)}
         results = batch.column("results").combine_chunks()
         flat = results.values  # what `offsets` index, whatever the array's own offset
+        kind = HIT_SECTIONS if flat.type.get_field_index("sections") >= 0 else HIT
         hits = pa.ListArray.from_arrays(results.offsets, pa.StructArray.from_arrays(
-            [flat.field(f.name) for f in HIT.fields], fields=list(HIT.fields)), mask=results.is_null())
+            [flat.field(f.name) for f in kind.fields], fields=list(kind.fields)), mask=results.is_null())
         cols[self.hits_column] = hits
         cols[self.error_column] = batch.column("error")
         cols[f"{self.error_column}_field"] = pc.if_else(pc.is_valid(batch.column("error")), batch.column("field"),

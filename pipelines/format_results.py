@@ -9,20 +9,22 @@ from collections import defaultdict
 import pyarrow as pa
 
 from fanout.filters import describe
-from fanout.schemas import PROBE_SEEN, RESULT
+from fanout.schemas import PROBE_SEEN, RESULT, RESULT_SECTIONS
 
 
 def format_results(cands: list[dict], n: int, min_score: float = 0.0, hits: list[dict] | None = None,
-                   texts: dict[int, str] | None = None, query: dict | None = None) -> list[dict]:
+                   texts: dict[int, str] | None = None, query: dict | None = None,
+                   sections: list[list[dict]] | None = None) -> list[dict]:
     """One query's result rows from its ranked candidates; `hits` (its lists' entries) adds `_explain`, with
-    each list's variant text (`texts`: vid -> text) and the query-level facts in `query` (fanout/explain.py)."""
+    each list's variant text (`texts`: vid -> text) and the query-level facts in `query` (fanout/explain.py);
+    `sections` (per candidate, pipelines/pick_sections.py) adds each page's `sections`."""
     explain: dict[str, list[dict]] = defaultdict(list)
     for h in hits or []:
         explain[h["path"]].append({"vid": h["vid"], "kind": h["kind"], "lane": h["lane"],
                                    "text": (texts or {}).get(h["vid"], ""), "rank": h["_rank"],
                                    "score": round(h["_score"], 4)})
     rows = []
-    for c in cands:
+    for i, c in enumerate(cands):
         if len(rows) >= n or c["score"] < min_score:
             continue
         rows.append({
@@ -33,6 +35,8 @@ def format_results(cands: list[dict], n: int, min_score: float = 0.0, hits: list
                                     "fused_rank": c["_rank"], "rerank": c["_rerank"], **(query or {})},
                                    ensure_ascii=False) if hits is not None else None,
         })
+        if sections is not None:
+            rows[-1]["sections"] = sections[i]
     return rows
 
 
@@ -48,12 +52,15 @@ class FormatResults:
         hits = batch.column("_hits").to_pylist() if self.explain and "_hits" in batch.column_names \
             else [None] * batch.num_rows
         texts, facts = self.query_facts(batch) if self.explain else ([None] * batch.num_rows,) * 2
-        results = [format_results(c, self.n, self.min_score, h if self.explain else None, t, f) if c is not None
-                   else [] for c, h, t, f in zip(cands, hits, texts, facts)]
+        secs = batch.column("_sections").to_pylist() if "_sections" in batch.column_names \
+            else [None] * batch.num_rows
+        results = [format_results(c, self.n, self.min_score, h if self.explain else None, t, f, s)
+                   if c is not None else [] for c, h, t, f, s in zip(cands, hits, texts, facts, secs)]
         self.stats["queries"] += sum(c is not None for c in cands)
         self.stats["results"] += sum(len(r) for r in results)
-        batch = batch.append_column("results", pa.array(results, pa.list_(RESULT)))
-        return batch.drop_columns([c for c in ("candidates", "_hits", "skip_expansion", PROBE_SEEN)
+        kind = RESULT_SECTIONS if "_sections" in batch.column_names else RESULT
+        batch = batch.append_column("results", pa.array(results, pa.list_(kind)))
+        return batch.drop_columns([c for c in ("candidates", "_hits", "_sections", "skip_expansion", PROBE_SEEN)
                                    if c in batch.column_names])
 
     @staticmethod

@@ -25,6 +25,7 @@ from fanout.pipelines.clean_fields import CleanFields
 from fanout.pipelines.expand_queries import SOURCES, ExpandQueries, LookupExpansions
 from fanout.pipelines.format_results import FormatResults
 from fanout.pipelines.parse_queries import ParseQueries
+from fanout.pipelines.pick_sections import PickSections
 from fanout.pipelines.probe_bm25 import ProbeBM25
 from fanout.pipelines.rerank_candidates import LookupRerank, RerankCandidates
 from fanout.pipelines.retrieve_titles import TITLE_LANES, RetrieveTitles
@@ -35,7 +36,7 @@ from fanout.config import Config
 from fanout.exec.runner import Pipeline, Runner, StageSpec
 from fanout.io.batch_io import rows_table
 from fanout.models.identity import model_identity, model_key
-from fanout.schemas import ERRORS, RESULTS, VARIANTS
+from fanout.schemas import ERRORS, RESULTS, RESULTS_SECTIONS, VARIANTS
 from fanout.store.db import Collection
 from fanout.store.integrity import IndexStateError
 
@@ -53,6 +54,7 @@ class SearchOptions:
     explain: bool = False  # add every list's rank and score to each result
     # a filter for every row, as ((kind, (values...)), ...) (fanout/filters.py); a row's own `filter` also applies
     filter: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    sections: int = 0  # the best sections of each page to add (0: none, no extra work; pipelines/pick_sections.py)
 
 
 @dataclass
@@ -93,11 +95,15 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
     if set(cfg.retrieve.lanes) & set(TITLE_LANES):  # title_vec / heading_vec (off by default)
         specs.append(StageSpec(RetrieveTitles, ix, pool="embedder", role="embedder"))
     specs += [
-        StageSpec(Retrieve, {**ix, "keep": keep, "rerank": rerank, "explain": opts.explain}),
+        # `_hits` (every list's entries) is kept for --explain and for --sections (each list's chunk per page)
+        StageSpec(Retrieve, {**ix, "keep": keep, "rerank": rerank, "explain": opts.explain or opts.sections > 0}),
     ]
     if rerank:
         specs += [StageSpec(LookupRerank, {**ix, "model": model_key(cfg, "reranker")}),
                   StageSpec(RerankCandidates, {"cfg": cfg}, pool="reranker", role="reranker")]
+    if opts.sections > 0:
+        specs.append(StageSpec(PickSections, {**ix, "sections": opts.sections, "n": opts.n,
+                                              "min_score": opts.min_score}))
     specs += [
         StageSpec(FormatResults, {"n": opts.n, "min_score": opts.min_score, "explain": opts.explain}),
         writer_spec(cfg, ix),  # the one cache writer: its own actor, or the end of a one-actor retrieval chain
@@ -137,7 +143,10 @@ def output(answers: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
     bad = answers.filter(pc.is_valid(answers["error"]))
     errors = pa.table({"qid": bad["qid"], "field": pc.fill_null(bad["field"], ""), "error": bad["error"]},
                       schema=ERRORS)
-    return flatten(answers, "results", RESULTS), errors, flatten(answers, "variants", VARIANTS)
+    sections = pa.types.is_list(answers.schema.field("results").type) and \
+        answers.schema.field("results").type.value_type.get_field_index("sections") >= 0
+    return (flatten(answers, "results", RESULTS_SECTIONS if sections else RESULTS), errors,
+            flatten(answers, "variants", VARIANTS))
 
 
 def answer_stats(answers: pa.Table) -> dict[str, Any]:

@@ -94,7 +94,7 @@ def test_tools_listed_with_the_knowledge_base_languages_in_their_descriptions(cl
     props = search.input_schema["properties"]
     assert search.input_schema["required"] == ["query"]
     assert set(props) == {"query", "short_query", "rephrased_query", "expected_answer", "intent", "searches",
-                          "limit", "rerank", "filter"}
+                          "limit", "rerank", "filter", "sections"}
     assert LANG_LINE in props["filter"]["description"]
     assert LANG_LINE in search.description
     assert LANG_LINE in props["short_query"]["description"]
@@ -102,6 +102,7 @@ def test_tools_listed_with_the_knowledge_base_languages_in_their_descriptions(cl
     assert "help page title" in props["short_query"]["description"]
     assert "the way documentation is written" in props["expected_answer"]["description"]
     assert props["searches"]["maxItems"] == 10 and props["limit"]["maximum"] == 50
+    assert props["sections"]["maximum"] == 20 and "sections" in props["sections"]["description"]
     assert tools["get"].input_schema["required"] == ["path"]
     assert LANG_LINE in client.init.instructions and "short_query" in client.init.instructions
 

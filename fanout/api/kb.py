@@ -172,14 +172,15 @@ class KnowledgeBase:
                filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
                rerank: bool | None = None, explain: bool = False, mode: Literal["query", "search", "vsearch"] = "query",
                min_score: float = 0.0, line_numbers: bool = False, full: bool = False,
-               collections: list[str] | None = None) -> Hits:
+               collections: list[str] | None = None, sections: int | None = None) -> Hits:
         """The pages that answer `query`, best first: the answers of `fanout query` (`mode="search"`: full text
         only, `"vsearch"`: vectors only, as the commands of those names).
 
         The agent fields (`short_query`: keywords -> full text; `rephrased_query`: a paraphrase -> vectors;
         `expected_answer`: an answer-like passage -> vectors; `intent`: what the asker wants) replace local
         expansion when given. `filter`: {"folder": ..., "tag": ..., "path": ..., "lang": ...} (a value or a list).
-        `expand` / `rerank`: None = the config's default. Raises `RequestError` (a `FanoutError`) naming the
+        `expand` / `rerank`: None = the config's default. `sections`: add each page's N best sections (heading,
+        file lines, score, snippet, a `ref` that `get` reads back; pages ranked as without). Raises `RequestError` (a `FanoutError`) naming the
         field for bad input, `IndexStateError` when there is no index to search.
         """
         from fanout.api.service import RequestError
@@ -195,6 +196,8 @@ class KnowledgeBase:
                                "n": n, "min_score": min_score, "explain": explain, "full": full,
                                "line_numbers": line_numbers, "filter": filter,
                                **{k: v for k, v in fields.items() if v is not None}}
+        if sections is not None:
+            req["sections"] = sections
         if mode == "query":
             req.update(expand=expand, rerank=rerank)
         with self.lock:
@@ -206,7 +209,7 @@ class KnowledgeBase:
 
     def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """One search request as the JSON object `fanout serve` takes (mode, collections, query, agent fields,
-        n, min_score, filter, expand, rerank, explain, full, line_numbers) -> the JSON-ready response the CLI
+        n, min_score, filter, expand, rerank, explain, full, line_numbers, sections) -> the JSON-ready response the CLI
         prints and the server sends (results, errors, timings, expansion). Raises RequestError for a malformed
         request; a bad query comes back as an error in `errors`."""
         with self.lock:
@@ -236,7 +239,7 @@ class KnowledgeBase:
     def batch(self, rows: Rows, *, out: str | os.PathLike | None = None, n: int = 10, min_score: float = 0.0,
               filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
               rerank: bool | None = None, explain: bool = False, runner: RunnerMode | None = None,
-              progress: bool = False) -> BatchResult:
+              sections: int | None = None, progress: bool = False) -> BatchResult:
         """Answer many queries: what `fanout batch` does, with the same output.
 
         `rows`: a pa.Table, a pandas DataFrame, a list of dicts (each with `query`, optional `id`, the agent
@@ -244,8 +247,11 @@ class KnowledgeBase:
         (its id, field and reason) and never stops the others. `out`: a .parquet/.jsonl/.csv path or URI to
         write (resumable: the same call after a kill redoes only the unfinished rows); None keeps the answers
         in memory. `runner`: "inproc", "ray" (Ray Data; a running Ray session or cluster is used), or "auto"
-        (the config's rule: Ray for big jobs on big machines). `progress`: a bar on stderr.
+        (the config's rule: Ray for big jobs on big machines). `sections`: each page's N best sections as a
+        `sections` list column (parquet; JSON text in CSV; a `sections` list per result in JSONL), one row per
+        page as without. `progress`: a bar on stderr.
         """
+        from fanout.api.service import check_sections
         from fanout.exec.engines import job_mode
         from fanout.exec.progress import Progress
         from fanout.filters import as_option, parse_filter
@@ -254,7 +260,11 @@ class KnowledgeBase:
         from fanout.pipelines.search import Searcher, SearchOptions
 
         opts = SearchOptions(n=check_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
-                             filter=as_option(parse_filter(filter)), explain=bool(explain))
+                             filter=as_option(parse_filter(filter)), explain=bool(explain),
+                             sections=check_sections(sections, self.cfg.retrieve.max_sections))
+        if opts.sections and opts.explain:
+            raise UserError("`sections` and `explain` together are not supported by batch yet; run the job twice, "
+                            "or use `search` for the explained answers with sections")
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-batch-") as tmp:
             src, n_rows = _input_file(rows, tmp)
             dest = os.fspath(out) if out is not None else os.path.join(tmp, "answers.parquet")

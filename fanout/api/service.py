@@ -32,7 +32,7 @@ MODES: dict[str, dict[str, Any]] = {
 }
 ROW_FIELDS = ("query", "intent", "short_query", "rephrased_query", "expected_answer")
 FLAGS = ("expand", "rerank", "explain", "full", "line_numbers")  # true, false or null (the config's default)
-REQUEST_FIELDS = ("mode", "collections", "n", "min_score", "filter", *FLAGS, *ROW_FIELDS)
+REQUEST_FIELDS = ("mode", "collections", "n", "min_score", "filter", "sections", *FLAGS, *ROW_FIELDS)
 COLLECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # fanout.store.db.check_collection_name's rule
 
 
@@ -57,7 +57,20 @@ def check_collection(name: object) -> str:
     return name
 
 
-def check_request(req: Any, max_results: int) -> None:
+def check_sections(value: Any, cap: int) -> int:
+    """`sections` (--sections N) as a count: None -> 0 (off); else a whole number from 1 to `cap`
+    (retrieve.max_sections), or RequestError naming the field, what was given and what is allowed."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= cap:
+        raise RequestError(f"`sections` must be a whole number from 1 to {cap} (retrieve.max_sections; leave it "
+                           f"out for pages only), got {_show(value)}", field="sections")
+    return value
+
+
+def check_request(req: Any, max_results: int, max_sections: int = 20) -> None:
     """Raise RequestError unless `req` is an object of REQUEST_FIELDS with values of the right type and range.
 
     The row's text fields and `filter` are checked by the pipeline's own parser (their errors come back as
@@ -90,6 +103,7 @@ def check_request(req: Any, max_results: int) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= max_results:
         raise RequestError(f"`n` must be a whole number from 1 to {max_results} (serve.max_results), got "
                            f"{_show(n)}")
+    check_sections(req.get("sections"), max_sections)
     score = req.get("min_score", 0.0)
     if (not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score)
             or not 0.0 <= score <= 1.0):
@@ -157,7 +171,7 @@ class SearchService:
         from fanout.pipelines.search import SearchOptions
 
         t0 = time.perf_counter()
-        check_request(req, self.cfg.serve.max_results)
+        check_request(req, self.cfg.serve.max_results, self.cfg.retrieve.max_sections)
         mode = req.get("mode", "query")
         row = {"id": "q", **{k: req[k] for k in ROW_FIELDS if req.get(k) is not None}}
         plain = mode != "query"
@@ -165,7 +179,8 @@ class SearchService:
                              expand=False if plain else req.get("expand"),
                              rerank=False if plain else req.get("rerank"),
                              explain=bool(req.get("explain")),
-                             filter=as_option(parse_filter(req.get("filter") or {})))
+                             filter=as_option(parse_filter(req.get("filter") or {})),
+                             sections=check_sections(req.get("sections"), self.cfg.retrieve.max_sections))
         collections = req.get("collections") or [DEFAULT_COLLECTION]
         results: list[dict] = []
         errors: list[dict] = []
@@ -252,6 +267,8 @@ def _result(r: dict, collection: str, ci: int, variants: dict) -> dict:
     out = {"collection": collection, "rank": r["rank"], "path": r["path"], "title": r["title"],
            "heading": r["heading"], "snippet": r["snippet"], "score": r["score"], "_ci": ci, "_rrf": r["_rrf"],
            "_rerank": r["_rerank"]}
+    if "sections" in r:  # --sections N: each page's best sections (pipelines/pick_sections.py)
+        out["sections"] = r["sections"] or []
     if r.get("_explain"):
         ex = json.loads(r["_explain"])
         lists = []

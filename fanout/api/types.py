@@ -24,7 +24,9 @@ class Hit:
     `rank` is 1-based; `score` is in [0, 1] (the fused score over the best any page could reach, or the
     reranker's blend); `heading` is the passage's heading path ("" at the top of a note); `line` is the file
     line where the passage starts (only with `line_numbers=True`, else None); `explain` holds every list's
-    rank and score for this page (only with `explain=True`); `section` the whole section's text (`full=True`).
+    rank and score for this page (only with `explain=True`); `section` the whole section's text (`full=True`);
+    `sections` the page's best sections (only with `sections=N`): dicts of heading, line_from, line_to (file
+    lines, 1-based), score, snippet and ref (what `get` reads them back with), best first.
     """
 
     rank: int
@@ -37,6 +39,7 @@ class Hit:
     line: int | None = None
     explain: dict[str, Any] | None = None
     section: dict[str, Any] | None = None
+    sections: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,7 +66,8 @@ class Hits(list[Hit]):
         """The service's JSON-ready response (fanout/api/service.py) as typed hits."""
         hits = [Hit(rank=r["rank"], path=r["path"], title=r["title"], heading=r["heading"] or "",
                     snippet=r["snippet"] or "", score=float(r["score"]), collection=r["collection"],
-                    line=r.get("line"), explain=r.get("explain"), section=r.get("section"))
+                    line=r.get("line"), explain=r.get("explain"), section=r.get("section"),
+                    sections=r.get("sections"))
                 for r in resp["results"]]
         return cls(hits, query, resp.get("expansion"), resp.get("timings"), resp.get("explain"))
 

@@ -99,6 +99,9 @@ def _engine(p: argparse.ArgumentParser, runner: bool = True) -> None:
 def _ranking(p: argparse.ArgumentParser, model_flags: bool = True, explain: bool = True) -> None:
     p.add_argument("-n", type=positive_int, default=10, help="pages per query (>= 1)")
     p.add_argument("--min-score", type=score01, default=0.0, help="drop pages scoring below this (0 to 1)")
+    p.add_argument("--sections", type=positive_int, default=None, metavar="N",
+                   help="add each page's N best sections: heading, file lines, score, snippet and a ref that "
+                        "`fanout get` reads back (at most retrieve.max_sections; pages ranked as without)")
     if model_flags:
         p.add_argument("--expand", dest="expand", action="store_true", default=None,
                        help="run the local expander when no agent fields are given (default: config)")

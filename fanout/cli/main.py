@@ -57,6 +57,8 @@ def _request(args: argparse.Namespace, mode: str) -> dict:
     req = {"mode": mode, "collections": collections_arg(args.collection), "query": args.text, "n": args.n,
            "min_score": args.min_score, "explain": args.explain, "full": args.full,
            "line_numbers": args.line_numbers, "filter": filter_arg(args)}
+    if args.sections is not None:  # left out otherwise: a server of the previous release takes the request
+        req["sections"] = args.sections
     if mode == "query":
         req.update(intent=args.intent, short_query=args.short_query, rephrased_query=args.rephrased_query,
                    expected_answer=args.expected_answer, expand=args.expand, rerank=args.rerank)
@@ -235,7 +237,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     with KnowledgeBase(args.db, args.collection, cfg) as kb:
         st = kb.batch(args.file, out=args.out, n=args.n, min_score=args.min_score, expand=args.expand,
                       rerank=args.rerank, filter=filter_arg(args), explain=args.explain, runner=args.runner,
-                      progress=True).stats
+                      sections=args.sections, progress=True).stats
     times = " ".join(f"{k} {v:.2f}s" for k, v in st["timings"].items())
     exp = ", ".join(f"{k} {v}" for k, v in sorted(st["expansion"].items()))
     print(f"{st['queries']} queries ({st['resumed']} resumed), {st['errors']} errors, {st['seconds']:.1f}s "

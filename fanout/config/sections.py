@@ -299,8 +299,13 @@ class RetrieveConfig:
     # is not held up, and 1.0 never spends more than twice the cheaper choice (the ski-rental rule; 0 builds
     # at the first call). fanout/store/fts.py memory_columns
     fts_memory_after: float = 1.0
+    # the largest --sections N (sections per returned page, pipelines/pick_sections.py): pages of the benchmark
+    # corpus have a median of a few sections and rarely over 20 (docs/benchmark.md#sections); a cap keeps one
+    # request's answer bounded
+    max_sections: int = 20
 
     def validate(self) -> None:
+        _check(self.max_sections >= 1, f"retrieve.max_sections must be >= 1, got {self.max_sections}")
         _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")
         _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
         _check(self.rowid_map_rows >= 0, f"retrieve.rowid_map_rows must be >= 0 (0: off), got {self.rowid_map_rows}")

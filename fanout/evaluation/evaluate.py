@@ -85,6 +85,12 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=0, help="only the first N queries of each set (quick runs)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the intervals")
     p.add_argument("--score", nargs="*", default=None, help="only score these run files and print the table")
+    p.add_argument("--sections", type=int, default=0, metavar="N",
+                   help="benchmark only: also search every query with --sections N, check the pages are the same, "
+                        "and score the deep-section judgments (section@1 and section@N; fanout/evaluation/"
+                        "sections_eval.py)")
+    p.add_argument("--section-judgments", default=None, metavar="FILE",
+                   help="the deep-section judgments (default: bench/data/deep_sections.jsonl)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    help="config override section.key=value (JSON value), e.g. fuse.w_lex=1.5")
 
@@ -149,8 +155,9 @@ def _modes(spec: str) -> list[tuple[str, str, bool]]:
 
 
 def run_one(searcher, qs: list[dict], fields: dict[str, dict], mode: str, base: str, rerank: bool,
-            out: Path, tag: str) -> tuple[dict[str, list[str]], dict]:
-    """One mode over one collection: the run {qid: [paths]}, and its timing row; writes results/variants."""
+            out: Path, tag: str, sections: dict | None = None) -> tuple[dict[str, list[str]], dict]:
+    """One mode over one collection: the run {qid: [paths]}, and its timing row; writes results/variants.
+    `sections` ({n, judgments, vault, rows, diffs, runs}): search again with sections=n and score them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -173,6 +180,20 @@ def run_one(searcher, qs: list[dict], fields: dict[str, dict], mode: str, base: 
     timing = {"mode": mode, "lang": tag, "queries": len(qs), "seconds": secs,
               "per_query_ms": 1000 * secs / max(1, len(qs)), **{f"t_{k}": v for k, v in res.timings.items()},
               "stats": json.dumps(res.stats, default=str)}
+    if sections:
+        from fanout.evaluation.sections_eval import same_pages, score_sections
+
+        t = time.perf_counter()
+        res2 = searcher.search(mode_rows(qs, fields, use), SearchOptions(n=20, expand=expand, rerank=rerank,
+                                                                          sections=sections["n"]))
+        timing["sections_per_query_ms"] = 1000 * (time.perf_counter() - t) / max(1, len(qs))
+        rows = res2.results.to_pylist()
+        sections["diffs"][mode] = sections["diffs"].get(mode, 0) + same_pages(res.results.to_pylist(), rows)
+        sections["rows"] += score_sections(rows, qs, sections["judgments"], sections["vault"], sections["n"], mode)
+        run2: dict[str, list[str]] = {}
+        for r in rows:
+            run2.setdefault(r["qid"], []).append(r["path"])
+        sections["runs"].append((f"{mode}+sections", run2))
     return run, timing
 
 
@@ -203,6 +224,11 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
     per_query, timings = [], []
     langs = args.langs.split(",")
     modes = _modes(args.modes or DEFAULT_MODES)
+    sec: dict | None = None
+    if args.sections:
+        from fanout.evaluation.sections_eval import load_judgments
+
+        sec = {"n": args.sections, "judgments": load_judgments(args.section_judgments), "rows": [], "diffs": {}}
     with make_runner(cfg, mode=cfg.runner.mode if cfg.runner.mode != "auto" else "inproc") as runner:
         for lang in langs:
             corpus = Path(args.corpus) / lang if args.corpus else corpus_dir(args.bench, lang)
@@ -213,10 +239,23 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
             for lang in langs:
                 qs = _limit([q for q in queries if q["lang"] == lang], args.limit)
                 searcher = Searcher(db, f"bench-{lang}", mcfg, runner)
-                run, timing = run_one(searcher, qs, fields, mode, base, rerank, out, lang)
+                if sec is not None:
+                    sec.update(runs=[], vault=Path(args.corpus) / lang if args.corpus else corpus_dir(args.bench, lang))
+                run, timing = run_one(searcher, qs, fields, mode, base, rerank, out, lang, sec)
                 write_run(out / "runs" / f"fanout-{mode}-{lang}.json", f"fanout-{mode}", run, lang=lang)
                 per_query.append(per_query_metrics(run, qs, system=f"fanout-{mode}"))
+                for name, run2 in (sec or {}).get("runs", []):  # the same pages, searched with sections
+                    per_query.append(per_query_metrics(run2, qs, system=f"fanout-{name}"))
                 timings.append(timing)
+    if sec is not None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from fanout.evaluation.sections_eval import report
+
+        if sec["rows"]:
+            pq.write_table(pa.Table.from_pylist(sec["rows"]), out / "sections.parquet")
+        (out / "sections.md").write_text(report(sec["rows"], sec["n"], sec["diffs"]), encoding="utf-8")
     return write_scores(out, per_query, timings)
 
 
@@ -291,12 +330,19 @@ def main_eval(args: argparse.Namespace) -> int:
         print(score_runs_cli(args.score, args.bench, n_boot=args.n_boot, include_published=False))
         return 0
     own = args.vault is not None or args.collection is not None
+    if args.sections < 0 or (own and args.sections):
+        raise ValueError(f"--sections {args.sections}: give a whole number >= 1, on the benchmark only (the "
+                         "section judgments are the benchmark's)")
     if own and not args.queries:
         raise ValueError("--vault / -c score your own judged queries: give them with --queries FILE "
                          "(format: `fanout eval --help`)")
     cfg = load_config(args.config)
     if args.overrides:
         cfg = cfg.replace(**_overrides(args.overrides))
+    if args.sections:
+        from fanout.api.service import check_sections
+
+        check_sections(args.sections, cfg.retrieve.max_sections)  # the cap every face applies
     per_query, timings = run_own(args, cfg) if own else run_modes(args, cfg)
     summary = summarize(per_query)
     rows = ([] if own else published_rows(args.bench)) + with_intervals(
@@ -306,13 +352,19 @@ def main_eval(args: argparse.Namespace) -> int:
     out = Path(args.out)
     md = render_markdown(rows)
     cats = category_table(per_query)
-    tim = "\n".join(f"| {t['mode']} | {t['lang']} | {t['queries']} | {t['per_query_ms']:.0f} |" for t in timings)
+    tim = "\n".join(f"| {t['mode']} | {t['lang']} | {t['queries']} | {t['per_query_ms']:.0f} |"
+                    + (f" {t['sections_per_query_ms']:.0f} |" if "sections_per_query_ms" in t else "")
+                    for t in timings)
+    secs_head = " ms/query with --sections (run second: query vectors cached) |" if any("sections_per_query_ms" in t for t in timings) else ""
     source = (f"queries {args.queries}, collection {args.collection or OWN_COLLECTION}"
               + (f", vault {args.vault}" if args.vault else "")) if own else "Obsidian Help benchmark"
     report = (f"# fanout eval\n\n{source}; config: {args.config or 'local'} {args.overrides}\n\n"
               f"## nDCG@5 (Recall@10)\n\n{md}\n## per category (nDCG@5)\n\n{cats}\n## time\n\n"
-              f"| mode | {'collection' if own else 'lang'} | queries | ms/query |\n|---|---|---|---|\n{tim}\n")
+              f"| mode | {'collection' if own else 'lang'} | queries | ms/query |{secs_head}\n"
+              f"|---|---|---|---|{'---|' * bool(secs_head)}\n{tim}\n")
     report += paired_section(per_query, args.bench, args.n_boot, with_published=not own)
+    if (out / "sections.md").is_file() and getattr(args, "sections", 0) and not own:
+        report += "\n" + (out / "sections.md").read_text(encoding="utf-8")
     (out / "report.md").write_text(report, encoding="utf-8")
     plot_sets(rows, out / "ndcg5.png")
     print(report)

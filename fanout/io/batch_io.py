@@ -32,7 +32,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from fanout.safe_text import CSV_CELL_RE
-from fanout.schemas import ANSWERS, INPUT_ROWS
+from fanout.schemas import ANSWERS, INPUT_ROWS, SECTION
 from fanout.store import storage
 
 if TYPE_CHECKING:
@@ -45,6 +45,9 @@ FLAT = pa.schema([
     ("query", pa.string()),  # the query text (null when the row did not parse)
     ("index", pa.string()),  # which index answered: `<collection>@<stamp>` (fanout.store.db.index_stamp)
 ])
+# --sections N: one more column, each page's best sections as a list (parquet) or that list as JSON text (CSV);
+# in JSONL each result gains `sections` (docs/api.md#sections says why a list and not one row per section)
+FLAT_SECTIONS = FLAT.append(pa.field("sections", pa.list_(SECTION)))
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
 OUT_FORMATS = (".jsonl", ".parquet", ".csv")
 ID_FIELDS = ("id", "qid")  # a number here is the id's text, in every format
@@ -305,6 +308,19 @@ select qid, rank, path, title, heading, snippet, score, field, error, query from
   where error is null and coalesce(len(results), 0) = 0
 ) order by _row, rank
 """
+_FLAT_SECTIONS_SQL = """
+select qid, rank, path, title, heading, snippet, score, field, error, query, sections from (
+  select _row, qid, r.rank::integer as rank, r.path as path, r.title as title, r.heading as heading,
+         r.snippet as snippet, r.score::double as score, null::varchar as field, null::varchar as error, query,
+         r.sections as sections
+  from (select _row, qid, query, unnest(results) as r from parts where error is null)
+  union all
+  select _row, qid, null, null, null, null, null, null, field, error, query, null from parts where error is not null
+  union all
+  select _row, qid, null, null, null, null, null, null, null, null, query, null from parts
+  where error is null and coalesce(len(results), 0) = 0
+) order by _row, rank
+"""
 _QUERY_SQL = "select _row, qid, query, error, field, results from parts order by _row"
 
 
@@ -315,22 +331,23 @@ def arrow_reader(con: Any, sql: str, batch_size: int) -> pa.RecordBatchReader:
     return fn(batch_size)
 
 
-def parts_dataset(fs: pafs.FileSystem, path: str) -> Any:
-    """The readable result parts under `path` as one pyarrow dataset."""
+def parts_dataset(fs: pafs.FileSystem, path: str, schema: pa.Schema = ANSWERS) -> Any:
+    """The readable result parts under `path` as one pyarrow dataset (`schema`: ANSWERS, or ANSWERS_SECTIONS
+    for a --sections job)."""
     import pyarrow.dataset as pads
 
     files = [f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True))
              if f.type == pafs.FileType.File and f.path.endswith(".parquet")]
-    return pads.dataset(files, schema=ANSWERS, filesystem=fs, format="parquet")
+    return pads.dataset(files, schema=schema, filesystem=fs, format="parquet")
 
 
 def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None = None,
-                  index: str | None = None) -> dict[str, int]:
+                  index: str | None = None, sections: bool = False) -> dict[str, int]:
     """Stream the parts (a pyarrow dataset of ANSWERS rows) into `out` in input order, atomically: locally
     tmp + rename; on an object store one upload (the object appears whole when the stream closes; a rename
     there would be a second full copy). parquet/CSV: one row per result page, plus one per bad query and one
     without a page per query nothing came back for; JSONL: one line per query. Every row carries the query
-    text and `index` (fanout.store.db.index_stamp)."""
+    text and `index` (fanout.store.db.index_stamp); `sections` (a --sections job) adds each page's sections."""
     import duckdb
 
     ext = _ext(out, OUT_FORMATS, "output")
@@ -344,7 +361,7 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
     counts = dict(zip(("queries", "errors"), con.execute(
         "select count(*), count(error) from parts").fetchall()[0]))
     try:
-        _write_out(con, fs, tmp, ext, index)
+        _write_out(con, fs, tmp, ext, index, sections)
     except BaseException:  # a full disk: a cut-short file must not keep the space it took
         if tmp != path:
             with contextlib.suppress(OSError):
@@ -357,13 +374,16 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
     return counts
 
 
-def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str, index: str | None) -> None:
+def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str, index: str | None, sections: bool = False
+               ) -> None:
     import pyarrow.csv as pcsv
+
+    flat = FLAT_SECTIONS if sections else FLAT
 
     with fs.open_output_stream(tmp) as sink:
         if ext == ".jsonl":
             reader = arrow_reader(con, (_QUERY_SQL), 8192)
-            keys = ("rank", "path", "title", "heading", "snippet", "score")
+            keys = ("rank", "path", "title", "heading", "snippet", "score") + ("sections",) * sections
             for batch in reader:
                 lines = []
                 for r in batch.to_pylist():
@@ -374,12 +394,20 @@ def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str, index: str | N
                     lines.append(json.dumps(q, ensure_ascii=False) + "\n")
                 sink.write("".join(lines).encode("utf-8"))
         else:
-            reader = arrow_reader(con, (_FLAT_SQL), 65536)
-            writer = pq.ParquetWriter(sink, FLAT) if ext == ".parquet" else pcsv.CSVWriter(sink, FLAT)
+            reader = arrow_reader(con, _FLAT_SECTIONS_SQL if sections else _FLAT_SQL, 65536)
+            csv_flat = FLAT.append(pa.field("sections", pa.string())) if sections else FLAT
+            writer = pq.ParquetWriter(sink, flat) if ext == ".parquet" else pcsv.CSVWriter(sink, csv_flat)
             for batch in reader:
                 cols = [batch.column(f.name).cast(f.type) for f in FLAT if f.name != "index"]
                 cols.append(pa.array([index] * batch.num_rows, pa.string()))
-                out = pa.RecordBatch.from_arrays(cols, schema=FLAT)
+                if sections:
+                    cols.append(batch.column("sections").cast(pa.list_(SECTION)))
+                out = pa.RecordBatch.from_arrays(cols, schema=flat)
+                if ext == ".csv" and sections:  # CSV has no lists: the sections as one JSON text per page
+                    text = [None if x is None else json.dumps(x, ensure_ascii=False)
+                            for x in out.column("sections").to_pylist()]
+                    out = pa.RecordBatch.from_arrays([*out.columns[:-1], pa.array(text, pa.string())],
+                                                     schema=csv_flat)
                 writer.write_batch(out if ext == ".parquet" else csv_safe(out))
             writer.close()
 

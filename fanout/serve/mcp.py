@@ -32,7 +32,8 @@ from fanout.agent_fields import known_languages, language_code, language_line
 from fanout.api import KnowledgeBase
 from fanout.api.catalog import count_languages
 from fanout.api.catalog import status as collection_status
-from fanout.api.notes import NoteError, headings_of, locate, note_lines, read_note
+from fanout.api.notes import NoteError, headings_of, locate, note_lines, parse_ref, read_note
+from fanout.api.service import RequestError, check_sections
 from fanout.config import Config
 from fanout.exec.runner import Runner
 from fanout.filters import KINDS as FILTER_KINDS
@@ -42,6 +43,7 @@ from fanout.pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError,
 from fanout.pipelines.search import SearchOptions
 
 log = logging.getLogger(__name__)
+_LINE_REF = re.compile(r"\.md:\d+(-\d+)?$")  # a section's ref (pipelines/pick_sections.py): path:FROM-TO
 
 MAX_LIMIT = 50  # pages one search may return
 MAX_NOTE_CHARS = 40_000  # `get` cuts a longer note and lists its headings instead
@@ -66,6 +68,8 @@ FIELD_DESC = {
               "path prefix), tag (with or without #; a parent tag matches nested ones), property (front matter "
               "`key=value`, or `key` for any value), lang (a language code); each a string or a list of "
               "alternatives. {lang}",
+    "sections": "Optional: also return each page's N best sections (heading, file lines, score, snippet, ref), "
+                "for long pages whose answer sits in a later section (at most {max_sections}).",
     "rerank": "Rescore the top candidates with the local reranker model: seconds slower. "
               "Default here: {rerank}.",
 }
@@ -73,7 +77,8 @@ GET_DESC = ("Read a note, or one section of it, by its path relative to the vaul
             "Returns the markdown without front matter.")
 GET_FIELDS = {
     "path": "The note's path relative to the vault, as `search` returns it, e.g. \"Folder/Note.md\" (a note's "
-            "title or alias works too).",
+            "title or alias works too), or a section's `ref` from `search` with `sections` "
+            "(\"Folder/Note.md:40-52\": exactly those file lines).",
     "heading": "Optional: one section's heading as `search` returns it (\"Setup > Sync\") or just its last "
                "part; returns that section with its subsections.",
 }
@@ -119,7 +124,7 @@ class FanoutTools:
 
     # -- search ---------------------------------------------------------------------------------------
     def search(self, args: dict[str, Any]) -> dict[str, Any]:
-        _known(args, (*SEARCH_FIELDS, "limit", "rerank", "filter"), "search")
+        _known(args, (*SEARCH_FIELDS, "limit", "rerank", "filter", "sections"), "search")
         limit = args.get("limit", 10)
         if isinstance(limit, float) and limit.is_integer():
             limit = int(limit)
@@ -129,6 +134,10 @@ class FanoutTools:
         rerank = args.get("rerank")
         if rerank is not None and not isinstance(rerank, bool):
             raise ToolArgError(f"`rerank` must be true or false, got {rerank!r}")
+        try:
+            sections = check_sections(args.get("sections"), self.cfg.retrieve.max_sections)
+        except RequestError as e:
+            raise ToolArgError(str(e)) from None
         row = {k: args[k] for k in (*SEARCH_FIELDS, "filter") if args.get(k) is not None}
         try:
             parse_row(row)  # the batch parser's checks and messages, before the lock
@@ -137,14 +146,15 @@ class FanoutTools:
             raise ToolArgError(msg if f"`{e.field}`" in msg else f"`{e.field}`: {msg}") from None
         t = time.perf_counter()
         with self.lock:  # Searcher.search pins the index version first
-            out = self.searcher.search([{"id": "q", **row}], SearchOptions(n=limit, rerank=rerank))
+            out = self.searcher.search([{"id": "q", **row}], SearchOptions(n=limit, rerank=rerank,
+                                                                                    sections=sections))
         log.info("search %.0f ms %s", (time.perf_counter() - t) * 1000, out.timings)
         if out.errors.num_rows:
             e = out.errors.to_pylist()[0]
             raise ToolArgError(f"`{e['field']}`: {e['error']}")
         keys = ("path", "title", "heading", "snippet", "score")
         results = [{k: (round(r[k], 3) if k == "score" else r[k]) for k in keys}
-                   for r in out.results.to_pylist()]
+                   | ({"sections": r["sections"] or []} if sections else {}) for r in out.results.to_pylist()]
         data: dict[str, Any] = {"results": results}
         examples = list(dict.fromkeys(r["title"] for r in results if r["title"]))[:3]
         if weak := field_hints(row, collection_titles(self.col), examples):  # fields that look weak
@@ -165,11 +175,15 @@ class FanoutTools:
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, ("path", "heading"), "get")
+        path, head, first, last = args.get("path"), args.get("heading"), None, None
+        if isinstance(path, str) and head is None and _LINE_REF.search(path):  # a section's `ref` from search
+            r = parse_ref(path)  # (sections=N): "Folder/Note.md:40-52" reads exactly those file lines
+            path, first, last = r.name, r.line_from, r.line_to
         with self.lock:  # one pinned index version per request
             self.refresh()
-            target = self.resolve(args.get("path"))
+            target = self.resolve(path)
         note = read_note(self.vault, target, limits=self.cfg.index)  # index.max_note_mb, as fanout get
-        heading, _, lines = note_lines(note, args.get("heading"))
+        heading, _, lines = note_lines(note, head, first, last)
         text = "\n".join(lines).strip()
         data = {"path": note["path"], "title": note["title"], "heading": heading,
                 "lang": language_code(note["lang"]), "text": text}
@@ -201,8 +215,8 @@ def _schema(props: dict[str, dict], required: list[str]) -> dict[str, Any]:
 def tool_list(tools: FanoutTools) -> list[types.Tool]:
     """The three tools, their descriptions carrying the knowledge base's languages."""
     lang = language_line(tools.langs)
-    d = {k: v.format(lang=lang, rerank="on" if tools.cfg.rerank.enabled else "off").strip()
-         for k, v in FIELD_DESC.items()}
+    d = {k: v.format(lang=lang, rerank="on" if tools.cfg.rerank.enabled else "off",
+                     max_sections=tools.cfg.retrieve.max_sections).strip() for k, v in FIELD_DESC.items()}
     text = {"type": "string"}
     props = {k: {**text, "description": d[k]} for k in SEARCH_FIELDS if k != "searches"}
     item = _schema({"type": {"type": "string", "enum": list(SEARCH_TYPES)}, "query": text}, ["type", "query"])
@@ -211,9 +225,15 @@ def tool_list(tools: FanoutTools) -> list[types.Tool]:
     props["limit"] = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10,
                       "description": d["limit"]}
     props["rerank"] = {"type": "boolean", "description": d["rerank"]}
+    props["sections"] = {"type": "integer", "minimum": 1, "maximum": tools.cfg.retrieve.max_sections,
+                         "description": d["sections"]}
     one_or_many = {"anyOf": [text, {"type": "array", "items": text}]}
     props["filter"] = {**_schema({k: one_or_many for k in FILTER_KINDS}, []), "description": d["filter"]}
-    page = _schema({k: text for k in ("path", "title", "heading", "snippet")} | {"score": {"type": "number"}},
+    num, line = {"type": "number"}, {"type": ["integer", "null"]}
+    section = _schema({"heading": text, "line_from": line, "line_to": line, "score": num, "snippet": text,
+                       "ref": text}, ["heading", "line_from", "line_to", "score", "snippet", "ref"])
+    page = _schema({k: text for k in ("path", "title", "heading", "snippet")} | {"score": num}
+                   | {"sections": {"type": "array", "items": section}},
                    ["path", "title", "heading", "snippet", "score"])
     out = _schema({"results": {"type": "array", "items": page}, "hint": text,
                    "hints": {"type": "array", "items": text}}, ["results"])
