@@ -57,6 +57,17 @@ def test_pages_identical_with_and_without_sections(kb, mode):
         assert all(isinstance(h.sections, list) and 1 <= len(h.sections) <= 3 for h in with_secs)
 
 
+
+def test_hits_to_arrow_carries_sections_only_when_asked(kb):
+    plain = kb.search(QUERIES[0], n=3).to_arrow()
+    assert "sections" not in plain.column_names
+    tbl = kb.search(QUERIES[0], n=3, sections=2).to_arrow()
+    assert tbl.column_names == plain.column_names + ["sections"]
+    assert tbl.drop_columns(["sections"]).equals(plain)
+    secs = tbl.column("sections").to_pylist()
+    assert all(1 <= len(s) <= 2 and {"heading", "line_from", "line_to", "score", "snippet", "ref"} <= set(s[0])
+               for s in secs)
+
 def test_sections_fields_order_and_refs_read_back_exactly(kb):
     hits = kb.search("restore a snapshot from the backups folder", n=3, sections=20)
     guide = next(h for h in hits if h.path == "Guide/Vault guide.md")

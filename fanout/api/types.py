@@ -72,9 +72,14 @@ class Hits(list[Hit]):
         return cls(hits, query, resp.get("expansion"), resp.get("timings"), resp.get("explain"))
 
     def to_arrow(self) -> pa.Table:
-        """One row per page: rank, path, title, heading, snippet, score, collection, line."""
-        return pa.Table.from_pylist([{f.name: getattr(h, f.name) for f in HIT_SCHEMA} for h in self],
-                                    schema=HIT_SCHEMA)
+        """One row per page: rank, path, title, heading, snippet, score, collection, line; plus `sections` (a
+        list of the SECTION struct per page, fanout/schemas.py) when the search asked for sections."""
+        schema = HIT_SCHEMA
+        if any(h.sections is not None for h in self):
+            from fanout.schemas import SECTION
+
+            schema = HIT_SCHEMA.append(pa.field("sections", pa.list_(SECTION)))
+        return pa.Table.from_pylist([{f.name: getattr(h, f.name) for f in schema} for h in self], schema=schema)
 
     def to_pandas(self) -> Any:
         return self.to_arrow().to_pandas()
