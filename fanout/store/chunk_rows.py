@@ -70,9 +70,14 @@ def rows_by_chunk_id(col: Collection, chunk_ids: list[str], columns: list[str]) 
             and state["spent"] >= r.text_memory_after * READ_S_PER_ROW * len(ids):
         with col.guard(col.chunks_name):
             t = col.dataset(col.chunks_name).to_table(columns=columns, with_row_id=True)
-        order = np.argsort(t["_rowid"].to_numpy(), kind="stable")
-        if np.array_equal(t["_rowid"].to_numpy()[order], ids):  # the same rows as the map (one version)
-            state["table"] = t.select(columns).take(pa.array(order)).combine_chunks()
+        rid = t["_rowid"].to_numpy()
+        if len(rid) == len(ids) and (np.diff(rid) > 0).all():  # read in row-id order (as Lance reads): no copy
+            if np.array_equal(rid, ids):  # the same rows as the map (one version); one chunk per column:
+                state["table"] = t.select(columns).combine_chunks()  # a take from 900 chunks costs 10x
+        else:
+            order = np.argsort(rid, kind="stable")
+            if np.array_equal(rid[order], ids):
+                state["table"] = t.select(columns).take(pa.array(order)).combine_chunks()
     if state["table"] is not None:
         return state["table"].take(pa.array(pos)).to_pylist()
     t0 = time.process_time()
