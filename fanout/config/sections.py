@@ -318,7 +318,7 @@ class RetrieveConfig:
     fts_memory_after: float = 1.0
     # result chunks' title/heading/text are read by row id; once those reads have cost this many times what
     # reading the three columns of every row once costs (the ski-rental rule, as fts_memory_after), a table
-    # of at most text_memory_rows rows keeps them in memory for its pinned version (~1 KB a chunk: 55 MB at
+    # of at most text_memory_rows rows keeps them in memory for its pinned version (~0.7 KB a chunk: 43 MB at
     # 60,000; a read by row id costs ~0.11 ms a chunk on an index of many fragments, docs/performance.md
     # #query-cost-at-scale). 0 rows: always by row id
     text_memory_rows: int = 200_000
