@@ -39,11 +39,15 @@ def _prefix_cfg(**more):
                 exact_prefix_min_rows=0, **more)
 
 
-@pytest.mark.parametrize("where", [None, "path != 'p3.md'", "path IN ('p1.md', 'p2.md')", "path = 'none.md'"])
+SIX = "path IN ('p1.md', 'p2.md', 'p3.md', 'p4.md', 'p5.md', 'p6.md')"  # ~550 of 1,200 rows: the allowed rows
+
+
+@pytest.mark.parametrize("where", [None, "path != 'p3.md'", SIX, "path IN ('p1.md', 'p2.md')", "path = 'none.md'"])
 def test_prefix_pass_lists_equal_exact_search(mrl_table, where):
     """The first pass on 16 of 32 dims, 100 candidates re-scored in full: the same lists (pages, order up to
-    ties, distances) as Lance's exact flat scan, prefiltered or not; a small allowed set (two pages of 13:
-    ~185 rows, fewer than 4 x the candidates) is searched in full."""
+    ties, distances) as Lance's exact flat scan, prefiltered or not (six pages of 13: the prefix pass over
+    the allowed rows only); a small allowed set (two pages: ~185 rows, fewer than 4 x the candidates) is
+    searched in full."""
     from fanout.store import exact_vectors
     from fanout.store.db import Collection
 
@@ -56,7 +60,7 @@ def test_prefix_pass_lists_equal_exact_search(mrl_table, where):
         got = Collection(str(path), "t", _prefix_cfg()).vector_search_many(q, 10, ["chunk_id", "path"], where)
     finally:
         exact_vectors._prefix_blocks = real
-    assert bool(calls) == (where in (None, "path != 'p3.md'"))  # the prefix pass ran where it pays
+    assert bool(calls) == (where in (None, "path != 'p3.md'", SIX))  # the prefix pass ran where it pays
     assert got.num_rows == want.num_rows == (0 if where == "path = 'none.md'" else 400)
     _same_up_to_ties(got, want)
 

@@ -155,7 +155,7 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
     with _blas_threads(1 if small else (how.threads or None)):
         if 0 < how.prefix_dims < q.shape[1] and n >= max(how.prefix_min_rows, 1) and \
                 max(how.prefix_candidates, kk) * 4 <= n:
-            return _prefix_blocks(q, qn, m, sub, keep, every, kk, how)
+            return _prefix_blocks(q, qn, m, vecs, sub, keep, every, kk, how)
         return _top_k_blocks(q, qn, vecs, sub, keep, every, kk, QUERY_BLOCK if small else 0)
 
 
@@ -198,14 +198,13 @@ def _top_k_blocks(q: np.ndarray, qn: np.ndarray, vecs: np.ndarray, sub: np.ndarr
     return np.concatenate(out_q), np.concatenate(out_p), np.concatenate(out_d)
 
 
-def _prefix_blocks(q: np.ndarray, qn: np.ndarray, m: Matrix, sub: np.ndarray | None, keep: np.ndarray,
-                   every: bool, kk: int, how: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _prefix_blocks(q: np.ndarray, qn: np.ndarray, m: Matrix, vecs: np.ndarray, sub: np.ndarray | None,
+                   keep: np.ndarray, every: bool, kk: int, how: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`top_k` in two passes per block of LARGE_QUERY_BLOCK query rows: the prefix cosines (the product of
     the first `how.prefix_dims` components, a view of the one copy of the vectors: no second copy, divided by
     each row's prefix length) pick at least `how.prefix_candidates` rows per query (`_candidates`), whose
     full-dimension cosines then rank them (ties in row order)."""
-    d = how.prefix_dims
-    vecs = m.vectors if sub is None else m.vectors[sub]
+    d = how.prefix_dims  # vecs: m.vectors, or the allowed rows' when `sub` lists them
     scale = m.prefix_scale(d) if sub is None else m.prefix_scale(d)[sub]
     head = vecs[:, :d]  # a strided view: BLAS reads it in place
     want = max(how.prefix_candidates, kk)
