@@ -27,7 +27,7 @@ on a synthetic vault of N notes (about 2 chunks each) to show the cost at a larg
 in the same invocation, so before/after are compared on the same machine state. `--work DIR` keeps the vault
 and the built index templates there for the next run (a 60,000-chunk index takes minutes to build). `--also` (repeatable) runs
 this code again with config values changed (`--also blocks64:runner.block_rows=64`; with `--baseline`, that
-code too): a tunable's candidates measured side by side. `--repeat N` runs every job N times, the variants taking turns, and reports the
+code too, unless the label starts with `+`: config keys the baseline does not have): a tunable's candidates measured side by side. `--repeat N` runs every job N times, the variants taking turns, and reports the
 medians (the progress lines show each median's range): the box's speed drifts by a second or two between
 minutes, more than a change to the fixed cost often moves it. The engine `floor` runs Ray Data's own floor for the same job shape (the same private
 Ray, blocks and actor pools, each stage an identity): what a Ray Data job costs before fanout does anything.
@@ -433,8 +433,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label}: built {chunks} chunks in {time.perf_counter() - t_build:.0f} s", flush=True)
             codes = [("", ROOT, {})] + ([(" (baseline)", Path(args.baseline).resolve(), {})] if args.baseline else [])
             for tag, sections in map(overrides, args.also):  # each --also on this code, and on the baseline's
-                codes += [(f" ({tag})", ROOT, sections)]
-                codes += [(f" ({tag}, baseline)", Path(args.baseline).resolve(), sections)] if args.baseline else []
+                codes += [(f" ({tag.lstrip('+')})", ROOT, sections)]  # (a label starting with + : this code only,
+                codes += [(f" ({tag}, baseline)", Path(args.baseline).resolve(), sections)] \
+                    if args.baseline and not tag.startswith("+") else []  # for keys the baseline has not)
             # the floor is Ray's and Ray Data's, not fanout's: on this code's runner, once per job shape (this
             # code's config and each --also), never for the baseline
             variants = [(c, e) for e in args.engines.split(",")

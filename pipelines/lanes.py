@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 
 from fanout.config import Config
+from fanout.store.chunk_rows import rows_by_chunk_id
 from fanout.store.db import Collection, fts_columns
 from fanout.text import nfc
 
@@ -105,11 +106,16 @@ def hit_rows(qid: str, vid: int, kind: str, lane: str, pages: list[dict]) -> lis
 
 
 def fetch_chunks(col: Collection, chunk_ids: set[str], memory_rows: int = 0) -> dict[str, dict]:
-    """chunk_id -> {title, heading, text} in one scan per 500 ids; with `memory_rows`, rows already read from
+    """chunk_id -> {title, heading, text}, read by row id (one scan per 500 ids above
+    `retrieve.rowid_map_rows`); with `memory_rows`, rows already read from
     this pinned index version come from memory (dropped when `refresh` moves to another version)."""
     mem: dict[str, dict] = col.memo("chunk_rows", dict) if memory_rows else {}
     out: dict[str, dict] = {c: mem[c] for c in chunk_ids if c in mem}
     ids = sorted(set(chunk_ids) - set(out))
+    got = rows_by_chunk_id(col, ids, ["chunk_id", "title", "heading", "text"]) if ids else []
+    if got is not None:  # by row id (fanout/store/chunk_rows.py): no scan of the table
+        out.update((r["chunk_id"], r) for r in got)
+        ids = []
     for i in range(0, len(ids), 500):
         part = ids[i:i + 500]
         where = "chunk_id IN (" + ", ".join("'" + c.replace("'", "''") + "'" for c in part) + ")"

@@ -77,8 +77,9 @@ def _split_lines(text: str) -> tuple[tuple[str, ...], tuple[int, ...], tuple[tup
         return None
     body = [ln for ln in lines if not _MD_HEADING.match(ln)]
     lines = body or lines
+    # t[:5] is stem_key(t), inlined: a call per word was a tenth of a snippet's CPU at 60,000 chunks
     return (tuple(lines), tuple(est_tokens(ln) for ln in lines),
-            tuple(tuple(stem_key(t) for t in terms(ln)) for ln in lines))
+            tuple(tuple(t[:5] for t in terms(ln)) for ln in lines))
 
 
 def snippet(text: str, keys: set[str], max_tokens: int, chars: int) -> str:

@@ -120,6 +120,21 @@ class IndexConfig:
     # CPU grows with the rows and meets the tuned index's near this size, and below it the lists are exact
     # (docs/performance.md#query-cost-at-scale; bench/query_cost.py, bench/vector_cost.py). 0 = always Lance.
     exact_search_rows: int = 150_000
+    # BLAS threads of the exact search's products on a large table; 1: a second thread halves the wall of a
+    # lone batch but costs ~20% more CPU (it spins; docs/performance.md#query-cost-at-scale), and batch jobs
+    # run several retrieval processes anyway. 0 = the library's default (all cores)
+    exact_threads: int = 1
+    # Matryoshka first pass of the exact search: tables (or prefiltered row sets) of at least
+    # exact_prefix_min_rows rows are ranked on the first exact_prefix_dims dims (a view of the one copy, no
+    # second one) and the exact_prefix_candidates best per query vector re-scored at the full size. Off (0):
+    # embeddinggemma's 256-dim prefix cosine correlates only ~0.87 with its full cosine among one vault's
+    # chunks (the benchmark corpus), which needs ~1,000 candidates a query vector at 60,000 rows for
+    # recall@10 >= 0.98, and re-scoring those costs what the prefix saves; the fake's hashed vectors have no
+    # Matryoshka structure at all (docs/performance.md#query-cost-at-scale). For an embedder whose prefix
+    # ranks like its full vectors: 256 dims cost a third of 768's product, plus ~0.1 ms a query vector
+    exact_prefix_dims: int = 0
+    exact_prefix_candidates: int = 200
+    exact_prefix_min_rows: int = 20_000
     # IVF_HNSW_SQ: with the query settings below it keeps recall@10 near 1.0 at a fraction of brute force's
     # time; IVF_RQ stopped at a lower recall, IVF_PQ built many times slower (bench/index_scale.py;
     # docs/performance.md#storage-at-scale)
@@ -160,6 +175,8 @@ class IndexConfig:
         _check(self.nprobes >= 1, f"index.nprobes must be >= 1, got {self.nprobes}")
         _check(self.exact_search_rows >= 0,
                f"index.exact_search_rows must be >= 0 (0: always LanceDB's search), got {self.exact_search_rows}")
+        for name in ("exact_threads", "exact_prefix_dims", "exact_prefix_candidates", "exact_prefix_min_rows"):
+            _check(getattr(self, name) >= 0, f"index.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("vector_partitions", "vector_sub_vectors", "refine_factor", "ef"):
             _check(getattr(self, name) >= 0, f"index.{name} must be >= 0 (0 = automatic), got {getattr(self, name)}")
 
@@ -303,6 +320,13 @@ class RetrieveConfig:
     # corpus have a median of a few sections and rarely over 20 (docs/benchmark.md#sections); a cap keeps one
     # request's answer bounded
     max_sections: int = 20
+    # result chunks' title/heading/text are read by row id; once those reads have cost this many times what
+    # reading the three columns of every row once costs (the ski-rental rule, as fts_memory_after), a table
+    # of at most text_memory_rows rows keeps them in memory for its pinned version (~0.7 KB a chunk: 43 MB at
+    # 60,000; a read by row id costs ~0.11 ms a chunk on an index of many fragments, docs/performance.md
+    # #query-cost-at-scale). 0 rows: always by row id
+    text_memory_rows: int = 200_000
+    text_memory_after: float = 1.0
 
     def validate(self) -> None:
         _check(self.max_sections >= 1, f"retrieve.max_sections must be >= 1, got {self.max_sections}")
@@ -310,6 +334,8 @@ class RetrieveConfig:
         _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
         _check(self.rowid_map_rows >= 0, f"retrieve.rowid_map_rows must be >= 0 (0: off), got {self.rowid_map_rows}")
         _check(self.fts_memory_after >= 0, f"retrieve.fts_memory_after must be >= 0, got {self.fts_memory_after}")
+        _check(self.text_memory_rows >= 0, f"retrieve.text_memory_rows must be >= 0 (0: off), got {self.text_memory_rows}")
+        _check(self.text_memory_after >= 0, f"retrieve.text_memory_after must be >= 0, got {self.text_memory_after}")
         _check(self.fts_engine in ("memory", "lance", "lancedb"),
                f"retrieve.fts_engine must be 'memory', 'lance' or 'lancedb', got {self.fts_engine!r}")
 
