@@ -1,6 +1,7 @@
-"""Configuration (base layer): YAML files loaded into frozen dataclasses, one per stage or actor (sections.py),
-with bounded YAML (safe_yaml.py) and the shared names of kinds and lanes (vocab.py). Imports nothing of fanout
-but fanout.errors. The bundled profiles ship as package data (`data_dir("configs")`), loadable by name.
+"""Configuration (base layer): YAML files loaded into frozen dataclasses, one per stage or actor (sections.py;
+services.py: caches, gaps, serve, watch, storage, runner), with bounded YAML (safe_yaml.py) and the shared
+names of kinds and lanes (vocab.py). Imports nothing of fanout but fanout.errors. The bundled profiles ship as
+package data (`data_dir("configs")`), loadable by name.
 
 Every field has a default (the value the benchmark chose, see configs/local.yaml for the reasons) and is
 checked on load with a message that names the field, the value and what is allowed.
@@ -19,24 +20,26 @@ import yaml
 from fanout.config.safe_yaml import YAMLLimitError, load_bounded
 from fanout.config.sections import (
     ActorConfig,
-    CacheConfig,
     ChunkConfig,
     CleanConfig,
     ConfigError,
     ExpandConfig,
     FakeConfig,
     FuseConfig,
-    GapsConfig,
     IndexConfig,
     ModelsConfig,
     ProbeConfig,
     RerankConfig,
     RetrieveConfig,
+    _check,
+)
+from fanout.config.services import (
+    CacheConfig,
+    GapsConfig,
     RunnerConfig,
     ServeConfig,
     StorageConfig,
     WatchConfig,
-    _check,
 )
 
 

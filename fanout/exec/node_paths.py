@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
-from fanout.config.sections import StorageConfig
+from fanout.config.services import StorageConfig
 from fanout.errors import PlacementError
 from fanout.store import manifest, storage
 

@@ -25,7 +25,7 @@ from fanout.safe_text import md_code, md_text
 
 if TYPE_CHECKING:
     from fanout.config import Config
-    from fanout.config.sections import GapsConfig
+    from fanout.config.services import GapsConfig
     from fanout.gaps.analysis import GapsResult
     from fanout.gaps.groups import Group
 

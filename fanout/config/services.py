@@ -1,0 +1,197 @@
+"""The sections of a fanout config around the search pipeline: caches, `fanout gaps`, `fanout serve`, `--watch`,
+storage and the runner (fanout/config/sections.py holds the models' and the pipeline stages' sections). Same
+rules: every field has a default with its reason, checked on load with a message naming field, value and fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fanout.config.sections import _check
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    enabled: bool = True  # persist expansions, query vectors and rerank scores next to the index
+    optimize_every: int = 20  # the cache writer compacts a cache table (and its key index) every N commits
+    # rows of immutable lookups a long-lived process (fanout serve, MCP) keeps in memory: cache hits (keyed by
+    # model + prompt + text) and chunk texts of the pinned index version; ~1-3 KB each. 0 = always read Lance
+    memory_rows: int = 20_000
+    # answers `fanout serve` keeps for repeated identical requests (keyed by the request and the collections'
+    # manifest stamps; a re-index invalidates them): a repeat skips the pipeline (bench/cli_latency.py;
+    # docs/performance.md#cli-and-mcp-latency); 0 = answer every request anew
+    serve_answers: int = 256
+
+    def validate(self) -> None:
+        _check(self.memory_rows >= 0, f"cache.memory_rows must be >= 0, got {self.memory_rows}")
+        _check(self.serve_answers >= 0, f"cache.serve_answers must be >= 0, got {self.serve_answers}")
+
+
+@dataclass(frozen=True)
+class GapsConfig:
+    """`fanout gaps`: which answered queries count as unanswered or weakly answered, and how they are grouped."""
+
+    # a query's best score below this: unanswered. At --min-score 0.7 every relevant top-1 page was kept and
+    # every nonsense top-1 result dropped, tuned and held-out English rows alike (bench/calibration.py;
+    # docs/benchmark.md#score-calibration)
+    unanswered_below: float = 0.7
+    # ...below this (and >= unanswered_below): weakly answered. The calibrated threshold is the 5th percentile
+    # of relevant top-1 scores, the score 0.8347 (docs/benchmark.md#score-calibration), which the threshold
+    # keeps (>=): it is the level of a page first in the vector list that no full-text list found
+    # (cross-language questions, paraphrases), so the band ends just below it
+    weak_below: float = 0.83
+    # average-linkage cosine distance under which two queries' vectors join one group (scikit-learn
+    # AgglomerativeClustering distance_threshold); fitted on the benchmark's flagged queries (README "Gaps")
+    cluster_distance: float = 0.5
+    cluster_exact_max: int = 3000  # distinct flagged queries clustered exactly; more: fit on a sample of this
+    seed: int = 0  # the sample's random seed (a rerun gives the same groups)
+    top_queries: int = 3  # most typical queries shown per group (closest to its centroid)
+    top_terms: int = 6  # terms shown per group (tf-idf of the group's queries against all flagged ones)
+    top_pages: int = 3  # closest pages shown per group
+    max_groups: int = 200  # groups in the report (largest first); the parquet has every flagged query
+
+    def validate(self) -> None:
+        _check(0.0 <= self.unanswered_below <= self.weak_below <= 1.0,
+               f"gaps: need 0 <= unanswered_below <= weak_below <= 1, got {self.unanswered_below} and "
+               f"{self.weak_below}")
+        _check(0.0 < self.cluster_distance <= 2.0,
+               f"gaps.cluster_distance must be in (0, 2] (cosine distance), got {self.cluster_distance}")
+        for k in ("cluster_exact_max", "top_queries", "top_terms", "top_pages", "max_groups"):
+            _check(getattr(self, k) >= 1, f"gaps.{k} must be >= 1, got {getattr(self, k)}")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Limits of the interactive faces: `fanout serve` (and the same checks on an in-process query)."""
+
+    max_results: int = 1000  # the largest `n` (-n) one query may ask for, served or in-process
+    max_body_kb: int = 1024  # the largest request body `fanout serve` reads; larger gets 413
+    idle_timeout_s: float = 10.0  # a connection silent this long while its request is due is closed
+    request_timeout_s: float = 30.0  # a request (headers and body) must arrive whole within this, else 408
+    # connections `fanout serve` holds at once; one more is answered 503 and closed. An idle connection costs the
+    # event loop a few KB and a file descriptor (the open-file limit is raised to fit); 300 clients at once are
+    # all answered (README "Speed and scale", bench/serve_load.py)
+    max_connections: int = 512
+    # the listening socket's queue of connections not yet accepted (uvicorn's `backlog`; the kernel caps it at
+    # net.core.somaxconn). Python's default of 5 made 20 clients at once wait ~1 s each for SYN retries
+    backlog: int = 2048
+    max_headers: int = 100  # header lines one request may send; more gets 431 (as Python's http.server had)
+    max_header_kb: int = 16  # the request line and headers together; larger gets 431 (h11's default limit)
+
+    def validate(self) -> None:
+        _check(self.max_results >= 1, f"serve.max_results must be >= 1, got {self.max_results}")
+        _check(self.max_body_kb >= 1, f"serve.max_body_kb must be >= 1, got {self.max_body_kb}")
+        _check(self.max_connections >= 1, f"serve.max_connections must be >= 1, got {self.max_connections}")
+        _check(self.backlog >= 1, f"serve.backlog must be >= 1, got {self.backlog}")
+        _check(self.max_headers >= 1, f"serve.max_headers must be >= 1, got {self.max_headers}")
+        _check(self.max_header_kb >= 1, f"serve.max_header_kb must be >= 1, got {self.max_header_kb}")
+        _check(self.idle_timeout_s > 0, f"serve.idle_timeout_s must be > 0 seconds, got {self.idle_timeout_s}")
+        _check(self.request_timeout_s >= self.idle_timeout_s,
+               f"serve.request_timeout_s must be >= serve.idle_timeout_s ({self.idle_timeout_s}), got "
+               f"{self.request_timeout_s}")
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """`--watch` on `fanout index`, `serve` and `mcp` (fanout/api/watch.py): how file events become index rounds.
+
+    Events come from watchfiles (the OS's file notifications, no polling of our own); a batch of them runs one
+    incremental round (content hashes: unchanged notes cost nothing). Figures: docs/performance.md#watch-mode.
+    """
+
+    # a batch closes once no event came for this long (watchfiles' `step`): an editor's save (write a temp file,
+    # rename it over the note) and a `git checkout` of many notes arrive within milliseconds of each other, so
+    # they become one round; it is also what a save waits before its round starts
+    step_ms: int = 300
+    # the longest a batch keeps growing while events keep coming (watchfiles' `debounce`): a note saved again and
+    # again is still indexed this often; a longer burst of saves becomes more than one round
+    debounce_ms: int = 3000
+    # how often the idle watcher wakes in Python (watchfiles' `rust_timeout`): the first round runs at the first
+    # tick, when the file watch is already in place (a save during that round is the next round's); a failed
+    # round is retried at the first tick after `retry_s`. Idle, the watcher costs no measurable CPU
+    tick_ms: int = 1000
+    # seconds between tries after a round failed (a `fanout index` of the same collection running, a full disk):
+    # its changes stay due and the watcher keeps going
+    retry_s: float = 10.0
+
+    def validate(self) -> None:
+        for k in ("step_ms", "debounce_ms", "tick_ms"):
+            _check(isinstance(getattr(self, k), int) and getattr(self, k) >= 1,
+                   f"watch.{k} must be a whole number of milliseconds >= 1, got {getattr(self, k)!r}")
+        _check(self.debounce_ms >= self.step_ms,
+               f"watch.debounce_ms must be >= watch.step_ms ({self.step_ms}), got {self.debounce_ms}")
+        _check(self.retry_s > 0, f"watch.retry_s must be > 0 seconds, got {self.retry_s}")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Object-store access for `--db s3://...` (and batch files); "" = the usual environment variable."""
+
+    endpoint: str = ""  # S3-compatible endpoint URL (MinIO, moto, R2); "" = $AWS_ENDPOINT_URL or AWS itself
+    region: str = ""  # bucket region; "" = $AWS_REGION or $AWS_DEFAULT_REGION
+    allow_http: bool = False  # allow a plain-http endpoint (implied by an http:// endpoint)
+    access_key_id: str = field(default="", repr=False)  # "" = $AWS_ACCESS_KEY_ID; prefer the environment
+    secret_access_key: str = field(default="", repr=False)  # "" = $AWS_SECRET_ACCESS_KEY; never logged
+    session_token: str = field(default="", repr=False)  # "" = $AWS_SESSION_TOKEN
+    options: dict = field(default_factory=dict, hash=False, repr=False)  # extra LanceDB storage_options
+
+    def validate(self) -> None:
+        _check(not self.endpoint or self.endpoint.startswith(("http://", "https://")),
+               f"storage.endpoint must start with http:// or https://, got {self.endpoint!r}")
+        _check(isinstance(self.options, dict),
+               f"storage.options must be a mapping of LanceDB storage options, got {type(self.options).__name__}")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    mode: Literal["auto", "inproc", "ray"] = "auto"  # auto: Ray for batches >= ray_min_rows, else in-process
+    ray_min_rows: int = 64  # batches at least this large go to Ray in auto mode
+    # ...and only on a machine with this many cores (or attached to a cluster): a private local Ray costs
+    # every Ray Data job seconds of start-up and adds no core, so on a small machine the in-process loop is
+    # faster at every size (bench/query_cost.py fixed cost; docs/performance.md#query-cost)
+    local_ray_min_cores: int = 8
+    ray_address: str = ""  # attach to a cluster ("" = $RAY_ADDRESS or a quiet private local Ray)
+    object_store_mb: int = 512  # object store size of a local Ray
+    model_resource: str = ""  # custom resource that model actors require (pins them to model nodes)
+    placement_timeout_s: float = 60.0  # fail fast when actors cannot be placed
+    max_retries: int = 2  # an actor killed mid-batch is restarted and its batch retried
+    slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
+    # a Ray Data job's input is read as blocks of about this many queries, but at least two blocks per actor
+    # of its widest pool (each actor has one to work on and one queued); every block pays Ray Data's hand-offs
+    # between operators. Smaller blocks cost more CPU per query; larger ones were within noise and give fewer
+    # blocks to spread over actors (bench/query_cost.py --also; docs/performance.md#query-cost)
+    block_rows: int = 256
+    # a Ray Data job of at most this many queries is read by the driver (from_blocks: held in memory at once,
+    # ~1 KB a query with agent fields) instead of by read tasks, each of whose worker processes adds to a
+    # job's start (docs/performance.md#query-cost); larger jobs stream from the todo files
+    driver_read_rows: int = 100_000
+    # a Ray Data pool starts at most one actor per call the job has for it (fanout/exec/ray_data.py pool_sizes): a
+    # 1-query job on a 16-embedder config starts one embedder, not 16 processes loading the model for nothing
+    # (bench/scale_curve.py turns it off so its 1-query job measures what starting every actor costs)
+    size_pools_to_job: bool = True
+    # before each model pool the blocks are cut (a streaming repartition) so that each of its actors gets
+    # about this many (0 = keep the read blocks; never larger than them): a pool of N actors given the read's
+    # 2N blocks spread them 1-4 per actor, so a 16-actor job waited on its busiest actor. Cutting evened the
+    # rows per actor and raised the 16-actor throughput by half; 8, 16 and 32 per actor were the same within
+    # noise (bench/scale_curve.py; docs/performance.md#scale-out). Small blocks cost CPU per block, so they
+    # are cut only as fine as the actor count needs; a 1-actor pool keeps the read blocks
+    model_blocks_per_actor: int = 8
+    # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
+    # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)
+    progress_step_s: float = 1.0
+    # before a Ray Data job runs, one pinned task per node checks that the paths its pools and read/write
+    # tasks need there (the index, the job's parts) exist and are readable/writable; fails naming the node
+    check_paths: bool = True
+
+    def validate(self) -> None:
+        _check(self.mode in ("auto", "inproc", "ray"),
+               f"runner.mode must be one of ['auto', 'inproc', 'ray'], got {self.mode!r}")
+        _check(self.local_ray_min_cores >= 1, f"runner.local_ray_min_cores must be >= 1, got {self.local_ray_min_cores}")
+        _check(self.slice_rows >= 1, f"runner.slice_rows must be >= 1, got {self.slice_rows}")
+        _check(self.block_rows >= 1, f"runner.block_rows must be >= 1, got {self.block_rows}")
+        _check(self.driver_read_rows >= 0,
+               f"runner.driver_read_rows must be >= 0 (0 = never), got {self.driver_read_rows}")
+        _check(self.model_blocks_per_actor >= 0,
+               f"runner.model_blocks_per_actor must be >= 0 (0 = off), got {self.model_blocks_per_actor}")
+        _check(self.progress_step_s > 0, f"runner.progress_step_s must be > 0, got {self.progress_step_s}")
