@@ -22,6 +22,7 @@ import pytest
 from fanout.pipelines.scan_notes import scan_notes
 
 from fanout.config.sections import IndexConfig
+from tests.conftest import write_vault
 
 
 def nfd(s: str) -> str:
@@ -77,14 +78,6 @@ def _medium_bomb(key: str) -> str:
             f"{key}: *d\n---\nMedium bomb.\n")
 
 
-def write(root: Path, notes: dict[str, str]) -> Path:
-    for rel, text in notes.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
-
-
 GOOD = {f"good/note {i}.md": f"# Good {i}\nA good note number {i} about syncing and linking.\n" for i in range(5)}
 
 
@@ -92,7 +85,7 @@ GOOD = {f"good/note {i}.md": f"# Good {i}\nA good note number {i} about syncing 
 def test_a_466_byte_alias_bomb_is_skipped_in_bounded_memory_and_the_rest_is_indexed(tmp_path):
     bomb = _bomb()
     assert len(bomb.encode()) < 600  # 9**9 = 387 million strings once expanded
-    vault = write(tmp_path / "v", {**GOOD, "bomb.md": bomb, "tags.md": _bomb(key="tags"),
+    vault = write_vault(tmp_path / "v", {**GOOD, "bomb.md": bomb, "tags.md": _bomb(key="tags"),
                                    "desc.md": _bomb(key="description"), "lang.md": _bomb(key="lang"),
                                    "medium tags.md": _medium_bomb("tags"),
                                    "medium aliases.md": _medium_bomb("aliases"),
@@ -111,7 +104,7 @@ def test_a_466_byte_alias_bomb_is_skipped_in_bounded_memory_and_the_rest_is_inde
 
 
 def test_benign_anchors_still_load(tmp_path):
-    vault = write(tmp_path / "v", {"a.md": "---\nbase: &b {status: done}\nmeta:\n  <<: *b\n  k: 1\n"
+    vault = write_vault(tmp_path / "v", {"a.md": "---\nbase: &b {status: done}\nmeta:\n  <<: *b\n  k: 1\n"
                                            "aliases: &al [One]\ntags: *al\n---\nBody.\n"})
     notes, skipped = scan_notes(vault)
     assert skipped.num_rows == 0 and notes["aliases"].to_pylist() == [["One"]]
@@ -119,7 +112,7 @@ def test_benign_anchors_still_load(tmp_path):
 
 
 def test_deep_front_matter_is_skipped_by_name_never_a_recursion_error(tmp_path):
-    vault = write(tmp_path / "v", {**GOOD, "flow.md": _deep_flow(500), "block.md": _deep_block(300)})
+    vault = write_vault(tmp_path / "v", {**GOOD, "flow.md": _deep_flow(500), "block.md": _deep_block(300)})
     assert len((vault / "flow.md").read_bytes()) < 1100
     notes, skipped = bounded(lambda: scan_notes(vault), 60)
     assert sorted(notes["path"].to_pylist()) == sorted(GOOD)
@@ -129,7 +122,7 @@ def test_deep_front_matter_is_skipped_by_name_never_a_recursion_error(tmp_path):
         assert "nested deeper than 32 levels" in reasons[name]["detail"]
     # a depth limit above what the interpreter can recurse: still one skipped note, never an abort
     deeper = IndexConfig(front_matter_max_depth=100_000)
-    notes, skipped = bounded(lambda: scan_notes(write(tmp_path / "v2", {**GOOD, "x.md": _deep_flow(5000)}),
+    notes, skipped = bounded(lambda: scan_notes(write_vault(tmp_path / "v2", {**GOOD, "x.md": _deep_flow(5000)}),
                                                 limits=deeper), 60)
     assert sorted(notes["path"].to_pylist()) == sorted(GOOD)
     assert skipped.to_pylist()[0]["path"] == "x.md" and skipped.to_pylist()[0]["reason"] == "bad_yaml"
@@ -146,14 +139,14 @@ def test_any_error_parsing_one_note_skips_only_that_note(tmp_path, monkeypatch):
         return real(meta)
 
     monkeypatch.setattr(sn, "prop_values", fragile)
-    notes, skipped = scan_notes(write(tmp_path / "v", {**GOOD, "trip.md": "---\ntrip: 1\n---\nx\n"}))
+    notes, skipped = scan_notes(write_vault(tmp_path / "v", {**GOOD, "trip.md": "---\ntrip: 1\n---\nx\n"}))
     assert sorted(notes["path"].to_pylist()) == sorted(GOOD)
     assert skipped.to_pylist() == [{"path": "trip.md", "reason": "bad_file", "detail": "cannot be parsed "
                                     "(TypeError: unexpected value); check its front matter"}]
 
 
 def test_bad_lang_values_fall_back_to_the_detected_language(tmp_path, caplog):
-    vault = write(tmp_path / "v", {
+    vault = write_vault(tmp_path / "v", {
         "a.md": "---\nlang: English\n---\nText.\n", "b.md": "---\nlang: ru-RU\n---\nText.\n",
         "c.md": "---\nlang: [" + ", ".join(["xx"] * 3000) + "]\n---\nPlain English text here.\n",
         "d.md": "---\nlang: klingon\n---\nPlain English text.\n", "e.md": "---\nlang: 5\n---\nText.\n"})
@@ -172,10 +165,10 @@ def test_an_index_with_hostile_notes_keeps_updating(tmp_path, fake_cfg, fake_run
     from fanout.store.db import Collection
 
     cfg = fake_cfg.replace(chunk={"check_context": False})  # its tokenizer alone peaks at ~550 MB
-    vault = write(tmp_path / "v", GOOD)
+    vault = write_vault(tmp_path / "v", GOOD)
     db = tmp_path / "db"
     index_vault(vault, db, "t", cfg, fake_runner)
-    write(vault, {"bomb.md": _bomb(), "deep.md": _deep_flow(500), "lang.md": _medium_bomb("lang"),
+    write_vault(vault, {"bomb.md": _bomb(), "deep.md": _deep_flow(500), "lang.md": _medium_bomb("lang"),
                   "new.md": "# New\nA new note after the bad ones.\n"})
     s = bounded(lambda: index_vault(vault, db, "t", cfg, fake_runner), 120, 100)
     assert {x["path"]: x["reason"] for x in s.skipped} == {"bomb.md": "bad_yaml", "deep.md": "bad_yaml"}
@@ -217,7 +210,7 @@ def test_full_text_matches_across_normal_forms_and_names_that_differ_by_form_are
     from fanout.store.db import Collection
 
     vault = tmp_path / "v"
-    write(vault, {
+    write_vault(vault, {
         "decomposed.md": nfd("# Ärger\nDie Größe der Datei wird in Kilobyte angezeigt.\n"),
         "composed.md": "# Übersicht\nDas Ölgemälde hängt im Flur neben der Tür.\n",
         "Café.md": "# Café composed\nThe composed café note.\n",
@@ -292,10 +285,10 @@ def test_a_full_disk_during_index_is_one_line_leaves_no_orphans_and_the_next_run
     from fanout.config import load_config
     from fanout.store.db import Collection
 
-    vault = write(tmp_path / "v", GOOD)
+    vault = write_vault(tmp_path / "v", GOOD)
     db = tmp_path / "db"
     assert main(_index_cli(vault, db)) == 0
-    write(vault, {f"more/m{i}.md": f"# More {i}\nAnother note {i} about version history.\n" for i in range(200)})
+    write_vault(vault, {f"more/m{i}.md": f"# More {i}\nAnother note {i} about version history.\n" for i in range(200)})
     cfg = load_config("fake")
     state = _enospc_after(monkeypatch, db, 2)  # groups of 64 notes: the second group's add fails
     capsys.readouterr()
@@ -325,11 +318,11 @@ def test_optimize_keep_days_0_after_a_failed_run_keeps_the_pinned_version(tmp_pa
     from fanout.store.storage import DiskFull
 
     cfg = fake_cfg
-    vault = write(tmp_path / "v", GOOD)
+    vault = write_vault(tmp_path / "v", GOOD)
     db = tmp_path / "db"
     with Runner(cfg) as runner:
         index_vault(vault, db, "t", cfg, runner)
-        write(vault, {f"more/m{i}.md": f"# More {i}\nAnother note {i}.\n" for i in range(200)})
+        write_vault(vault, {f"more/m{i}.md": f"# More {i}\nAnother note {i}.\n" for i in range(200)})
         with monkeypatch.context() as m:
             _enospc_after(m, db, 2)
             with pytest.raises(DiskFull, match="no space left"):
@@ -352,7 +345,7 @@ def test_a_full_disk_during_batch_is_one_line_exit_4_and_the_rerun_resumes(tmp_p
 
     from fanout.cli.main import main
 
-    vault = write(tmp_path / "v", GOOD)
+    vault = write_vault(tmp_path / "v", GOOD)
     db = tmp_path / "db"
     index_vault(vault, db, "t", fake_cfg, fake_runner)
     q = tmp_path / "q.jsonl"
@@ -401,7 +394,7 @@ def test_a_real_full_disk_on_a_small_tmpfs(tmp_path, capsys):
     if not _tmpfs(mnt, "1500k"):
         pytest.skip("mounting a tmpfs needs root; the simulated full-disk tests above cover the same code")
     try:
-        vault = write(tmp_path / "v", {f"n{i}.md": f"# Note {i}\n" + " ".join(f"w{i}x{j}" for j in range(300))
+        vault = write_vault(tmp_path / "v", {f"n{i}.md": f"# Note {i}\n" + " ".join(f"w{i}x{j}" for j in range(300))
                                        for i in range(300)})
         db = mnt / "db"
         assert main(_index_cli(vault, db)) == 4
@@ -417,7 +410,7 @@ def test_a_real_full_disk_on_a_small_tmpfs(tmp_path, capsys):
 def test_a_collection_name_that_leaves_the_db_is_refused_before_anything_is_written(tmp_path, capsys):
     from fanout.cli.main import main
 
-    vault = write(tmp_path / "v", GOOD)
+    vault = write_vault(tmp_path / "v", GOOD)
     db = tmp_path / "sub" / "db"
     for name in ("../x", "a/b", ".hidden", "x" * 101, "bad name"):
         assert main(["index", str(vault), "--db", str(db), "-c", name, "--config", "fake"]) == 2
@@ -456,7 +449,7 @@ def _deep_dirs(root: Path, total: int) -> Path:
 
 
 def test_a_note_past_path_max_is_reported_not_dropped(tmp_path):
-    vault = write(tmp_path / "v", GOOD)
+    vault = write_vault(tmp_path / "v", GOOD)
     _deep_dirs(vault, 4300)
     notes, skipped = bounded(lambda: scan_notes(vault), 60)
     assert sorted(notes["path"].to_pylist()) == sorted(GOOD)
@@ -468,7 +461,7 @@ def test_a_note_past_path_max_is_reported_not_dropped(tmp_path):
 def test_get_uses_the_index_size_limit_and_a_non_string_path_is_named(tmp_path):
     from fanout.api.notes import NoteError, find_file, read_note
 
-    vault = write(tmp_path / "v", GOOD)
+    vault = write_vault(tmp_path / "v", GOOD)
     big = vault / "big.md"
     with open(big, "wb") as f:
         f.truncate(25_000_000)  # sparse: 25 MB over the 20 MB default of index.max_note_mb
@@ -489,7 +482,7 @@ def test_each_skipped_note_is_reported_once(tmp_path, capsys, caplog):
 
     from fanout.cli.main import main
 
-    vault = write(tmp_path / "v", {**GOOD, "bad.md": "---\n[unclosed\n---\nx\n", "empty.md": ""})
+    vault = write_vault(tmp_path / "v", {**GOOD, "bad.md": "---\n[unclosed\n---\nx\n", "empty.md": ""})
     caplog.set_level(logging.INFO)
     assert main(_index_cli(vault, tmp_path / "db")) == 3
     err = capsys.readouterr().err
@@ -501,7 +494,7 @@ def test_optimize_keep_days_0_reclaims_files_no_version_references(tmp_path, fak
     from fanout.pipelines.index import index_vault
     from fanout.pipelines.optimize_tables import optimize_tables
 
-    vault = write(tmp_path / "v", GOOD)
+    vault = write_vault(tmp_path / "v", GOOD)
     db = tmp_path / "db"
     index_vault(vault, db, "t", fake_cfg, fake_runner)
     data = db / "t_chunks.lance" / "data"
@@ -519,7 +512,7 @@ def test_mcp_get_with_a_non_string_path_says_what_is_wrong(tmp_path, fake_cfg, f
     from fanout.api.notes import NoteError
     from fanout.serve.mcp import FanoutTools
 
-    vault = write(tmp_path / "v", GOOD)
+    vault = write_vault(tmp_path / "v", GOOD)
     index_vault(vault, tmp_path / "db", "t", fake_cfg, fake_runner)
     tools = FanoutTools(tmp_path / "db", "t", fake_cfg, fake_runner)
     for bad, match in ((5, "`path` must be a string, got int 5"), ({"a": 1}, "must be a string, got dict"),

@@ -20,6 +20,7 @@ import pytest
 import fanout
 from fanout.config import ConfigError, load_config
 from fanout.store.db import Collection
+from tests.conftest import write_vault
 
 WAIT = 60.0  # seconds: generous on a loaded 2-core box; a passing test waits ~0.5 s per round
 REPO = Path(__file__).resolve().parents[1]
@@ -30,14 +31,6 @@ NOTES = {
 }
 
 
-def write(root: Path, notes: dict[str, str]) -> Path:
-    for rel, text in notes.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return root
-
-
 def fast_cfg(**watch):
     """The fake profile, its first round after 0.2 s, a failed round retried after 0.5 s; a batch closes after
     0.5 s of quiet (more than the default, so that a busy test machine does not split a burst)."""
@@ -46,7 +39,7 @@ def fast_cfg(**watch):
 
 @pytest.fixture()
 def watching(tmp_path):
-    vault = write(tmp_path / "vault", NOTES)
+    vault = write_vault(tmp_path / "vault", NOTES)
     with fanout.open(tmp_path / "db", config=fast_cfg()) as kb:
         w = kb.watch(vault)
         assert w.wait(1, WAIT) and w.last.error is None
@@ -119,7 +112,7 @@ def test_a_burst_of_saves_is_one_round_that_embeds_the_note_once(watching):
     assert found(kb, "draft number 19") == ["Home.md"]
     # and fifty notes written at once (a `git checkout`) are one round too
     n = w.rounds
-    r = round_after(w, lambda: write(vault, {f"Garden/Note {i}.md": f"# Note {i}\n\nbatch {i}\n" for i in range(50)}))
+    r = round_after(w, lambda: write_vault(vault, {f"Garden/Note {i}.md": f"# Note {i}\n\nbatch {i}\n" for i in range(50)}))
     assert w.rounds == n + 1 and r.report.embedded_notes == 50 and len(r.changes) == 50
 
 
@@ -142,7 +135,7 @@ def test_ignored_paths_start_no_round(watching):
     r = round_after(w, lambda: (vault / ".fanoutignore").write_text("Drafts/\n*.private.md\n"))
     assert r.changes == (("added", ".fanoutignore"),)  # the rules changed: a round, then they hold
     n = w.rounds
-    write(vault, {".obsidian/workspace.json": "{}", ".git/HEAD": "ref", ".trash/Old.md": "# Old\n",
+    write_vault(vault, {".obsidian/workspace.json": "{}", ".git/HEAD": "ref", ".trash/Old.md": "# Old\n",
                   "Drafts/Secret plan.md": "# Plan\n\nzeppelin\n", "Garden/Diary.private.md": "zeppelin\n",
                   "Garden/photo.png": "not a note"})
     r = round_after(w, lambda: (vault / "Marker.md").write_text("# Marker\n"))
@@ -153,7 +146,7 @@ def test_ignored_paths_start_no_round(watching):
 def test_a_symlink_out_of_the_vault_made_while_watching_is_never_indexed(watching, tmp_path):
     vault, kb, w = watching
     outside = tmp_path / "outside"
-    write(outside, {"Secret.md": "# Secret\n\nxylophone\n"})
+    write_vault(outside, {"Secret.md": "# Secret\n\nxylophone\n"})
     n = w.rounds
     os.symlink(outside, vault / "Linked")
     os.symlink(outside / "Secret.md", vault / "Leak.md")
@@ -165,8 +158,8 @@ def test_a_symlink_out_of_the_vault_made_while_watching_is_never_indexed(watchin
 
 
 def test_edits_behind_a_folder_link_that_was_there_before_watching_start_no_round(tmp_path):
-    outside = write(tmp_path / "outside", {"Secret.md": "# Secret\n"})
-    vault = write(tmp_path / "vault", NOTES)
+    outside = write_vault(tmp_path / "outside", {"Secret.md": "# Secret\n"})
+    vault = write_vault(tmp_path / "vault", NOTES)
     os.symlink(outside, vault / "Linked")  # the OS watch follows it from the start: its events are dropped
     with fanout.open(tmp_path / "db", config=fast_cfg()) as kb, kb.watch(vault) as w:
         assert w.wait(1, WAIT)
@@ -196,7 +189,7 @@ def test_a_failed_round_is_logged_and_retried_and_the_watcher_keeps_going(watchi
 
 
 def test_stop_ends_the_thread_and_a_failing_hook_does_not(tmp_path):
-    vault = write(tmp_path / "vault", NOTES)
+    vault = write_vault(tmp_path / "vault", NOTES)
     seen = []
 
     def hook(r):
@@ -227,7 +220,7 @@ def test_mcp_tools_see_a_new_note_without_restart(tmp_path):
     from fanout.exec.runner import Runner
     from fanout.serve.mcp import FanoutTools
 
-    vault = write(tmp_path / "vault", NOTES)
+    vault = write_vault(tmp_path / "vault", NOTES)
     cfg = fast_cfg()
     with Runner(cfg) as runner:
         fanout.api.KnowledgeBase.attach(tmp_path / "db", "notes", cfg, runner).index(vault)
@@ -249,7 +242,7 @@ def started(cmd: list[str], log: Path) -> subprocess.Popen:
 def test_serve_picks_up_a_new_note_and_its_answer_memory_is_never_stale(tmp_path):
     from fanout.serve.http import PORT_FILE, ask_server
 
-    vault, db = write(tmp_path / "vault", NOTES), tmp_path / "db"
+    vault, db = write_vault(tmp_path / "vault", NOTES), tmp_path / "db"
     cfg = tmp_path / "watch.yaml"
     cfg.write_text("extends: fake\nwatch:\n  tick_ms: 200\n", encoding="utf-8")
     proc = started(["serve", "--db", str(db), "--config", str(cfg), "--watch", str(vault)], tmp_path / "serve.log")
@@ -283,7 +276,7 @@ def test_serve_picks_up_a_new_note_and_its_answer_memory_is_never_stale(tmp_path
 
 
 def test_cli_index_watch_prints_each_round_and_ctrl_c_stops_it(tmp_path):
-    vault, db = write(tmp_path / "vault", NOTES), tmp_path / "db"
+    vault, db = write_vault(tmp_path / "vault", NOTES), tmp_path / "db"
     cfg = tmp_path / "watch.yaml"
     cfg.write_text("extends: fake\nwatch:\n  tick_ms: 200\n", encoding="utf-8")
     log = tmp_path / "index.log"
@@ -308,7 +301,7 @@ def test_cli_index_watch_prints_each_round_and_ctrl_c_stops_it(tmp_path):
 def test_serve_watch_keeps_one_collection_and_index_watch_refuses_rebuild(tmp_path, capsys):
     from fanout.cli.main import main
 
-    vault = write(tmp_path / "vault", NOTES)
+    vault = write_vault(tmp_path / "vault", NOTES)
     assert main(["serve", "--db", str(tmp_path / "db"), "--config", "fake", "--watch", str(vault),
                  "-c", "a,b"]) == 2
     assert "--watch keeps one collection current, got -c a,b; give -c with one name" in capsys.readouterr().err
@@ -318,7 +311,7 @@ def test_serve_watch_keeps_one_collection_and_index_watch_refuses_rebuild(tmp_pa
 
 
 def test_closing_the_knowledge_base_stops_its_watchers(tmp_path):
-    vault = write(tmp_path / "vault", NOTES)
+    vault = write_vault(tmp_path / "vault", NOTES)
     kb = fanout.open(tmp_path / "db", config=fast_cfg())
     w = kb.watch(vault)
     assert w.wait(1, WAIT)
