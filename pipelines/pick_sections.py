@@ -80,7 +80,7 @@ def rank_sections(secs: list[dict], contrib: dict[str, float], keys: set[str], r
                   want: int) -> list[dict]:
     """The best `want` of `secs`, with `score`, best first (the module's rule). Query terms are counted only
     when sections no list named are needed to fill `want`."""
-    total = sum(contrib.values())
+    total = sum(contrib.get(c, 0.0) for s in secs for c in s["chunk_ids"])  # this page's lists only
     for s in secs:
         raw = sum(contrib.get(c, 0.0) for c in s["chunk_ids"])
         share = raw / total if total > 0 else 0.0

@@ -260,7 +260,8 @@ def test_rank_sections_hand_computed():
     secs = group_sections([chunk(0, "A", "alpha"), chunk(1, "B", "beta one"), chunk(2, "B", "beta two"),
                            chunk(3, "C", "nothing here"), chunk(4, "D", "the backup folder")])
     assert [s["heading"] for s in secs] == ["A", "B", "C", "D"]  # chunks 1-2: one section
-    contrib = {"P#0": 0.1, "P#1": 0.2, "P#2": 0.1}  # total 0.4: A 0.25, B 0.75
+    # the query's lists over every page: another page's chunk (Q#7) is not in this page's total
+    contrib = {"P#0": 0.1, "P#1": 0.2, "P#2": 0.1, "Q#7": 0.6}  # this page's total 0.4: A 0.25, B 0.75
     got = rank_sections([dict(s) for s in secs], contrib, query_keys("backup folder"), None, 4)
     assert [(s["heading"], round(s["score"], 4)) for s in got] == [("B", 0.75), ("A", 0.25), ("D", 0.0), ("C", 0.0)]
     got = rank_sections([dict(s) for s in secs], contrib, set(), ("P#0", 0.9), 2)
