@@ -37,8 +37,8 @@ from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import resolve_vault
 from fanout.models.identity import model_identity
-from fanout.store import storage
-from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key
+from fanout.store import fts_postings, storage
+from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key, fts_columns
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
 from fanout.store.vectors import fit_vectors, rederive_vectors
@@ -254,4 +254,24 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     manifest["content"] = content_key(col)  # what answers depend on (index_stamp), not the table versions
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     col.write_manifest(manifest)
+    if col.has(col.chunks_name):
+        write_postings(db_dir, collection, cfg)
     return summary
+
+
+def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str, str]:
+    """The memory full-text engine's postings files for the version the manifest now pins (kept when already
+    there; fanout/store/fts_postings.py): every searching process then loads them instead of building them.
+    Never fails the run (a warning: processes build them as without the file)."""
+    if cfg.retrieve.fts_engine != "memory" or not cfg.retrieve.fts_postings_file or storage.is_remote(db_dir):
+        return {}
+    try:
+        reader = Collection(str(db_dir), collection, cfg)
+        reader.refresh()
+        t = time.process_time()
+        done = fts_postings.ensure(reader, fts_columns(cfg.index.languages))
+        log.info("full-text postings files of %s (%.1f CPU-s): %s", collection, time.process_time() - t, done)
+        return done
+    except Exception as e:  # noqa: BLE001  the index is complete; the files only save each process a build
+        log.warning("full-text postings files of %s not written (%s); each process builds them", collection, e)
+        return {}
