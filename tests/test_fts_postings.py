@@ -158,3 +158,17 @@ def test_object_store_dbs_keep_no_file(monkeypatch, db, fake_cfg):
     monkeypatch.setattr(col, "db_dir", "s3://bucket/db")
     assert fts_postings.folder(col) is None
     assert set(fts_postings.ensure(col, ["body_en"]).values()) == {"object store: built per process"}
+
+
+def test_optimize_writes_the_compacted_versions_files_and_removes_the_old(db, fake_cfg, builds):
+    from fanout.pipelines.optimize_tables import optimize_tables
+
+    before = _files(db)
+    optimize_tables(db, "t", keep_days=0, cfg=fake_cfg)
+    after = _files(db)
+    assert len(after) == len(before)  # one file per column, the pinned (compacted) version's
+    col = _col(db, fake_cfg, fts_memory_after=1e9)
+    ds, ids = col.dataset(col.chunks_name), col.row_keys(("path", "chunk_id"))[0]
+    assert all(fts_postings.load(col, ds, c, ids) is not None for c in COLS)
+    col.fts_search_many(TEXTS[:2], COLS, BOOSTS, 10, ["path", "chunk_id"])
+    assert builds == []
