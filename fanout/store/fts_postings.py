@@ -192,9 +192,11 @@ def save(col: Collection, ds: Any, column: str, ids: np.ndarray, mem: MemoryColu
         return None
 
 
-def prune(col: Collection, column: str | None, version: int, keep: str | None = None) -> list[str]:
+def prune(col: Collection, column: str | None, version: int, keep: str | None = None, newer: bool = False
+          ) -> list[str]:
     """Remove postings files of `column` (every column when None) older than `version`, and those of `version`
-    other than `keep` (superseded parameters or rows). Newer versions' files are left to their writers."""
+    other than `keep` (superseded parameters or rows). Newer versions' files are left to their writers unless
+    `newer` (`ensure`: the pinned version is the only one kept; a table dropped and made anew counts again)."""
     d = folder(col)
     if d is None or not os.path.isdir(d):
         return []
@@ -204,7 +206,7 @@ def prune(col: Collection, column: str | None, version: int, keep: str | None = 
         if m is None or (column is not None and m["column"] != column):
             continue
         v = int(m["version"])
-        if v < version or (v == version and keep is not None and name != keep):
+        if v < version or (v == version and keep is not None and name != keep) or (newer and name != keep):
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(d, name))
                 gone.append(name)
@@ -227,10 +229,10 @@ def ensure(col: Collection, columns: list[str]) -> dict[str, str]:
     for c in columns:
         if load(col, ds, c, ids) is not None:
             out[c] = "kept"
-            prune(col, c, int(ds.version), keep=os.path.basename(_path(col, c, int(ds.version),
-                                                                       fingerprint(ds, c, ids)[0]) or ""))
-            continue
-        mem = memory_column(col, ds, c, ids)
-        out[c] = "not reproduced by the memory engine" if mem is None else \
-            ("written" if save(col, ds, c, ids, mem) else "not written")
+            path = _path(col, c, int(ds.version), fingerprint(ds, c, ids)[0])
+        else:
+            mem = memory_column(col, ds, c, ids)
+            path = save(col, ds, c, ids, mem) if mem is not None else None
+            out[c] = "not reproduced by the memory engine" if mem is None else ("written" if path else "not written")
+        prune(col, c, int(ds.version), keep=os.path.basename(path) if path else None, newer=True)
     return out
