@@ -37,7 +37,7 @@ from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import resolve_vault
 from fanout.models.identity import model_identity
-from fanout.store import fts_postings, storage
+from fanout.store import exact_vectors, fts_postings, storage
 from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key, fts_columns
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
@@ -260,18 +260,24 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
 
 
 def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str, str]:
-    """The memory full-text engine's postings files for the version the manifest now pins (kept when already
-    there; fanout/store/fts_postings.py): every searching process then loads them instead of building them.
-    Never fails the run (a warning: processes build them as without the file)."""
-    if cfg.retrieve.fts_engine != "memory" or not cfg.retrieve.fts_postings_file or storage.is_remote(db_dir):
+    """The files searching processes map instead of each building its own copy, for the version the manifest
+    now pins (kept when already there): the memory full-text engine's postings (fanout/store/fts_postings.py,
+    `retrieve.fts_postings_file`) and exact search's vectors (fanout/store/exact_file.py,
+    `index.exact_vectors_file`). Local databases only; never fails the run (a warning: processes then build
+    or load their own, as without the files). Returns what was done per file."""
+    if storage.is_remote(db_dir):
         return {}
+    done: dict[str, str] = {}
     try:
         reader = Collection(str(db_dir), collection, cfg)
         reader.refresh()
         t = time.process_time()
-        done = fts_postings.ensure(reader, fts_columns(cfg.index.languages))
-        log.info("full-text postings files of %s (%.1f CPU-s): %s", collection, time.process_time() - t, done)
-        return done
+        if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
+            done.update(fts_postings.ensure(reader, fts_columns(cfg.index.languages)))
+        ds = reader.dataset(reader.chunks_name)
+        if cfg.index.exact_vectors_file and 0 < ds.count_rows() <= cfg.index.exact_search_rows:
+            done["vector"] = exact_vectors.ensure_file(ds)
+        log.info("query files of %s (%.1f CPU-s): %s", collection, time.process_time() - t, done)
     except Exception as e:  # noqa: BLE001  the index is complete; the files only save each process a build
-        log.warning("full-text postings files of %s not written (%s); each process builds them", collection, e)
-        return {}
+        log.warning("query files of %s not written (%s); each process builds its own copy", collection, e)
+    return done

@@ -124,6 +124,11 @@ class IndexConfig:
     # lone batch but costs ~20% more CPU (it spins; docs/performance.md#query-cost-at-scale), and batch jobs
     # run several retrieval processes anyway. 0 = the library's default (all cores)
     exact_threads: int = 1
+    # keep those vectors in a file per chunks version next to a local index (fanout/store/exact_file.py;
+    # written by `fanout index` and by the first process that loads them): every process (each Ray retrieval
+    # actor) memory-maps one copy shared through the page cache instead of reading and normalising its own
+    # (docs/performance.md#query-cost-at-scale). Object stores: a copy per process as without it
+    exact_vectors_file: bool = True
     # Matryoshka first pass of the exact search: tables (or prefiltered row sets) of at least
     # exact_prefix_min_rows rows are ranked on the first exact_prefix_dims dims (a view of the one copy, no
     # second one) and the exact_prefix_candidates best per query vector re-scored at the full size. Off (0):
