@@ -270,6 +270,8 @@ def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str
     done: dict[str, str] = {}
     try:
         reader = Collection(str(db_dir), collection, cfg)
+        if not reader.exists():  # (`fanout optimize` over tables fanout did not make)
+            return done
         reader.refresh()
         t = time.process_time()
         if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
