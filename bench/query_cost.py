@@ -383,6 +383,21 @@ def build(vault: Path, db: Path, sections: dict | None = None) -> int:
     return s.chunks
 
 
+def postings_files(db: Path, sections: dict) -> None:
+    """The last step of `fanout index` (pipelines/index.py write_postings) on a template kept from an earlier run
+    (built by a version that wrote no postings files; a no-op when they are there): the jobs' copies then start
+    with them, as after a real `fanout index`. Code without it (a baseline) ignores the files."""
+    try:
+        from fanout.pipelines.index import write_postings
+    except ImportError:
+        return
+    from fanout.config import load_config
+
+    t = time.process_time()
+    done = write_postings(db, "bench", load_config("fake").replace(**sections))
+    print(f"    postings files: {sorted(set(done.values()))} in {time.process_time() - t:.1f} CPU-s", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="200,2000", help="two or more job sizes (queries); marginal = last vs first")
@@ -431,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(template, ignore_errors=True)
                 chunks = build(vault, template, dim)
             print(f"  {label}: built {chunks} chunks in {time.perf_counter() - t_build:.0f} s", flush=True)
+            postings_files(template, dim)
             codes = [("", ROOT, {})] + ([(" (baseline)", Path(args.baseline).resolve(), {})] if args.baseline else [])
             for tag, sections in map(overrides, args.also):  # each --also on this code, and on the baseline's
                 codes += [(f" ({tag.lstrip('+')})", ROOT, sections)]  # (a label starting with + : this code only,

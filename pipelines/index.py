@@ -37,8 +37,8 @@ from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import resolve_vault
 from fanout.models.identity import model_identity
-from fanout.store import storage
-from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key
+from fanout.store import exact_vectors, fts_postings, storage
+from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key, fts_columns
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
 from fanout.store.vectors import fit_vectors, rederive_vectors
@@ -254,4 +254,32 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     manifest["content"] = content_key(col)  # what answers depend on (index_stamp), not the table versions
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     col.write_manifest(manifest)
+    if col.has(col.chunks_name):
+        write_postings(db_dir, collection, cfg)
     return summary
+
+
+def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str, str]:
+    """The files searching processes map instead of each building its own copy, for the version the manifest
+    now pins (kept when already there): the memory full-text engine's postings (fanout/store/fts_postings.py,
+    `retrieve.fts_postings_file`) and exact search's vectors (fanout/store/exact_file.py,
+    `index.exact_vectors_file`). Local databases only; never fails the run (a warning: processes then build
+    or load their own, as without the files). Returns what was done per file."""
+    if storage.is_remote(db_dir):
+        return {}
+    done: dict[str, str] = {}
+    try:
+        reader = Collection(str(db_dir), collection, cfg)
+        if not reader.exists():  # (`fanout optimize` over tables fanout did not make)
+            return done
+        reader.refresh()
+        t = time.process_time()
+        if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
+            done.update(fts_postings.ensure(reader, fts_columns(cfg.index.languages)))
+        ds = reader.dataset(reader.chunks_name)
+        if cfg.index.exact_vectors_file and 0 < ds.count_rows() <= cfg.index.exact_search_rows:
+            done["vector"] = exact_vectors.ensure_file(ds)
+        log.info("query files of %s (%.1f CPU-s): %s", collection, time.process_time() - t, done)
+    except Exception as e:  # noqa: BLE001  the index is complete; the files only save each process a build
+        log.warning("query files of %s not written (%s); each process builds its own copy", collection, e)
+    return done

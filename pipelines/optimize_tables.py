@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from fanout.pipelines.index import write_postings
 from fanout.pipelines.write_index import vector_index_reason
 
 from fanout.config import Config, load_config
@@ -116,6 +117,8 @@ def _optimize(col: Collection, db_dir: str | Path, names: list[str], keep_days: 
         out.append(row)
     for prefix in sorted({n.rsplit("_", 1)[0] for n in names if n.endswith(("_chunks", "_documents"))}):
         Collection(db_dir, prefix, cfg).advance_pins(versions)  # readers move to the compacted versions
+        if f"{prefix}_chunks" in names:  # compaction renumbers rows: the postings of the pinned version, the
+            write_postings(db_dir, prefix, cfg)  # older versions' files removed
     return out
 
 

@@ -114,7 +114,8 @@ def test_the_postings_are_built_once_lance_calls_have_cost_as_much(tmp_path, fak
     calls = []
     real = fts._lance_many
     monkeypatch.setattr(fts, "_lance_many", lambda ds, qs, *a: calls.append(len(qs)) or real(ds, qs, *a))
-    never = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 1e9})
+    # without a postings file (tests/test_fts_postings.py: with one they are loaded at the first call)
+    never = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 1e9, "fts_postings_file": False})
     col = Collection(str(db), "t", never)
     col.refresh()
     for _ in range(3):
@@ -122,7 +123,7 @@ def test_the_postings_are_built_once_lance_calls_have_cost_as_much(tmp_path, fak
     assert calls == [1, 1, 1]  # a build that would not pay back is never made
     calls.clear()
     monkeypatch.setattr(fts, "_SHARED", type(fts._SHARED)())  # a fresh process's state: no Lance CPU spent yet
-    soon = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 1e-6})
+    soon = fake_cfg.replace(retrieve={"fts_engine": "memory", "fts_memory_after": 1e-6, "fts_postings_file": False})
     col = Collection(str(db), "t", soon)
     col.refresh()
     col.fts_search_many(["sync"], ["body_en"], [1.0], 5, ["path"])

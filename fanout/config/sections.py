@@ -124,6 +124,11 @@ class IndexConfig:
     # lone batch but costs ~20% more CPU (it spins; docs/performance.md#query-cost-at-scale), and batch jobs
     # run several retrieval processes anyway. 0 = the library's default (all cores)
     exact_threads: int = 1
+    # keep those vectors in a file per chunks version next to a local index (fanout/store/exact_file.py;
+    # written by `fanout index` and by the first process that loads them): every process (each Ray retrieval
+    # actor) memory-maps one copy shared through the page cache instead of reading and normalising its own
+    # (docs/performance.md#query-cost-at-scale). Object stores: a copy per process as without it
+    exact_vectors_file: bool = True
     # Matryoshka first pass of the exact search: tables (or prefiltered row sets) of at least
     # exact_prefix_min_rows rows are ranked on the first exact_prefix_dims dims (a view of the one copy, no
     # second one) and the exact_prefix_candidates best per query vector re-scored at the full size. Off (0):
@@ -316,6 +321,12 @@ class RetrieveConfig:
     # is not held up, and 1.0 never spends more than twice the cheaper choice (the ski-rental rule; 0 builds
     # at the first call). fanout/store/fts.py memory_columns
     fts_memory_after: float = 1.0
+    # keep the memory engine's postings in a file per index version and column next to a local index
+    # (fanout/store/fts_postings.py; written by `fanout index`/`fanout optimize` and by a process that built
+    # them): every process (each Ray retrieval actor) memory-maps them at its first call, tens of ms instead of a
+    # 10-12 CPU-s build at 60,000 chunks, the pages shared (docs/performance.md#query-cost-at-scale). Object stores:
+    # built per process as without it. false: never read or written
+    fts_postings_file: bool = True
     # the largest --sections N (sections per returned page, pipelines/pick_sections.py): pages of the benchmark
     # corpus have a median of a few sections and rarely over 20 (docs/benchmark.md#sections); a cap keeps one
     # request's answer bounded

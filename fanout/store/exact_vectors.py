@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from fanout.store import exact_file
+
 log = logging.getLogger(__name__)
 
 # query vectors per product. On a small table (up to SMALL_PRODUCT elements) always exactly QUERY_BLOCK, a
@@ -70,9 +72,10 @@ class Matrix:
                    + sum(x.nbytes for x in self.inverse_norms.values()))
 
 
-def matrix(ds, column: str = "vector") -> Matrix:
+def matrix(ds, column: str = "vector", files: bool = False) -> Matrix:
     """The vectors of dataset `ds` (a pinned Lance version): loaded on first use, then kept for this process
-    until another version of the same table is asked for."""
+    until another version of the same table is asked for. `files` (`index.exact_vectors_file`): memory-mapped
+    from the version's file when there is one, else written there after the load (fanout/store/exact_file.py)."""
     key, version = ds.uri, int(ds.version)
     with _LOCK:
         got = _CACHE.get(key)
@@ -80,6 +83,11 @@ def matrix(ds, column: str = "vector") -> Matrix:
             _CACHE.move_to_end(key)
             return got
         _CACHE.pop(key, None)  # the old version goes before the new one loads: never two copies
+        if files and (got := exact_file.load(ds, column)) is not None:
+            m = _CACHE[key] = Matrix(version, got[0], got[1], got[2])
+            while len(_CACHE) > _MAX_TABLES:
+                _CACHE.popitem(last=False)
+            return m
         dim = ds.schema.field(column).type.list_size
         vec = np.empty((ds.count_rows(), dim), np.float32)
         ids = np.empty(len(vec), np.int64)
@@ -103,6 +111,8 @@ def matrix(ds, column: str = "vector") -> Matrix:
         if damaged.any():
             vec[damaged] = 0.0
         m = Matrix(version, ids, np.ascontiguousarray(vec), damaged)
+        if files:  # the next process maps this one's
+            exact_file.save(ds, column, m.ids, m.vectors, m.damaged)
         _CACHE[key] = m
         while len(_CACHE) > _MAX_TABLES:
             _CACHE.popitem(last=False)
@@ -289,7 +299,7 @@ def search(col: Any, ds, queries: np.ndarray, k: int, select: list[str], where: 
     """`Collection.vector_search_many`'s table (`query_index`, `select`, `_distance`) by exact search over
     `ds`, the pinned chunks version; None when the prefilter `where` cannot be evaluated here (Lance then
     answers, and says what is wrong with it)."""
-    m = matrix(ds)
+    m = matrix(ds, files=bool(col.cfg is not None and col.cfg.index.exact_vectors_file))
     allowed = None
     if where:
         from fanout.store.fts import _allowed
@@ -321,3 +331,18 @@ def loaded_bytes() -> int:
     """Bytes of vectors this process holds for exact search (all tables)."""
     with _LOCK:
         return sum(m.nbytes for m in _CACHE.values())
+
+
+def ensure_file(ds, column: str = "vector") -> str:
+    """The exact-search vectors file of the version `ds` (`fanout index`'s last step): `kept` when a valid one is
+    there, else loaded from Lance and `written`; this process keeps no copy it did not hold before."""
+    if exact_file.folder(ds) is None:
+        return "object store: a copy per process"
+    if exact_file.load(ds, column) is not None:
+        return "kept"
+    with _LOCK:
+        held = ds.uri in _CACHE
+        matrix(ds, column, files=True)
+        if not held:
+            _CACHE.pop(ds.uri, None)
+    return "written" if exact_file.load(ds, column) is not None else "not written"

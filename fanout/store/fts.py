@@ -85,13 +85,23 @@ def memory_columns(col: Collection, ds, columns: list[str], ids: np.ndarray) -> 
     """The `memory` engine's postings of `columns` on the pinned version `ds`, None when one of them is not
     served from memory (fanout/store/fts_memory.py says why) or not built yet. They are built once this process's
     Lance calls on this version have cost `retrieve.fts_memory_after` times what the build is estimated to
-    cost (BUILD_S_PER_CELL a chunk and column): a one-off search of a large index never waits for a build it
+    cost (BUILD_S_PER_CELL a chunk and column), unless `retrieve.fts_postings_file` finds them in a file of
+    this version (fanout/store/fts_postings.py: loaded at the first call; written after a build): a one-off search of a large index never waits for a build it
     would not pay back, a batch builds after its first call, and it never spends more than twice the cheaper
     of the two choices (1.0: the ski-rental rule). Shared by every Collection of the process on that version
     (the in-process loop's ProbeBM25 and Retrieve build them once)."""
+    from fanout.store import fts_postings
     from fanout.store.fts_memory import BUILD_S_PER_CELL, memory_column
 
     state = _shared(ds)
+    use_file = col.cfg.retrieve.fts_postings_file and fts_postings.folder(col) is not None
+    if use_file and not all(c in state.columns or c in state.tried for c in columns):
+        with _SHARED_LOCK:  # a postings file of this version: used from the first call, nothing built
+            for c in columns:
+                if c not in state.columns and c not in state.tried:
+                    state.tried.add(c)
+                    if (m := fts_postings.load(col, ds, c, ids)) is not None:
+                        state.columns[c] = m
     if not all(c in state.columns for c in columns) and \
             state.lance_cpu_s < col.cfg.retrieve.fts_memory_after * len(ids) * len(columns) * BUILD_S_PER_CELL:
         return None
@@ -104,6 +114,8 @@ def memory_columns(col: Collection, ds, columns: list[str], ids: np.ndarray) -> 
                     log.warning("full-text column %s of %s: postings not built (%s); Lance answers its searches",
                                 c, col.name, e)
                     state.columns[c] = None
+                if use_file and state.columns[c] is not None:  # the next process loads what this one built
+                    fts_postings.save(col, ds, c, ids, state.columns[c])
     out = [state.columns[c] for c in columns]
     return None if any(m is None for m in out) else out
 
@@ -114,6 +126,7 @@ class _State:
 
     lance_cpu_s: float = 0.0  # CPU its Lance full-text calls have cost (weighed against a build)
     columns: dict[str, Any] = field(default_factory=dict)  # column -> MemoryColumn, None: Lance answers it
+    tried: set[str] = field(default_factory=set)  # columns whose postings file was looked for
     masks: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)  # prefilter -> rows it keeps
 
 

@@ -119,19 +119,10 @@ def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, 
 def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
     """`column`'s postings from the pinned version `ds` (a Lance dataset), in the row order of `ids` (sorted
     row ids); None (and why, at debug level) when its index is not one this engine reproduces."""
-    name = next((d.name for d in ds.describe_indices()
-                 if list(d.field_names) == [column] and "Inverted" in d.type_url), None)
-    if name is None:
-        return _skip(col, column, "no full-text index")
-    st = ds.index_statistics(name)
-    if st.get("num_segments") != 1 or len(st.get("indices", [])) != 1 or st.get("num_unindexed_rows"):
-        return _skip(col, column, f"index layout {st.get('num_segments')} segments, "
-                                  f"{st.get('num_unindexed_rows')} unindexed rows")
-    meta = st["indices"][0]
-    params = meta["params"]
-    if params.get("lance_tokenizer", "text") != "text":
-        return _skip(col, column, f"tokenizer {params.get('lance_tokenizer')}")
-    args = {a: params[a] for a in _TOKENIZE_ARGS if a in params}
+    got = index_meta(ds, column)
+    if isinstance(got, str):
+        return _skip(col, column, got)
+    args, meta, _ = got
     t = ds.to_table(columns=[column], with_row_id=True)
     at = np.searchsorted(ids, t["_rowid"].to_numpy())
     if len(ids) != t.num_rows or not (ids[np.minimum(at, len(ids) - 1)] == t["_rowid"].to_numpy()).all():
@@ -169,6 +160,23 @@ def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> Mem
     contrib = (np.repeat(idf, lengths) * weight).astype(np.float32)
     slices = {x: (int(e - n), int(e)) for x, n, e in zip(tokens, lengths, ends)}
     return MemoryColumn(args, slices, rows, contrib, len(ids))
+
+
+def index_meta(ds: Any, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
+    """(tokenize args, the index's per-segment metadata, its statistics) of `column`'s full-text index on `ds`,
+    or why this engine does not reproduce it (a string)."""
+    name = next((d.name for d in ds.describe_indices()
+                 if list(d.field_names) == [column] and "Inverted" in d.type_url), None)
+    if name is None:
+        return "no full-text index"
+    st = ds.index_statistics(name)
+    if st.get("num_segments") != 1 or len(st.get("indices", [])) != 1 or st.get("num_unindexed_rows"):
+        return f"index layout {st.get('num_segments')} segments, {st.get('num_unindexed_rows')} unindexed rows"
+    meta = st["indices"][0]
+    params = meta["params"]
+    if params.get("lance_tokenizer", "text") != "text":
+        return f"tokenizer {params.get('lance_tokenizer')}"
+    return {a: params[a] for a in _TOKENIZE_ARGS if a in params}, meta, st
 
 
 def _idf(token_docs: int, num_docs: int) -> np.float32:

@@ -1,0 +1,238 @@
+"""The memory full-text engine's postings (fanout/store/fts_memory.py) as one file per index version and column,
+memory-mapped by every process instead of built by each.
+
+Building a column's postings costs ~0.04-0.08 ms of CPU a chunk (10-12 CPU-s a process at 60,000 chunks over the
+columns a search uses); loading them from this file costs tens of ms and the pages are shared through the page
+cache (docs/performance.md#query-cost-at-scale). Written by `fanout index` (and `fanout optimize`) for the version
+they pin, and by any process that built them itself (fanout/store/fts.py memory_columns); read at a process's first
+full-text call when `retrieve.fts_postings_file` is on.
+
+Where: `<db>/<collection>_chunks.postings/<column>.v<version>.<fingerprint>.arrow`, local databases only (on an
+object store the postings are built per process, as without the file). The fingerprint covers what the postings
+depend on: the table version, the index's tokenizer parameters, document and token counts and build time, the
+row count and a hash of the pinned row ids (the row positions in the file are positions in that order). A file
+whose name does not match is never opened; one that matches is checked (its recorded fingerprint, a CRC-32 of
+every array, offsets and row positions in range) and, if anything is wrong, ignored with a warning and rebuilt.
+
+Format: an Arrow IPC file, one record batch, a row per token: `token` (string), `rows` (large_list<int32>: the row
+positions, ascending) and `contrib` (large_list<float32>: the BM25 contribution to each), the two lists sharing
+their offsets. The arrays are used in place (zero copy from the memory map): the scores are the built ones, bit
+for bit. Writes are atomic (a temporary file, then a rename); writing one removes the column's files of older
+versions (`prune` keeps only the pinned version's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import logging
+import os
+import re
+import uuid
+import zlib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from fanout.store import storage
+
+if TYPE_CHECKING:
+    from fanout.store.db import Collection
+    from fanout.store.fts_memory import MemoryColumn
+
+log = logging.getLogger(__name__)
+FORMAT = 1  # bump when the layout changes: older files then never match a name
+_NAME = re.compile(r"^(?P<column>[A-Za-z0-9_]+)\.v(?P<version>\d+)\.(?P<fp>[0-9a-f]{16})\.arrow$")
+
+
+def folder(col: Collection) -> str | None:
+    """Where the collection's postings files live; None on an object store (not kept there)."""
+    if storage.scheme(col.db_dir) != "file":
+        return None
+    return os.path.join(col.db_dir, f"{col.chunks_name}.postings")
+
+
+def fingerprint(ds: Any, column: str, ids: np.ndarray) -> tuple[str, dict[str, Any]] | None:
+    """(the fingerprint of `column`'s postings on the version `ds` in the row order `ids`, the index's
+    tokenize args), None when the memory engine does not reproduce the column's index."""
+    from fanout.store.fts_memory import index_meta
+
+    got = index_meta(ds, column)
+    if isinstance(got, str):
+        return None
+    args, meta, st = got
+    key = {"format": FORMAT, "column": column, "version": int(ds.version), "params": meta.get("params"),
+           "num_docs": meta.get("num_docs"), "num_tokens": meta.get("num_tokens"),
+           "updated": st.get("updated_at_timestamp_ms"), "rows": len(ids),
+           "ids": hashlib.sha256(np.ascontiguousarray(ids, "<u8").tobytes()).hexdigest()}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest(), args
+
+
+def _path(col: Collection, column: str, version: int, fp: str) -> str | None:
+    d = folder(col)
+    if d is None or not re.fullmatch(r"[A-Za-z0-9_]+", column):
+        return None
+    return os.path.join(d, f"{column}.v{version}.{fp[:16]}.arrow")
+
+
+def load(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
+    """`column`'s postings from its file for the version `ds` and row order `ids`; None when there is none
+    (or none for this version, index and rows), or when it is damaged (a warning: the caller builds them)."""
+    from fanout.store.fts_memory import MemoryColumn
+
+    got = fingerprint(ds, column, ids)
+    if got is None:
+        return None
+    fp, args = got
+    path = _path(col, column, int(ds.version), fp)
+    if path is None or not os.path.isfile(path):
+        return None
+    try:
+        batch = _read(path)
+        meta = batch.schema.metadata or {}
+        if meta.get(b"fanout.fingerprint", b"").decode() != fp:
+            raise ValueError("its recorded fingerprint differs from its name")
+        tokens, rows, contrib, offsets = _arrays(batch)
+        if meta.get(b"fanout.crc", b"").decode() != _crc(tokens, rows, contrib, offsets):
+            raise ValueError("a checksum differs (the file was changed or is damaged)")
+        if offsets[0] != 0 or offsets[-1] != len(rows) or (len(offsets) > 1 and (np.diff(offsets) <= 0).any()):
+            raise ValueError("its offsets are not increasing from 0 to the postings' length")
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= len(ids)):
+            raise ValueError(f"a row position is outside 0..{len(ids) - 1}")
+        ends = offsets.tolist()
+        slices = dict(zip(tokens.to_pylist(), itertools.pairwise(ends)))
+        if len(slices) != len(tokens):
+            raise ValueError("a token appears twice")
+    except Exception as e:  # noqa: BLE001  a bad file must never fail a search: the postings are built instead
+        log.warning("full-text postings file %s is not used (%s); the postings are built instead and the file "
+                    "rewritten", path, e)
+        return None
+    return MemoryColumn(args, slices, rows, contrib, len(ids))
+
+
+def _read(path: str) -> pa.RecordBatch:
+    src = pa.memory_map(path)  # kept open by the arrays that point into it (zero copy)
+    reader = pa.ipc.open_file(src)
+    if reader.num_record_batches != 1:
+        raise ValueError(f"{reader.num_record_batches} record batches, expected 1")
+    batch = reader.get_batch(0)
+    want = pa.schema([("token", pa.string()), ("rows", pa.large_list(pa.int32())),
+                      ("contrib", pa.large_list(pa.float32()))])
+    if not batch.schema.remove_metadata().equals(want):
+        raise ValueError(f"schema {batch.schema.remove_metadata()} is not {want}")
+    return batch
+
+
+def _arrays(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
+    tokens, rows, contrib = batch.column(0), batch.column(1), batch.column(2)
+    if tokens.null_count or rows.null_count or contrib.null_count or rows.offset or contrib.offset:
+        raise ValueError("null or offset arrays")
+    offsets = rows.offsets.to_numpy()
+    if not np.array_equal(offsets, contrib.offsets.to_numpy()):
+        raise ValueError("rows and contrib have different offsets")
+    r, c = rows.values, contrib.values
+    if r.null_count or c.null_count or len(r) != len(c):
+        raise ValueError("rows and contrib differ in length")
+    return tokens, r.to_numpy(zero_copy_only=True), c.to_numpy(zero_copy_only=True), offsets
+
+
+def _crc(tokens: pa.Array, rows: np.ndarray, contrib: np.ndarray, offsets: np.ndarray) -> str:
+    """CRC-32 of every array the postings use (the tokens' offsets and bytes included)."""
+    toff = np.frombuffer(tokens.buffers()[1], np.int32, len(tokens) + 1, tokens.offset * 4)
+    data = tokens.buffers()[2]
+    parts = [toff.tobytes(), memoryview(data)[toff[0]:toff[-1]] if data is not None else b"",
+             memoryview(np.ascontiguousarray(rows)).cast("B"), memoryview(np.ascontiguousarray(contrib)).cast("B"),
+             memoryview(np.ascontiguousarray(offsets)).cast("B")]
+    crc = 0
+    for p in parts:
+        crc = zlib.crc32(p, crc)
+    return f"{crc:08x}"
+
+
+def save(col: Collection, ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None:
+    """Write `mem` (built from the version `ds` in the row order `ids`) as `column`'s postings file, atomically,
+    and remove the column's files of older versions. Returns its path; None on an object store or when the
+    index is not one the memory engine reproduces. Never raises (a warning: the postings stay in memory)."""
+    try:
+        got = fingerprint(ds, column, ids)
+        path = _path(col, column, int(ds.version), got[0]) if got is not None else None
+        if path is None:
+            return None
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tokens = list(mem.slices)
+        bounds = np.array([mem.slices[t] for t in tokens], np.int64).reshape(-1, 2)
+        if len(bounds) and (bounds[0, 0] != 0 or (bounds[1:, 0] != bounds[:-1, 1]).any()
+                            or bounds[-1, 1] != len(mem.rows)):
+            raise ValueError("the postings are not one contiguous run per token")
+        offsets = pa.array(np.concatenate([[0], bounds[:, 1]]).astype(np.int64))
+        tok = pa.array(tokens, pa.string())
+        rows = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.rows, np.int32)))
+        contrib = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.contrib, np.float32)))
+        crc = _crc(tok, np.asarray(mem.rows, np.int32), np.asarray(mem.contrib, np.float32),
+                   offsets.to_numpy())
+        batch = pa.record_batch([tok, rows, contrib], names=["token", "rows", "contrib"]).replace_schema_metadata(
+            {"fanout.fingerprint": got[0], "fanout.crc": crc, "fanout.rows": str(len(ids))})
+        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+        try:
+            with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, batch.schema) as w:
+                w.write_batch(batch)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        prune(col, column, int(ds.version), keep=os.path.basename(path))
+        log.info("wrote the full-text postings of %s v%d to %s (%.1f MB)", column, int(ds.version), path,
+                 os.path.getsize(path) / 1e6)
+        return path
+    except Exception as e:  # noqa: BLE001  the file only saves later processes a build
+        log.warning("full-text postings of %s not written to a file (%s); each process builds them", column, e)
+        return None
+
+
+def prune(col: Collection, column: str | None, version: int, keep: str | None = None, newer: bool = False
+          ) -> list[str]:
+    """Remove postings files of `column` (every column when None) older than `version`, and those of `version`
+    other than `keep` (superseded parameters or rows). Newer versions' files are left to their writers unless
+    `newer` (`ensure`: the pinned version is the only one kept; a table dropped and made anew counts again)."""
+    d = folder(col)
+    if d is None or not os.path.isdir(d):
+        return []
+    gone = []
+    for name in os.listdir(d):
+        m = _NAME.match(name)
+        if m is None or (column is not None and m["column"] != column):
+            continue
+        v = int(m["version"])
+        if v < version or (v == version and keep is not None and name != keep) or (newer and name != keep):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(d, name))
+                gone.append(name)
+    return gone
+
+
+def ensure(col: Collection, columns: list[str]) -> dict[str, str]:
+    """The postings files of `columns` for the collection's pinned chunks version (`col.refresh()` first): each
+    kept when a valid one is there, else built and written, and every other version's files removed (what
+    `fanout index` and `fanout optimize` call last). Returns column -> `kept` / `written` / why not."""
+    from fanout.store.fts_memory import memory_column
+
+    if folder(col) is None:
+        return {c: "object store: built per process" for c in columns}
+    keys = col.row_keys(("path", "chunk_id"))
+    if keys is None:
+        return {c: "above retrieve.rowid_map_rows: the memory engine is not used" for c in columns}
+    ds, ids = col.dataset(col.chunks_name), keys[0]
+    out = {}
+    for c in columns:
+        if load(col, ds, c, ids) is not None:
+            out[c] = "kept"
+            path = _path(col, c, int(ds.version), fingerprint(ds, c, ids)[0])
+        else:
+            mem = memory_column(col, ds, c, ids)
+            path = save(col, ds, c, ids, mem) if mem is not None else None
+            out[c] = "not reproduced by the memory engine" if mem is None else ("written" if path else "not written")
+        prune(col, c, int(ds.version), keep=os.path.basename(path) if path else None, newer=True)
+    return out
