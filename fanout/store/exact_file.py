@@ -21,12 +21,12 @@ import json
 import logging
 import os
 import re
-import uuid
-import zlib
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from fanout.store import version_files
 
 log = logging.getLogger(__name__)
 FORMAT = 1
@@ -95,10 +95,8 @@ def load(ds: Any, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
 
 
 def _crc(ids: np.ndarray, damaged: np.ndarray, vectors: np.ndarray) -> str:
-    crc = 0
-    for a in (ids, damaged.astype(np.uint8), vectors):
-        crc = zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
-    return f"{crc:08x}"
+    return version_files.crc32([memoryview(np.ascontiguousarray(a)).cast("B")
+                                for a in (ids, damaged.astype(np.uint8), vectors)])
 
 
 def save(ds: Any, column: str, ids: np.ndarray, vectors: np.ndarray, damaged: np.ndarray) -> str | None:
@@ -115,14 +113,7 @@ def save(ds: Any, column: str, ids: np.ndarray, vectors: np.ndarray, damaged: np
         b = pa.record_batch([pa.array(ids, pa.int64()), pa.array(damaged, pa.bool_()),
                              pa.FixedSizeListArray.from_arrays(flat, dim)], names=["_rowid", "damaged", "vector"])
         b = b.replace_schema_metadata({"fanout.fingerprint": fp, "fanout.crc": _crc(ids, damaged, vectors)})
-        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-        try:
-            with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, b.schema) as w:
-                w.write_batch(b)
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
+        version_files.write_batch(path, b)
         for name in os.listdir(os.path.dirname(path)):
             m = _NAME.match(name)
             if m and m["column"] == column and name != os.path.basename(path) and int(m["version"]) <= int(ds.version):

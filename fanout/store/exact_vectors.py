@@ -184,7 +184,7 @@ def _top_k_blocks(q: np.ndarray, qn: np.ndarray, vecs: np.ndarray, sub: np.ndarr
                   every: bool, kk: int, fixed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`top_k` over blocks of query rows: `fixed` rows each, short ones zero-padded (one product shape), or
     (0) up to LARGE_QUERY_BLOCK rows unpadded."""
-    out_q, out_p, out_d = [], [], []
+    out: tuple[list, list, list] = ([], [], [])
     step = fixed or LARGE_QUERY_BLOCK
     for a in range(0, len(q), step):
         blk = q[a:a + step]
@@ -195,17 +195,8 @@ def _top_k_blocks(q: np.ndarray, qn: np.ndarray, vecs: np.ndarray, sub: np.ndarr
             s[:, ~keep] = -np.inf
         r, c = _candidates(s, kk)
         sc = s[r, c]
-        order = np.lexsort((c, -sc, r))  # per query: best first, equal scores in row order
-        r, c, sc = r[order], c[order], sc[order]
-        counts = np.bincount(r, minlength=len(s))
-        first = np.repeat(np.cumsum(counts) - counts, counts)
-        top = (np.arange(len(r)) - first) < kk
-        rows, pos, sim = (r[top] + a).astype(np.int32), c[top], sc[top]
-        ok = np.isfinite(sim) & (qn[rows] > 0)
-        out_q.append(rows[ok])
-        out_p.append((pos if sub is None else sub[pos])[ok])
-        out_d.append((1.0 - sim[ok]).astype(np.float32))
-    return np.concatenate(out_q), np.concatenate(out_p), np.concatenate(out_d)
+        _keep_best(r, c, sc, kk, a, qn, sub, out)
+    return _joined(out)
 
 
 def _prefix_blocks(q: np.ndarray, qn: np.ndarray, m: Matrix, vecs: np.ndarray, sub: np.ndarray | None,
@@ -218,7 +209,7 @@ def _prefix_blocks(q: np.ndarray, qn: np.ndarray, m: Matrix, vecs: np.ndarray, s
     scale = m.prefix_scale(d) if sub is None else m.prefix_scale(d)[sub]
     head = vecs[:, :d]  # a strided view: BLAS reads it in place
     want = max(how.prefix_candidates, kk)
-    out_q, out_p, out_d = [], [], []
+    out: tuple[list, list, list] = ([], [], [])
     for a in range(0, len(q), LARGE_QUERY_BLOCK):
         blk = q[a:a + LARGE_QUERY_BLOCK]
         s = blk[:, :d] @ head.T
@@ -249,17 +240,29 @@ def _prefix_blocks(q: np.ndarray, qn: np.ndarray, m: Matrix, vecs: np.ndarray, s
                 np.dot(buf[:n], blk[i], out=sim[a0:a0 + n])
         if sub is None and not every:
             sim[~keep[c]] = -np.inf
-        order = np.lexsort((c, -sim, r))  # per query: best first, equal scores in row order
-        r, c, sim = r[order], c[order], sim[order]
-        counts = np.bincount(r, minlength=len(blk))
-        first = np.repeat(np.cumsum(counts) - counts, counts)
-        top = (np.arange(len(r)) - first) < kk
-        rows, pos, best = (r[top] + a).astype(np.int32), c[top], sim[top]
-        ok = np.isfinite(best) & (qn[rows] > 0)
-        out_q.append(rows[ok])
-        out_p.append((pos if sub is None else sub[pos])[ok])
-        out_d.append((1.0 - best[ok]).astype(np.float32))
-    return np.concatenate(out_q), np.concatenate(out_p), np.concatenate(out_d)
+        _keep_best(r, c, sim, kk, a, qn, sub, out)
+    return _joined(out)
+
+
+def _keep_best(r: np.ndarray, c: np.ndarray, sc: np.ndarray, kk: int, a: int, qn: np.ndarray,
+               sub: np.ndarray | None, out: tuple[list, list, list]) -> None:
+    """A query block's candidates (query r, position c, cosine sc) -> each query's `kk` best, best first and
+    equal scores in row order, appended to `out` as (query row + `a`, row position, distance); queries of no
+    length and unusable scores left out; `sub` maps positions among allowed rows to the table's."""
+    order = np.lexsort((c, -sc, r))
+    r, c, sc = r[order], c[order], sc[order]
+    counts = np.bincount(r)
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    top = (np.arange(len(r)) - first) < kk
+    rows, pos, best = (r[top] + a).astype(np.int32), c[top], sc[top]
+    ok = np.isfinite(best) & (qn[rows] > 0)
+    out[0].append(rows[ok])
+    out[1].append((pos if sub is None else sub[pos])[ok])
+    out[2].append((1.0 - best[ok]).astype(np.float32))
+
+
+def _joined(out: tuple[list, list, list]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.concatenate(out[0]), np.concatenate(out[1]), np.concatenate(out[2])
 
 
 def _candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

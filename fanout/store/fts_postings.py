@@ -30,14 +30,12 @@ import json
 import logging
 import os
 import re
-import uuid
-import zlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from fanout.store import storage
+from fanout.store import storage, version_files
 
 if TYPE_CHECKING:
     from fanout.store.db import Collection
@@ -146,10 +144,7 @@ def _crc(tokens: pa.Array, rows: np.ndarray, contrib: np.ndarray, offsets: np.nd
     parts = [toff.tobytes(), memoryview(data)[toff[0]:toff[-1]] if data is not None else b"",
              memoryview(np.ascontiguousarray(rows)).cast("B"), memoryview(np.ascontiguousarray(contrib)).cast("B"),
              memoryview(np.ascontiguousarray(offsets)).cast("B")]
-    crc = 0
-    for p in parts:
-        crc = zlib.crc32(p, crc)
-    return f"{crc:08x}"
+    return version_files.crc32(parts)
 
 
 def save(col: Collection, ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None:
@@ -175,14 +170,7 @@ def save(col: Collection, ds: Any, column: str, ids: np.ndarray, mem: MemoryColu
                    offsets.to_numpy())
         batch = pa.record_batch([tok, rows, contrib], names=["token", "rows", "contrib"]).replace_schema_metadata(
             {"fanout.fingerprint": got[0], "fanout.crc": crc, "fanout.rows": str(len(ids))})
-        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-        try:
-            with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, batch.schema) as w:
-                w.write_batch(batch)
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
+        version_files.write_batch(path, batch)
         prune(col, column, int(ds.version), keep=os.path.basename(path))
         log.info("wrote the full-text postings of %s v%d to %s (%.1f MB)", column, int(ds.version), path,
                  os.path.getsize(path) / 1e6)
