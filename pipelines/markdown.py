@@ -36,13 +36,11 @@ def scan_lines(body: str) -> list[Line]:
         m = FENCE.match(s)
         closing = opening = False
         if fence is None and m:
-            fence = m.group(1)
+            fence = m.group(1)[0] * 3
             inside = opening = True
         elif fence is not None:
             inside = True
-            # CommonMark: a fence closes on the same character at least as many times, with nothing after it;
-            # a ```` block may hold ``` blocks (and `# lines` in them) without ending
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not s[m.end():].strip():
+            if m and m.group(1).startswith(fence):
                 fence, closing = None, True
         else:
             inside = False
