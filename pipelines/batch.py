@@ -30,7 +30,8 @@ from fanout.pipelines.search import Searcher, SearchOptions
 from fanout.pipelines.write_explained import write_explained
 
 from fanout.exec.runs import Parts, Source
-from fanout.io.batch_io import arrow_reader, check_out, filesystem, parts_dataset, read_input, write_results
+from fanout.io.batch_io import filesystem, read_input
+from fanout.io.batch_out import arrow_reader, check_out, parts_dataset, write_results
 from fanout.schemas import ANSWERS, ANSWERS_SECTIONS, INPUT_ROWS
 from fanout.store.db import index_stamp
 

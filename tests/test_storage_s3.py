@@ -53,7 +53,7 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
     from fanout.pipelines.search import Searcher, SearchOptions
     from test_storage import FakeRunner, many_notes
 
-    from fanout.io.batch_io import check_out
+    from fanout.io.batch_out import check_out
 
     def ident(c, r, provision=True):  # the manifest's embedder identity, as a stand-in file would give
         return "fake.gguf", "fake-sha"

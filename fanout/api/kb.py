@@ -255,7 +255,7 @@ class KnowledgeBase:
         from fanout.exec.engines import job_mode
         from fanout.exec.progress import Progress
         from fanout.filters import as_option, parse_filter
-        from fanout.io.batch_io import check_out
+        from fanout.io.batch_out import check_out
         from fanout.pipelines.batch import run_batch
         from fanout.pipelines.search import Searcher, SearchOptions
 
@@ -279,7 +279,7 @@ class KnowledgeBase:
                 st = run_batch(src, dest, searcher, opts)
             if out is not None:
                 return BatchResult(out=dest, stats=st, storage=self.cfg.storage)
-            from fanout.io.batch_io import read_output
+            from fanout.io.batch_out import read_output
 
             return BatchResult(out=None, stats=st, table=read_output(dest))  # read before the folder goes
 

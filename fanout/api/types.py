@@ -111,7 +111,7 @@ class BatchResult:
 
     def to_arrow(self) -> pa.Table:
         if self.table is None:
-            from fanout.io.batch_io import read_output
+            from fanout.io.batch_out import read_output
 
             self.table = read_output(self.out, self.storage)
         return self.table

@@ -184,7 +184,7 @@ def main_analyze(args: Any) -> int:
 
         import pyarrow.csv as pcsv
 
-        from fanout.io.batch_io import csv_safe
+        from fanout.io.batch_out import csv_safe
 
         t = rel.to_arrow_table()
         with pcsv.CSVWriter(sys.stdout.buffer, t.schema) as w:  # formula-like cells start with ' (OWASP)
