@@ -50,7 +50,8 @@ class WriteCaches:
                 continue
             rows = qvec_table(rows) if name == "qvec" else rows.select(SCHEMAS[name].names).cast(SCHEMAS[name])
             self.stats[f"{name}_rows"] += rows.num_rows
-            self.stats[f"{name}_inserted"] += self.caches.commit(name, rows, self.cfg.cache.optimize_every)
+            # the workers' rows are their lookups' misses: `missed` lets the writer append them
+            self.stats[f"{name}_inserted"] += self.caches.commit(name, rows, self.cfg.cache.optimize_every, missed=True)
         return batch.drop_columns([c for c in NEW_COLUMNS.values() if c in batch.column_names])
 
 

@@ -309,3 +309,26 @@ def test_the_query_path_never_imports_lancedb(fake_db):
 
     keys = lance.dataset(str(fake_db / "t_cache_qvec.lance")).to_table(columns=["key"])["key"].to_pylist()
     assert len(keys) == len(set(keys)) == 4  # a's query and two fields, b's query: written once, read back
+
+
+def test_the_writer_appends_after_its_own_commit_and_merges_after_another_writers(fake_db):
+    """`Caches.commit` appends (no per-key check in Lance) only while the table's latest version is its own
+    last commit, leaving out keys it committed itself; after another writer's commit it merges again."""
+    from fanout.store.caches import Caches, qvec_table
+    from fanout.store.db import Collection
+
+    def rows(c, lo, hi):
+        return qvec_table(c.vector_rows({("query", f"text {i}"): [float(i), 1.0] for i in range(lo, hi)}))
+
+    a, b = (Caches(Collection(fake_db, "t"), "m", "p") for _ in range(2))
+    assert a.commit("qvec", rows(a, 0, 10), missed=True) == 10  # creates the table
+    assert a.commit("qvec", rows(a, 5, 15), missed=True) == 5  # appended: 5..9 are its own keys
+    assert b.commit("qvec", rows(b, 12, 20), missed=True) == 5  # another writer: merged (12..14 are there)
+    assert a.commit("qvec", rows(a, 18, 25), missed=True) == 5  # after b's commit: merged (18, 19 are b's)
+    # appended: 0..14 and 18..24 are a's own (15..17, b's, would have been hits of the workers' lookups)
+    both = pa.concat_tables([rows(a, 0, 15), rows(a, 18, 30)])
+    assert a.commit("qvec", both, missed=True) == 5
+    assert a.commit("qvec", rows(a, 0, 30)) == 0  # not vouched for: merged, nothing new
+    keys = a.table("qvec")["key"].to_pylist()
+    assert len(keys) == len(set(keys)) == 30
+    assert len(a.get_vectors([("query", f"text {i}") for i in range(30)])) == 30

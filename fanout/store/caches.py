@@ -5,10 +5,15 @@ text), so a model or prompt change misses instead of serving stale values.
 
 Many readers, one writer: workers read directly (`key IN (...)` on a BTREE index over `key`) and never
 write; they return new cache rows (`*_rows` build them) and ONE writer commits them (`commit`): deduped by
-key within the batch, inserted only where the key is missing (`merge_insert`, insert-if-not-matched), under
-an exclusive file lock per table so that two jobs on one machine never both insert a new key (Lance's
-optimistic commits can: lance-format/lance#4585). A reader that meets duplicates an older version left
-takes one of them instead of reading them as misses. duckdb reads them through Arrow:
+key within the batch, inserted only where the key is missing, under an exclusive file lock per table so that
+two jobs on one machine never both insert a new key (Lance's optimistic commits can: lance-format/lance#4585).
+The check is Lance's `merge_insert` (insert-if-not-matched), except where the writer knows the answer: when the
+table's latest version is the one its own last commit made (no other writer since), the rows the workers
+missed are appended, less the keys this writer committed itself (a plain append costs a third of a merge's
+CPU, which reads every key: ~0.3 ms a query at 60,000 chunks, docs/performance.md#query-cost-at-scale). On
+Ray Data a worker's lookup can predate the writer's last commit, so a key another job inserted just before
+that commit can be appended again: a duplicate row of the same content-addressed value. A reader that meets
+duplicates takes one of them instead of reading them as misses. duckdb reads them through Arrow:
 `duckdb.sql("select * from t")` with `t = Caches(...).table("expansions")`.
 """
 
@@ -82,6 +87,8 @@ class Caches:
         self.hits: dict[str, int] = {}
         self.misses: dict[str, int] = {}
         self.commits: dict[str, int] = {}
+        # per cache table: the version this object's last commit made, and the keys it committed (`commit`)
+        self._own: dict[str, tuple[int, set[str]]] = {}
 
     def _name(self, name: str) -> str:
         return f"{self.col.name}_cache_{name}"
@@ -123,8 +130,11 @@ class Caches:
     def _put(self, name: str, rows: pa.Table) -> None:
         self.commit(name, rows)
 
-    def commit(self, name: str, rows: pa.Table, optimize_every: int = 20) -> int:
-        """Insert the rows whose key is not in the table yet (deduped by key); returns rows inserted."""
+    def commit(self, name: str, rows: pa.Table, optimize_every: int = 20, missed: bool = False) -> int:
+        """Insert the rows whose key is not in the table yet (deduped by key); returns rows inserted.
+        `missed`: the caller vouches that each row's key was a miss of a lookup (the workers' rows): then,
+        while no other writer committed since this object's last commit, the rows are appended without
+        Lance's per-key check, less the keys this object committed itself."""
         if rows.num_rows == 0:
             return 0
         rows = _dedupe(rows)
@@ -140,14 +150,27 @@ class Caches:
                         lance.write_dataset(rows, uri, mode="create", storage_options=opts)
                     with contextlib.suppress(Exception):  # BTREE: `key IN` lookups, merges
                         self.col.dataset(n).create_scalar_index("key", "BTREE")
+                    self._own[n] = (int(self.col.dataset(n).version), set(rows.column("key").to_pylist()))
                     return rows.num_rows
                 except (ValueError, OSError) as e:  # created by an older, unlocked writer: fall through
                     if storage.is_disk_full(e):
                         raise
             ds = self.col.dataset(n)
             rows = rows.cast(ds.schema) if rows.schema != ds.schema else rows
+            version, mine = self._own.get(n, (-1, set()))
+            if int(ds.version) < version:  # the table was made anew: what this writer put there is gone
+                mine = set()
             with self.col.writing(n):
-                res = ds.merge_insert("key").when_not_matched_insert_all().execute(rows)
+                if missed and int(ds.version) == version:  # only this writer committed since: append
+                    keys = rows.column("key").to_pylist()
+                    new = [i for i, k in enumerate(keys) if k not in mine]
+                    rows = rows if len(new) == len(keys) else rows.take(pa.array(new, pa.int64()))
+                    if rows.num_rows:
+                        lance.write_dataset(rows, uri, mode="append", storage_options=opts)
+                    inserted = rows.num_rows
+                else:
+                    res = ds.merge_insert("key").when_not_matched_insert_all().execute(rows)
+                    inserted = int((res or {}).get("num_inserted_rows", rows.num_rows) or 0)
             self.commits[name] = self.commits.get(name, 0) + 1
             if optimize_every and self.commits[name] % optimize_every == 0:
                 # folds new rows into the key index and compacts: the three steps of lancedb's optimize()
@@ -155,7 +178,14 @@ class Caches:
                     self.col.dataset(n).optimize.compact_files()
                     self.col.dataset(n).optimize.optimize_indices()
                     self.col.dataset(n).cleanup_old_versions(older_than=timedelta(days=7))  # its default
-        return int((res or {}).get("num_inserted_rows", rows.num_rows) or 0)
+            # remembered keys are bounded (a long-lived writer): past the bound the next commit merges again
+            mine.update(rows.column("key").to_pylist())
+            latest = int(self.col.dataset(n).version)
+            if len(mine) <= MEMORY_KEYS:
+                self._own[n] = (latest, mine)
+            else:
+                self._own.pop(n, None)
+        return inserted
 
     # -- query vectors ---------------------------------------------------------------------------------
     def _vkey(self, role: str, text: str) -> str:
@@ -222,6 +252,8 @@ QVEC_ROW = pa.struct([("key", pa.string()), ("text", pa.string()), ("role", pa.s
 ROW_TYPES = {"qvec": QVEC_ROW,
              "expansions": pa.struct(list(SCHEMAS["expansions"])),
              "rerank": pa.struct(list(SCHEMAS["rerank"]))}
+# keys a cache writer remembers per table to append instead of merging (`Caches.commit`): ~100 bytes each
+MEMORY_KEYS = 1_000_000
 NEW_COLUMNS = {"qvec": "_new_qvec", "expansions": "_new_exp", "rerank": "_new_rr"}  # per-query list columns
 
 
