@@ -114,6 +114,28 @@ class EmbedVariants:
         return set_column(batch, NEW_COLUMNS["qvec"], pa.array(new_rows, pa.list_(ROW_TYPES["qvec"])))
 
 
+def query_vectors(batch: pa.Table) -> tuple[list[list[tuple[int, int]]], np.ndarray | list]:
+    """The `vectors` column as (per query its (vid, row) pairs, the vectors): a float32 matrix read from the
+    Arrow buffers when every vector has the same length (converting 768 floats a vector to Python and back
+    cost ~0.1 ms a query), else a list of the vectors as Python lists."""
+    n = batch.num_rows
+    if "vectors" not in batch.column_names:
+        return [[] for _ in range(n)], []
+    col = batch.column("vectors").combine_chunks()
+    flat = pa.compute.list_flatten(col)  # the structs of the non-null lists, in query order
+    parents = pa.compute.list_parent_indices(col).to_numpy()
+    vid = flat.field("vid").to_numpy(zero_copy_only=False).tolist()
+    pairs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for j, (i, v) in enumerate(zip(parents.tolist(), vid)):
+        pairs[i].append((v, j))
+    vec = flat.field("vector")
+    lengths = pa.compute.list_value_length(vec).to_numpy(zero_copy_only=False)
+    if len(vec) and not vec.null_count and not flat.null_count and (lengths == lengths[0]).all() and lengths[0]:
+        values = pa.compute.list_flatten(vec).to_numpy(zero_copy_only=False)
+        return pairs, np.asarray(values, np.float32).reshape(len(vec), int(lengths[0]))
+    return pairs, vec.to_pylist()
+
+
 class Retrieve:
     """Stage: full-text + vector + alias lanes -> fuse_rrf -> top `keep` pages per query with their chunk's
     title, heading and snippet (and the rerank passage when `rerank`) as `candidates`; `_hits` (every list's
@@ -133,7 +155,7 @@ class Retrieve:
         rows = batch.select(["qid", "error", "variants"]).to_pylist()
         probe = batch.column("_probe").to_pylist() if "_probe" in batch.column_names else [None] * len(rows)
         wheres = batch.column("_where").to_pylist() if "_where" in batch.column_names else [None] * len(rows)
-        vectors = batch.column("vectors").to_pylist() if "vectors" in batch.column_names else [None] * len(rows)
+        vids, matrix = query_vectors(batch)
         ok = [i for i, r in enumerate(rows) if r["error"] is None]
         out: list[dict] = []
         fts_todo: list[tuple[str, dict]] = []
@@ -153,17 +175,19 @@ class Retrieve:
             self.stats["fts_lists"] += len(fts_todo)
         if "vec" in lanes:
             order: list[tuple[str, dict]] = []
-            vecs = []
+            at: list[int] = []  # each searched vector's row in `matrix`
             groups: dict[str | None, list[int]] = defaultdict(list)  # one batched search per distinct filter
             for i in ok:
                 kinds = {v["vid"]: v for v in rows[i]["variants"]}
-                for x in vectors[i] or []:
-                    groups[wheres[i]].append(len(vecs))
-                    order.append((rows[i]["qid"], kinds[x["vid"]]))
-                    vecs.append(x["vector"])
+                for vid, j in vids[i]:
+                    groups[wheres[i]].append(len(at))
+                    order.append((rows[i]["qid"], kinds[vid]))
+                    at.append(j)
             by_q: dict[int, list[dict]] = {}
             for where, members in groups.items():
-                res = self.col.vector_search_many([vecs[j] for j in members], k * 3, ["path", "chunk_id"], where)
+                picked = [matrix[at[j]] for j in members] if isinstance(matrix, list) else \
+                    matrix[np.asarray([at[j] for j in members], np.int64)]
+                res = self.col.vector_search_many(picked, k * 3, ["path", "chunk_id"], where)
                 if not res.num_rows:
                     continue
                 # best first per query vector (a stable sort, as Python's sorted was: ties keep LanceDB's order)
@@ -177,7 +201,7 @@ class Retrieve:
                     by_q[members[int(qi[a])]] = column_pages(paths[a:b], cids[a:b], sims[a:b], k)
             for qi_, (qid, v) in enumerate(order):
                 out.extend(hit_rows(qid, v["vid"], v["kind"], "vec", by_q.get(qi_, [])))
-            self.stats["vec_lists"] += len(vecs)
+            self.stats["vec_lists"] += len(at)
         if "_title_hits" in batch.column_names:  # title_vec / heading_vec lists (RetrieveTitles)
             for i, hs in enumerate(batch.column("_title_hits").to_pylist()):
                 if rows[i]["error"] is None:

@@ -289,9 +289,10 @@ class Collection:
         with self.guard(self.chunks_name):
             return self.memo(("row_keys", columns), build)
 
-    def vector_search_many(self, vectors: list[list[float]], k: int, select: list[str],
+    def vector_search_many(self, vectors: list[list[float]] | np.ndarray, k: int, select: list[str],
                            where: str | None = None) -> pa.Table:
-        """All query vectors as ONE batched search; the result has `query_index`.
+        """All query vectors (lists, or the rows of a 2-D array) as ONE batched search; the result has
+        `query_index`.
 
         Query vectors are cut to the stored dimension (Matryoshka) and re-normalised. Up to
         `index.exact_search_rows` rows the search is exact, one matrix product (`_exact_search`); above, with a
@@ -301,7 +302,10 @@ class Collection:
         """
         import pyarrow.compute as pc
 
-        finite = [i for i, v in enumerate(vectors) if v is not None and np.isfinite(np.asarray(v)).all()]
+        if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
+            finite = np.flatnonzero(np.isfinite(vectors).all(axis=1)).tolist()
+        else:
+            finite = [i for i, v in enumerate(vectors) if v is not None and np.isfinite(np.asarray(v)).all()]
         if len(finite) < len(vectors):
             log.warning("%d query vectors are not finite; their vector lists are empty", len(vectors) - len(finite))
         if not finite:
@@ -309,7 +313,11 @@ class Collection:
         with self.guard(self.chunks_name):
             ds = self.dataset(self.chunks_name)
             dim, indexed = self.memo("vector_meta", lambda: (vector_dims(ds)[0], has_vector_index(ds)))
-            qv = truncate_vectors(np.asarray([vectors[i] for i in finite], dtype=np.float32), dim)
+            if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
+                qv = np.asarray(vectors if len(finite) == len(vectors) else vectors[finite], np.float32)
+            else:
+                qv = np.asarray([vectors[i] for i in finite], dtype=np.float32)
+            qv = truncate_vectors(qv, dim)
             res = self._exact_search(ds, qv, k, select, where)  # None: above the size, or Lance must answer
             # Lance's batch search (one plan per query vector, `query_index` first), as lancedb runs it
             nearest: dict[str, Any] = {"column": VECTOR, "q": qv, "k": k, "metric": "cosine"}
