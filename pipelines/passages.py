@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 
 from fanout.text import est_tokens, stem_key, terms
 
@@ -55,15 +56,22 @@ def best_passage(text: str, query: str, max_tokens: int, keys: set[str] | None =
     qk = query_keys(query) if keys is None else keys
     found = [[k for k in st if k in qk] for st in stems]
     best, best_i, best_j = (-1, -1), 0, 1
-    for i in range(len(lines)):
-        size, j, seen, hits = 0, i, set(), 0
-        while j < len(lines) and (j == i or size + toks[j] <= max_tokens):
+    # each start i's window is lines i..j-1, as many as fit max_tokens (at least line i); j never moves back
+    # as i moves on, so one pass adds each line once and drops it once (a count per term: its distinct ones)
+    n, size, j, hits, count = len(lines), 0, 0, 0, Counter()
+    for i in range(n):
+        if i:
+            size -= toks[i - 1]
+            hits -= len(found[i - 1])
+            count.subtract(found[i - 1])
+        while j < n and (j == i or size + toks[j] <= max_tokens):
             size += toks[j]
-            seen.update(found[j])
             hits += len(found[j])
+            count.update(found[j])
             j += 1
-        if (len(seen), hits) > best:  # the most distinct terms first (query and short_query alike), then hits
-            best, best_i, best_j = (len(seen), hits), i, j
+        seen = sum(1 for c in count.values() if c > 0) if hits else 0
+        if (seen, hits) > best:  # the most distinct terms first (query and short_query alike), then hits
+            best, best_i, best_j = (seen, hits), i, j
     passage = "\n".join(lines[best_i:best_j])
     return _focus(passage, qk, max_tokens * 6)  # a single over-long line: cut by characters
 

@@ -41,3 +41,40 @@ def test_a_snippet_is_never_only_a_heading_and_prefers_query_or_short_query_term
     assert "attachments" in snippet(far, query_keys("attachments"), 60, 120)
     # a chunk that is only a heading keeps it (nothing else to show)
     assert snippet("## Only", query_keys("x"), 60, 300) == "## Only"
+
+
+def test_best_passage_sliding_window_picks_what_every_window_scored_alone_picks():
+    """`best_passage` moves one window along the lines; it must pick the lines that scoring every start's
+    window from scratch picks (the most distinct terms, then hits, the first start among equals)."""
+    import random
+
+    from fanout.pipelines.passages import _focus, _split_lines, query_keys
+
+    def reference(text: str, query: str, max_tokens: int) -> str:
+        split = _split_lines(text)
+        if split is None:
+            return text.strip()
+        lines, toks, stems = split
+        qk = query_keys(query)
+        found = [[k for k in st if k in qk] for st in stems]
+        best, best_i, best_j = (-1, -1), 0, 1
+        for i in range(len(lines)):
+            size, j, seen, hits = 0, i, set(), 0
+            while j < len(lines) and (j == i or size + toks[j] <= max_tokens):
+                size += toks[j]
+                seen.update(found[j])
+                hits += len(found[j])
+                j += 1
+            if (len(seen), hits) > best:
+                best, best_i, best_j = (len(seen), hits), i, j
+        return _focus("\n".join(lines[best_i:best_j]), qk, max_tokens * 6)
+
+    rnd = random.Random(5)
+    words = ["sync", "vault", "notes", "plugin", "graph", "the", "settings", "backup", "canvas", "links",
+             "## Heading", "theme", "файлы", "заметки"]
+    for _ in range(400):
+        text = "\n".join(" ".join(rnd.choice(words) for _ in range(rnd.randint(0, 30)))
+                         for _ in range(rnd.randint(0, 25)))
+        query = " ".join(rnd.sample(words, rnd.randint(1, 4)))
+        for max_tokens in (5, 20, 60, 200):
+            assert best_passage(text, query, max_tokens) == reference(text, query, max_tokens), (text, query)
