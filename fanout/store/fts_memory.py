@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,14 @@ B = np.float32(0.75)
 _TOKENIZE_ARGS = ("base_tokenizer", "language", "max_token_length", "lower_case", "stem", "remove_stop_words",
                   "custom_stop_words", "ascii_folding", "min_ngram_length", "max_ngram_length", "prefix_only",
                   "split_identifiers", "split_on_numerics", "preserve_original", "index_operators")
+
+
+# `MemoryColumn.top` adds a query's postings up in a small array of the rows they hold (`_sparse`: union, searchsorted)
+# when their total length times this is under the column's rows, else in an array of every row (`_dense`);
+# bench/fts_memory_cost.py measures both per length
+SPARSE_RATIO = 8
+STRIDE = 16
+_SCRATCH = threading.local()  # this thread's float32 array of every row for `_dense`, all zeros between calls
 
 
 class MemoryColumn:
@@ -66,27 +75,80 @@ class MemoryColumn:
         if len(hits) == 1:
             s, e = hits[0]
             cand, score = self.rows[s:e], self.contrib[s:e]
+            if allowed is not None:
+                keep = allowed[cand]
+                cand, score = cand[keep], score[keep]
+            return _best(cand, score, k) if len(cand) else None
+        return _sums_top(self.rows, self.contrib, hits, self.n_rows, k, allowed)
+
+
+def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]], n_rows: int, k: int,
+              allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """`MemoryColumn.top` of several postings slices: their float32 sums per row, added up in this thread's
+    array of every row (reused: all zeros between calls, so no allocation and no page faults per call), then
+    the k best of the rows they hold."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < n_rows:
+        buf = _SCRATCH.buf = np.zeros(n_rows, np.float32)
+    buf = buf[:n_rows]
+    try:
+        for s, e in hits:  # one float32 add per query token, in query order: Lance's sums to the bit (a token's
+            np.add.at(buf, rows[s:e], contrib[s:e])  # rows are distinct: add.at adds what `buf[r] += c` adds, faster)
+        if sum(e - s for s, e in hits) * SPARSE_RATIO < n_rows:
+            # few rows: their union (each slice is ascending), cheaper than a pass over every row
+            srt = np.sort(np.concatenate([rows[s:e] for s, e in hits]))
+            first = np.empty(len(srt), bool)
+            first[0] = True
+            np.not_equal(srt[1:], srt[:-1], out=first[1:])
+            cand = srt[first]
+            score = buf[cand]
+            buf[cand] = 0  # all zeros again
+            if not score.all():  # a sum of 0 (never, with contributions > 0): left out, as below
+                cand, score = cand[score != 0], score[score != 0]
         else:
-            dense = np.zeros(self.n_rows, np.float32)
-            for s, e in hits:  # one float32 add per query token, in query order: Lance's sums to the bit
-                dense[self.rows[s:e]] += self.contrib[s:e]
-            cand = np.flatnonzero(dense != 0)  # every contribution is > 0: the rows some token matched (a bool
-            # array's nonzero is ~3x faster than a float32 one's at 60,000 rows)
-            score = dense[cand]
-        if allowed is not None:
-            keep = allowed[cand]
-            cand, score = cand[keep], score[keep]
-        return topk(cand, score, k) if len(cand) else None
+            cut = np.float32(0)
+            if allowed is None and 0 < k and n_rows >= 4 * k * STRIDE:
+                cut = max(_kth(buf[::STRIDE], k), cut)  # a first cut (`_best`); 0: fewer than k rows matched
+            # every contribution is > 0: the rows some token matched are those not 0 (a bool array's nonzero is
+            # ~3x faster than a float32 one's at 60,000 rows)
+            keep = buf >= cut if cut > 0 else buf != 0
+            if allowed is not None:
+                keep &= allowed
+            cand = np.flatnonzero(keep)
+            score = buf[cand]
+            buf.fill(0)  # all zeros again
+            allowed = None
+    except BaseException:
+        _SCRATCH.buf = None  # stopped half-way: not reused
+        raise
+    if allowed is not None:
+        keep = allowed[cand]
+        cand, score = cand[keep], score[keep]
+    return _best(cand, score, k) if len(cand) else None
 
 
 def topk(pos: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best (highest score first, lower position first among equal scores)."""
+    """The k best (highest score first, lower position first among equal scores); positions distinct."""
+    order = np.argsort(pos, kind="stable")
+    return _best(pos[order], score[order], k)
+
+
+def _best(pos: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`topk` of positions given ascending: a stable sort by -score keeps the lower position first."""
+    if 0 < k and len(pos) >= 4 * k * STRIDE:  # a first cut: the k-th best of every STRIDE-th row is at most
+        keep = np.flatnonzero(score >= _kth(score[::STRIDE], k))  # the k-th best of all (a partition of a
+        pos, score = pos[keep], score[keep]  # STRIDE-th of them, ~k * STRIDE rows left)
     if len(pos) > 4 * k:  # cut to the scores at or above the k-th before sorting
         kth = np.partition(score, len(score) - k)[len(score) - k]
-        keep = score >= kth
+        keep = np.flatnonzero(score >= kth)
         pos, score = pos[keep], score[keep]
-    order = np.lexsort((pos, -score))[:k]
+    order = np.argsort(-score, kind="stable")[:k]
     return pos[order], score[order]
+
+
+def _kth(score: np.ndarray, k: int) -> np.float32:
+    """The k-th highest of `score` (k <= its length)."""
+    return np.partition(score, len(score) - k)[len(score) - k]
 
 
 def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, allowed: np.ndarray | None = None
@@ -113,7 +175,7 @@ def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, 
     pos, score = pos[order], score[order]
     first = np.ones(len(pos), bool)
     first[1:] = pos[1:] != pos[:-1]
-    return topk(pos[first], score[first], k)
+    return _best(pos[first], score[first], k)
 
 
 def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
