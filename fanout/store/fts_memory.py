@@ -78,7 +78,7 @@ class MemoryColumn:
             if allowed is not None:
                 keep = allowed[cand]
                 cand, score = cand[keep], score[keep]
-            return _best(cand, score, k) if len(cand) else None
+            return topk(cand, score, k) if len(cand) else None
         return _sums_top(self.rows, self.contrib, hits, self.n_rows, k, allowed)
 
 
@@ -108,7 +108,7 @@ def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]]
         else:
             cut = np.float32(0)
             if allowed is None and 0 < k and n_rows >= 4 * k * STRIDE:
-                cut = max(_kth(buf[::STRIDE], k), cut)  # a first cut (`_best`); 0: fewer than k rows matched
+                cut = max(_kth(buf[::STRIDE], k), cut)  # a first cut (`topk`); 0: fewer than k rows matched
             # every contribution is > 0: the rows some token matched are those not 0 (a bool array's nonzero is
             # ~3x faster than a float32 one's at 60,000 rows)
             keep = buf >= cut if cut > 0 else buf != 0
@@ -124,25 +124,18 @@ def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]]
     if allowed is not None:
         keep = allowed[cand]
         cand, score = cand[keep], score[keep]
-    return _best(cand, score, k) if len(cand) else None
+    return topk(cand, score, k) if len(cand) else None
 
 
 def topk(pos: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best (highest score first, lower position first among equal scores); positions distinct."""
-    order = np.argsort(pos, kind="stable")
-    return _best(pos[order], score[order], k)
-
-
-def _best(pos: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """`topk` of positions given ascending: a stable sort by -score keeps the lower position first."""
+    """The k best (highest score first, lower position first among equal scores)."""
     if 0 < k and len(pos) >= 4 * k * STRIDE:  # a first cut: the k-th best of every STRIDE-th row is at most
         keep = np.flatnonzero(score >= _kth(score[::STRIDE], k))  # the k-th best of all (a partition of a
         pos, score = pos[keep], score[keep]  # STRIDE-th of them, ~k * STRIDE rows left)
     if len(pos) > 4 * k:  # cut to the scores at or above the k-th before sorting
-        kth = np.partition(score, len(score) - k)[len(score) - k]
-        keep = np.flatnonzero(score >= kth)
+        keep = np.flatnonzero(score >= _kth(score, k))
         pos, score = pos[keep], score[keep]
-    order = np.argsort(-score, kind="stable")[:k]
+    order = np.lexsort((pos, -score))[:k]
     return pos[order], score[order]
 
 
@@ -175,7 +168,7 @@ def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, 
     pos, score = pos[order], score[order]
     first = np.ones(len(pos), bool)
     first[1:] = pos[1:] != pos[:-1]
-    return _best(pos[first], score[first], k)
+    return topk(pos[first], score[first], k)
 
 
 def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
