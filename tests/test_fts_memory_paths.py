@@ -101,13 +101,16 @@ def queries(rng, n: int, n_tokens: int = 60) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("n_rows", [300, 5000, 20000])
-@pytest.mark.parametrize("ratio,stride", [(8, 16), (0, 16), (10 ** 9, 16), (8, 2)])
-def test_top_equals_the_dense_sums(monkeypatch, n_rows, ratio, stride):
-    """Every path: the default, always the array of every row (ratio 0), always the union (huge ratio), and a
-    first cut that applies from small sizes on (stride 2)."""
+@pytest.mark.parametrize("ratio,stride,dense", [(8, 16, 8), (0, 16, 8), (10 ** 9, 16, 8), (8, 2, 8), (0, 16, 0),
+                                                (0, 16, 10 ** 9), (10 ** 9, 2, 10 ** 9)])
+def test_top_equals_the_dense_sums(monkeypatch, n_rows, ratio, stride, dense):
+    """Every path: the default, always the array of every row (ratio 0), always the union (huge ratio), a
+    first cut that applies from small sizes on (stride 2), no token kept as an array of every row (dense 0),
+    every token while the budget lasts (huge dense)."""
     monkeypatch.setattr(fts_memory, "SPARSE_RATIO", ratio)
     monkeypatch.setattr(fts_memory, "STRIDE", stride)
-    rng = np.random.default_rng(n_rows + ratio + stride)
+    monkeypatch.setattr(fts_memory, "DENSE_RATIO", dense)
+    rng = np.random.default_rng(n_rows + ratio + stride + dense)
     m = column(rng, n_rows)
     masks = [None, rng.random(n_rows) < 0.05, rng.random(n_rows) < 0.5, rng.random(n_rows) < 0.97,
              np.zeros(n_rows, bool)]
@@ -152,8 +155,11 @@ def test_search_equals_the_old_combination():
                 assert same(want, got), (q, k)
 
 
-def test_threads_share_no_sums():
-    """`fanout serve` searches from several threads: each has its own array, results as one thread's."""
+@pytest.mark.parametrize("dense", [8, 10 ** 9])
+def test_threads_share_no_sums(monkeypatch, dense):
+    """`fanout serve` searches from several threads: each has its own array, results as one thread's (the
+    arrays of frequent tokens built by whichever thread comes first)."""
+    monkeypatch.setattr(fts_memory, "DENSE_RATIO", dense)
     rng = np.random.default_rng(2)
     m = column(rng, 20000)
     qs = queries(rng, 120)

@@ -46,12 +46,18 @@ _TOKENIZE_ARGS = ("base_tokenizer", "language", "max_token_length", "lower_case"
                   "split_identifiers", "split_on_numerics", "preserve_original", "index_operators")
 
 
-# `MemoryColumn.top` adds a query's postings up in a small array of the rows they hold (`_sparse`: union, searchsorted)
-# when their total length times this is under the column's rows, else in an array of every row (`_dense`);
-# bench/fts_memory_cost.py measures both per length
+# How `MemoryColumn.top` adds a query's postings up and cuts them to the k best; none changes a result, each was
+# chosen by bench/fts_memory_cost.py on a 60,000-chunk index (docs/performance.md):
+# - the rows of postings this many times shorter than the column are found as the union of their slices, longer
+#   ones by a pass over every row;
 SPARSE_RATIO = 8
+# - a token in at least 1/this of the rows is kept (at its first use) as an array of every row, added in one pass
+#   (~5 us at 60,000 rows against ~12 us for 7,500 postings added one by one); these arrays never hold more
+#   bytes than the postings themselves;
+DENSE_RATIO = 8
+# - of more than 4 k x this scores, the k-th best of every STRIDE-th is a first cut (a partition of 1/STRIDE).
 STRIDE = 16
-_SCRATCH = threading.local()  # this thread's float32 array of every row for `_dense`, all zeros between calls
+_SCRATCH = threading.local()  # this thread's float32 array of every row (`_sums_top`), all zeros between calls
 
 
 class MemoryColumn:
@@ -63,6 +69,8 @@ class MemoryColumn:
         self.tokenize_args, self.slices, self.rows, self.contrib, self.n_rows = \
             tokenize_args, slices, rows, contrib, n_rows
         self.analyzer = tuple(sorted(tokenize_args.items()))  # columns with equal ones tokenize a query alike
+        self._full: dict[int, np.ndarray] = {}  # slice start -> a frequent token's contributions, every row
+        self._full_left = rows.nbytes + contrib.nbytes  # bytes those arrays may still take
 
     def top(self, tokens: list[str], k: int, allowed: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -79,21 +87,36 @@ class MemoryColumn:
                 keep = allowed[cand]
                 cand, score = cand[keep], score[keep]
             return topk(cand, score, k) if len(cand) else None
-        return _sums_top(self.rows, self.contrib, hits, self.n_rows, k, allowed)
+        full = [self._full_row(s, e) if (e - s) * DENSE_RATIO >= self.n_rows else None for s, e in hits]
+        return _sums_top(self.rows, self.contrib, hits, full, self.n_rows, k, allowed)
+
+    def _full_row(self, s: int, e: int) -> np.ndarray | None:
+        """The contributions of the token at rows[s:e] as an array of every row (0 where it is not), built
+        at its first use while the budget lasts (None after; two threads may both build one: the same)."""
+        got = self._full.get(s)
+        if got is None and self._full_left >= 4 * self.n_rows:
+            self._full_left -= 4 * self.n_rows
+            got = np.zeros(self.n_rows, np.float32)
+            got[self.rows[s:e]] = self.contrib[s:e]
+            self._full[s] = got
+        return got
 
 
-def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]], n_rows: int, k: int,
-              allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]], full: list[np.ndarray | None],
+              n_rows: int, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
     """`MemoryColumn.top` of several postings slices: their float32 sums per row, added up in this thread's
     array of every row (reused: all zeros between calls, so no allocation and no page faults per call), then
-    the k best of the rows they hold."""
+    the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, or None."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None or len(buf) < n_rows:
         buf = _SCRATCH.buf = np.zeros(n_rows, np.float32)
     buf = buf[:n_rows]
     try:
-        for s, e in hits:  # one float32 add per query token, in query order: Lance's sums to the bit (a token's
-            np.add.at(buf, rows[s:e], contrib[s:e])  # rows are distinct: add.at adds what `buf[r] += c` adds, faster)
+        for (s, e), f in zip(hits, full):  # one float32 add per query token, in query order: Lance's sums to the bit
+            if f is not None:  # + 0.0 where the token is not: the sum unchanged
+                np.add(buf, f, out=buf)
+            else:  # a token's rows are distinct: add.at adds what `buf[r] += c` adds, faster
+                np.add.at(buf, rows[s:e], contrib[s:e])
         if sum(e - s for s, e in hits) * SPARSE_RATIO < n_rows:
             # few rows: their union (each slice is ascending), cheaper than a pass over every row
             srt = np.sort(np.concatenate([rows[s:e] for s, e in hits]))
