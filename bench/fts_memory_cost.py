@@ -13,8 +13,9 @@ two chunks a note; minutes for thousands). Query texts: `topic_queries(--queries
 engine uses (`fts.memory_columns`: the index's postings files, else built); k = 3 x retrieve.k, as Retrieve.
 
 Per `search` call (tokenize included) and per `MemoryColumn.top` call (split by how the new code adds the
-postings up: one token, `_sparse`, `_dense`): CPU ms per call, old and new, each the median of `--repeat` runs
-taking turns. Every result of both is compared (positions, order, float32 scores bit for bit) before timing.
+postings up: one token; short postings, the union of their rows; long ones, a pass over every row): CPU ms per
+call, old and new, each the median of `--repeat` runs taking turns. Every result of both is compared
+(positions, order, float32 scores bit for bit) before timing.
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                 hits = [m.slices[t] for t in toks[m.analyzer] if t in m.slices]
                 size = sum(e - s for s, e in hits)
                 kinds.append("none" if not hits else "one token" if len(hits) == 1 else
-                             "sparse" if size * fts_memory.SPARSE_RATIO < m.n_rows else "dense")
+                             "short postings" if (size + fts_memory.SPARSE_BASE) * fts_memory.SPARSE_RATIO < m.n_rows
+                             else "long postings")
         bad = [t for t in texts if not same(old_search(mem, boosts, t, k), fts_memory.search(mem, boosts, t, k))]
         bad += [c for c in calls if not same(old_top(*c), c[0].top(c[1], c[2]))]
         if bad:
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         searches = [(mem, boosts, t, k) for t in texts]
         groups = {"all": list(range(len(calls)))}
-        for kind in ("one token", "sparse", "dense", "none"):
+        for kind in ("one token", "short postings", "long postings", "none"):
             groups[kind] = [i for i, x in enumerate(kinds) if x == kind]
         runs: dict[str, list[float]] = {}
         for _ in range(args.repeat):  # old and new take turns (the box's speed drifts)
@@ -182,14 +184,15 @@ def main(argv: list[str] | None = None) -> int:
                         cpu(lambda m, toks, kk: m.top(toks, kk), sub) / len(sub))
         med = {name: 1000 * statistics.median(v) for name, v in runs.items()}
         print(f"\n{mem[0].n_rows} chunks, {len(texts)} query texts, columns x{len(mem)}, k {k}, "
-              f"SPARSE_RATIO {fts_memory.SPARSE_RATIO}, median of {args.repeat}; all results identical\n")
-        print(f"| {'call':<22} | {'calls':>6} | {'old ms':>7} | {'new ms':>7} | {'saved':>6} |")
-        print(f"|{'-' * 24}|{'-' * 8}:|{'-' * 8}:|{'-' * 8}:|{'-' * 7}:|")
+              f"SPARSE_RATIO {fts_memory.SPARSE_RATIO}, DENSE_RATIO {fts_memory.DENSE_RATIO}, STRIDE "
+              f"{fts_memory.STRIDE}, median of {args.repeat}; all results identical\n")
+        print(f"| {'call':<28} | {'calls':>6} | {'old ms':>7} | {'new ms':>7} | {'saved':>6} |")
+        print(f"|{'-' * 30}|{'-' * 8}:|{'-' * 8}:|{'-' * 8}:|{'-' * 7}:|")
         rows = [("search", len(searches), "search")] + \
             [(f"top ({g})", len(idx), f"top {g}") for g, idx in groups.items() if idx]
         for label, n, key in rows:
             o, w = med[f"{key} old"], med[f"{key} new"]
-            print(f"| {label:<22} | {n:>6} | {o:>7.4f} | {w:>7.4f} | {100 * (1 - w / o):>5.0f}% |")
+            print(f"| {label:<28} | {n:>6} | {o:>7.4f} | {w:>7.4f} | {100 * (1 - w / o):>5.0f}% |")
         print(f"\nper query (2 searches): old {2 * med['search old']:.3f} ms, new {2 * med['search new']:.3f} ms")
     finally:
         if not args.work:

@@ -49,8 +49,10 @@ _TOKENIZE_ARGS = ("base_tokenizer", "language", "max_token_length", "lower_case"
 # How `MemoryColumn.top` adds a query's postings up and cuts them to the k best; none changes a result, each was
 # chosen by bench/fts_memory_cost.py on a 60,000-chunk index (docs/performance.md):
 # - the rows of postings this many times shorter than the column are found as the union of their slices, longer
-#   ones by a pass over every row;
+#   ones by a pass over every row (the union's fixed cost counted as SPARSE_BASE more postings: a pass over
+#   4,000 rows costs what it does);
 SPARSE_RATIO = 8
+SPARSE_BASE = 512
 # - a token in at least 1/this of the rows is kept (at its first use) as an array of every row, added in one pass
 #   (~5 us at 60,000 rows against ~12 us for 7,500 postings added one by one); these arrays never hold more
 #   bytes than the postings themselves;
@@ -117,7 +119,7 @@ def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]]
                 np.add(buf, f, out=buf)
             else:  # a token's rows are distinct: add.at adds what `buf[r] += c` adds, faster
                 np.add.at(buf, rows[s:e], contrib[s:e])
-        if sum(e - s for s, e in hits) * SPARSE_RATIO < n_rows:
+        if (sum(e - s for s, e in hits) + SPARSE_BASE) * SPARSE_RATIO < n_rows:
             # few rows: their union (each slice is ascending), cheaper than a pass over every row
             srt = np.sort(np.concatenate([rows[s:e] for s, e in hits]))
             first = np.empty(len(srt), bool)
