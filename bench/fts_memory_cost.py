@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=1600)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--small", type=int, default=0, help="build a synthetic vault of this many notes instead")
-    ap.add_argument("--work", default=None, help="work folder, kept: its copy of the index is reused (default: a new one, removed)")
+    ap.add_argument("--work", default=None,
+                    help="work folder, kept: its copy of the index is reused (default: a new one, removed)")
     args = ap.parse_args(argv)
     import lance
     from fanout.pipelines.lanes import fts_text
@@ -160,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
                 calls.append((m, toks[m.analyzer], k))
                 hits = [m.slices[t] for t in toks[m.analyzer] if t in m.slices]
                 size = sum(e - s for s, e in hits)
+                short = (size + fts_memory.SPARSE_BASE) * fts_memory.SPARSE_RATIO < m.n_rows
                 kinds.append("none" if not hits else "one token" if len(hits) == 1 else
-                             "short postings" if (size + fts_memory.SPARSE_BASE) * fts_memory.SPARSE_RATIO < m.n_rows
-                             else "long postings")
-        bad = [t for t in texts if not same(old_search(mem, boosts, t, k), fts_memory.search(mem, boosts, t, k))]
+                             "short postings" if short else "long postings")
+        bad = [t for t in texts
+               if not same(old_search(mem, boosts, t, k), fts_memory.search(mem, boosts, t, k))]
         bad += [c for c in calls if not same(old_top(*c), c[0].top(c[1], c[2]))]
         if bad:
             print(f"DIFFERENT results: {len(bad)}, e.g. {bad[0]!r}")
@@ -193,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         for label, n, key in rows:
             o, w = med[f"{key} old"], med[f"{key} new"]
             print(f"| {label:<28} | {n:>6} | {o:>7.4f} | {w:>7.4f} | {100 * (1 - w / o):>5.0f}% |")
-        print(f"\nper query (2 searches): old {2 * med['search old']:.3f} ms, new {2 * med['search new']:.3f} ms")
+        print(f"\nper query (2 searches): old {2 * med['search old']:.3f} ms, "
+              f"new {2 * med['search new']:.3f} ms")
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

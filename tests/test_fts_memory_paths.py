@@ -1,8 +1,9 @@
 """The memory full-text engine's query side (fanout/store/fts_memory.py `top`, `topk`, `search`) against the
 code it replaced (908d953's dense sums over every row, copied below): the same positions, order and float32
-scores bit for bit, on random postings with ties, repeated tokens, prefilters, one-token queries, long and short
-postings, both ways of adding them up (the union of short postings, the array of every row), with and without
-the strided first cut, and from several threads at once (tests/test_fts_memory.py checks against Lance)."""
+scores bit for bit, on random postings with ties, repeated tokens, prefilters, one-token queries, long and
+short postings, every way of adding them up (the union of short postings, a pass over every row, frequent
+tokens as arrays of every row), with and without the strided first cut, and from several threads at once
+(tests/test_fts_memory.py checks against Lance)."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def column(rng, n_rows: int, n_tokens: int = 60) -> MemoryColumn:
     vals = np.array([0.5, 0.75, 1.25, 2.0, 1 / 3, 0.1], np.float32)
     rows, contrib, slices, at = [], [], {}, 0
     for i in range(n_tokens):
-        size = n_rows // 2 if i == 0 else n_rows // 5 if i == 1 else int(rng.integers(1, max(2, n_rows // 50)))
+        size = n_rows // 2 if i == 0 else n_rows // 5 if i == 1 else \
+            int(rng.integers(1, max(2, n_rows // 50)))
         r = np.sort(rng.choice(n_rows, size=size, replace=False)).astype(np.int32)
         c = rng.random(size).astype(np.float32) + np.float32(0.01) if i in (2, 3) else rng.choice(vals, size)
         rows.append(r)
@@ -101,8 +103,8 @@ def queries(rng, n: int, n_tokens: int = 60) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("n_rows", [300, 5000, 20000])
-@pytest.mark.parametrize("ratio,stride,dense", [(8, 16, 8), (0, 16, 8), (10 ** 9, 16, 8), (8, 2, 8), (0, 16, 0),
-                                                (0, 16, 10 ** 9), (10 ** 9, 2, 10 ** 9)])
+@pytest.mark.parametrize("ratio,stride,dense", [(8, 16, 8), (0, 16, 8), (10 ** 9, 16, 8), (8, 2, 8),
+                                                (0, 16, 0), (0, 16, 10 ** 9), (10 ** 9, 2, 10 ** 9)])
 def test_top_equals_the_dense_sums(monkeypatch, n_rows, ratio, stride, dense):
     """Every path: the default, always the array of every row (ratio 0), always the union (huge ratio), a
     first cut that applies from small sizes on (stride 2), no token kept as an array of every row (dense 0),
@@ -136,7 +138,8 @@ def test_topk_equals_the_old_one_on_any_order():
     rng = np.random.default_rng(5)
     for n in (1, 7, 300, 5000, 40000):
         pos = rng.permutation(10 * n)[:n]
-        score = rng.choice(np.array([0.25, 1.5, 3.0], np.float32), n) if n % 2 else rng.random(n).astype(np.float32)
+        ties = rng.choice(np.array([0.25, 1.5, 3.0], np.float32), n)
+        score = ties if n % 2 else rng.random(n).astype(np.float32)
         for k in (1, 5, 60):
             assert same(old_topk(pos, score, k), topk(pos, score, k)), (n, k)
 

@@ -46,20 +46,20 @@ _TOKENIZE_ARGS = ("base_tokenizer", "language", "max_token_length", "lower_case"
                   "split_identifiers", "split_on_numerics", "preserve_original", "index_operators")
 
 
-# How `MemoryColumn.top` adds a query's postings up and cuts them to the k best; none changes a result, each was
-# chosen by bench/fts_memory_cost.py on a 60,000-chunk index (docs/performance.md):
-# - the rows of postings this many times shorter than the column are found as the union of their slices, longer
-#   ones by a pass over every row (the union's fixed cost counted as SPARSE_BASE more postings: a pass over
-#   4,000 rows costs what it does);
+# How `MemoryColumn.top` adds a query's postings up and cuts them to the k best; none changes a result, each
+# was chosen by bench/fts_memory_cost.py on a 60,000-chunk index (docs/performance.md):
+# - the rows of postings this many times shorter than the column are found as the union of their slices,
+#   longer ones by a pass over every row (the union's fixed cost counted as SPARSE_BASE more postings: a pass
+#   over 4,000 rows costs what it does);
 SPARSE_RATIO = 8
 SPARSE_BASE = 512
-# - a token in at least 1/this of the rows is kept (at its first use) as an array of every row, added in one pass
-#   (~5 us at 60,000 rows against ~12 us for 7,500 postings added one by one); these arrays never hold more
-#   bytes than the postings themselves;
+# - a token in at least 1/this of the rows is kept (at its first use) as an array of every row, added in one
+#   pass (~5 us at 60,000 rows against ~12 us for 7,500 postings added one by one); these arrays never hold
+#   more bytes than the postings themselves;
 DENSE_RATIO = 8
 # - of more than 4 k x this scores, the k-th best of every STRIDE-th is a first cut (a partition of 1/STRIDE).
 STRIDE = 16
-_SCRATCH = threading.local()  # this thread's float32 array of every row (`_sums_top`), all zeros between calls
+_SCRATCH = threading.local()  # this thread's float32 array of every row (`_sums_top`), zeros between calls
 
 
 class MemoryColumn:
@@ -104,8 +104,9 @@ class MemoryColumn:
         return got
 
 
-def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]], full: list[np.ndarray | None],
-              n_rows: int, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]],
+              full: list[np.ndarray | None], n_rows: int, k: int, allowed: np.ndarray | None
+              ) -> tuple[np.ndarray, np.ndarray] | None:
     """`MemoryColumn.top` of several postings slices: their float32 sums per row, added up in this thread's
     array of every row (reused: all zeros between calls, so no allocation and no page faults per call), then
     the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, or None."""
@@ -114,7 +115,8 @@ def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]]
         buf = _SCRATCH.buf = np.zeros(n_rows, np.float32)
     buf = buf[:n_rows]
     try:
-        for (s, e), f in zip(hits, full):  # one float32 add per query token, in query order: Lance's sums to the bit
+        for (s, e), f in zip(hits, full):  # one float32 add per query token, in query order (Lance's sums,
+            # to the bit)
             if f is not None:  # + 0.0 where the token is not: the sum unchanged
                 np.add(buf, f, out=buf)
             else:  # a token's rows are distinct: add.at adds what `buf[r] += c` adds, faster
@@ -134,8 +136,8 @@ def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]]
             cut = np.float32(0)
             if allowed is None and 0 < k and n_rows >= 4 * k * STRIDE:
                 cut = max(_kth(buf[::STRIDE], k), cut)  # a first cut (`topk`); 0: fewer than k rows matched
-            # every contribution is > 0: the rows some token matched are those not 0 (a bool array's nonzero is
-            # ~3x faster than a float32 one's at 60,000 rows)
+            # every contribution is > 0: the rows some token matched are those not 0 (a bool array's nonzero
+            # is ~3x faster than a float32 one's at 60,000 rows)
             keep = buf >= cut if cut > 0 else buf != 0
             if allowed is not None:
                 keep &= allowed
@@ -182,7 +184,7 @@ def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, 
             tokens[col.analyzer] = [t.text for t in lance.tokenize(text, **col.tokenize_args)]
         got = col.top(tokens[col.analyzer], k, allowed)
         if got is not None:
-            parts.append((got[0], got[1] * np.float32(boost)))
+            parts.append((got[0], got[1] if boost == 1 else got[1] * np.float32(boost)))  # x 1.0: same bits
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     if len(parts) == 1:
