@@ -8,7 +8,7 @@ replaced (908d953's `top`/`topk`/`search`, copied below), the same postings and 
 `--index`: a built index of the synthetic vault (bench/query_cost.py --scale-notes 20000 --work W keeps it as
 W/template-20000-768: ~60,000 chunks), collection `bench`, config `fake` at 768 dimensions; it is copied to a
 temporary folder first (never opened in place). `--small N` builds a synthetic vault of N notes instead (about
-two chunks a note; minutes for thousands). Query texts: `topic_queries(--queries, 1, --notes)`, each query's
+two chunks a note; 300 notes: ~4 s in all). Query texts: `topic_queries(--queries, 1, --notes)`, each query's
 `query` and `short_query` through `fts_text`, as a batch's two full-text lists. The postings are the ones the
 engine uses (`fts.memory_columns`: the index's postings files, else built); k = 3 x retrieve.k, as Retrieve.
 
