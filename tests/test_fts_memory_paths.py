@@ -196,12 +196,17 @@ class _Stops(np.ndarray):
         return np.asarray(self)[key]
 
 
-def test_an_interrupted_sum_leaves_no_trace():
-    """An exception half-way (e.g. KeyboardInterrupt) drops the thread's array: the next call starts clean."""
+@pytest.mark.parametrize("ratio", [8, 0, 10 ** 9])
+def test_an_interrupted_sum_leaves_no_trace(monkeypatch, ratio):
+    """An exception half-way (e.g. KeyboardInterrupt, here after the first token was added in) drops the
+    thread's array: the next calls start clean, whichever way they add up."""
+    monkeypatch.setattr(fts_memory, "SPARSE_RATIO", ratio)
+    monkeypatch.setattr(fts_memory, "DENSE_RATIO", 0)  # every token added from its slice
     rng = np.random.default_rng(4)
     m = column(rng, 5000)
     stops = MemoryColumn(ARGS, m.slices, m.rows, m.contrib.view(_Stops), m.n_rows)
+    _Stops.slices = 0
     with pytest.raises(KeyboardInterrupt):
-        stops.top(["t0", "t1"], 60)
-    for q in (["t1", "t2"], ["t0", "t1"], ["t3", "t4"]):
-        assert same(old_top(m, q, 60), m.top(q, 60))
+        stops.top(["t2", "t3"], 60)
+    for q in (["t2", "t3"], ["t2", "t5"], ["t0", "t2"]):
+        assert same(old_top(m, q, 60), m.top(q, 60)), q
