@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,22 @@ _TOKENIZE_ARGS = ("base_tokenizer", "language", "max_token_length", "lower_case"
                   "split_identifiers", "split_on_numerics", "preserve_original", "index_operators")
 
 
+# How `MemoryColumn.top` adds a query's postings up and cuts them to the k best; none changes a result, each
+# was chosen by bench/fts_memory_cost.py on a 60,000-chunk index (docs/performance.md):
+# - the rows of postings this many times shorter than the column are found as the union of their slices,
+#   longer ones by a pass over every row (the union's fixed cost counted as SPARSE_BASE more postings: a pass
+#   over 4,000 rows costs what it does);
+SPARSE_RATIO = 8
+SPARSE_BASE = 512
+# - a token in at least 1/this of the rows is kept (at its first use) as an array of every row, added in one
+#   pass (~5 us at 60,000 rows against ~12 us for 7,500 postings added one by one); these arrays never hold
+#   more bytes than the postings themselves;
+DENSE_RATIO = 8
+# - of more than 4 k x this scores, the k-th best of every STRIDE-th is a first cut (a partition of 1/STRIDE).
+STRIDE = 16
+_SCRATCH = threading.local()  # this thread's float32 array of every row (`_sums_top`), zeros between calls
+
+
 class MemoryColumn:
     """One FTS column's postings: token -> slice of `rows` (positions in the pinned rows, ascending) and
     `contrib` (that token's float32 BM25 contribution to each of those rows)."""
@@ -54,6 +71,8 @@ class MemoryColumn:
         self.tokenize_args, self.slices, self.rows, self.contrib, self.n_rows = \
             tokenize_args, slices, rows, contrib, n_rows
         self.analyzer = tuple(sorted(tokenize_args.items()))  # columns with equal ones tokenize a query alike
+        self._full: dict[int, np.ndarray] = {}  # slice start -> a frequent token's contributions, every row
+        self._full_left = rows.nbytes + contrib.nbytes  # bytes those arrays may still take
 
     def top(self, tokens: list[str], k: int, allowed: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -66,27 +85,90 @@ class MemoryColumn:
         if len(hits) == 1:
             s, e = hits[0]
             cand, score = self.rows[s:e], self.contrib[s:e]
+            if allowed is not None:
+                keep = allowed[cand]
+                cand, score = cand[keep], score[keep]
+            return topk(cand, score, k) if len(cand) else None
+        full = [self._full_row(s, e) if (e - s) * DENSE_RATIO >= self.n_rows else None for s, e in hits]
+        return _sums_top(self.rows, self.contrib, hits, full, self.n_rows, k, allowed)
+
+    def _full_row(self, s: int, e: int) -> np.ndarray | None:
+        """The contributions of the token at rows[s:e] as an array of every row (0 where it is not), built
+        at its first use while the budget lasts (None after; two threads may both build one: the same)."""
+        got = self._full.get(s)
+        if got is None and self._full_left >= 4 * self.n_rows:
+            self._full_left -= 4 * self.n_rows
+            got = np.zeros(self.n_rows, np.float32)
+            got[self.rows[s:e]] = self.contrib[s:e]
+            self._full[s] = got
+        return got
+
+
+def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]],
+              full: list[np.ndarray | None], n_rows: int, k: int, allowed: np.ndarray | None
+              ) -> tuple[np.ndarray, np.ndarray] | None:
+    """`MemoryColumn.top` of several postings slices: their float32 sums per row, added up in this thread's
+    array of every row (reused: all zeros between calls, so no allocation and no page faults per call), then
+    the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, or None."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < n_rows:
+        buf = _SCRATCH.buf = np.zeros(n_rows, np.float32)
+    buf = buf[:n_rows]
+    try:
+        for (s, e), f in zip(hits, full):  # one float32 add per query token, in query order (Lance's sums,
+            # to the bit)
+            if f is not None:  # + 0.0 where the token is not: the sum unchanged
+                np.add(buf, f, out=buf)
+            else:  # a token's rows are distinct: add.at adds what `buf[r] += c` adds, faster
+                np.add.at(buf, rows[s:e], contrib[s:e])
+        if (sum(e - s for s, e in hits) + SPARSE_BASE) * SPARSE_RATIO < n_rows:
+            # few rows: their union (each slice is ascending), cheaper than a pass over every row
+            srt = np.sort(np.concatenate([rows[s:e] for s, e in hits]))
+            first = np.empty(len(srt), bool)
+            first[0] = True
+            np.not_equal(srt[1:], srt[:-1], out=first[1:])
+            cand = srt[first]
+            score = buf[cand]
+            buf[cand] = 0  # all zeros again
+            if not score.all():  # a sum of 0 (never, with contributions > 0): left out, as below
+                cand, score = cand[score != 0], score[score != 0]
         else:
-            dense = np.zeros(self.n_rows, np.float32)
-            for s, e in hits:  # one float32 add per query token, in query order: Lance's sums to the bit
-                dense[self.rows[s:e]] += self.contrib[s:e]
-            cand = np.flatnonzero(dense != 0)  # every contribution is > 0: the rows some token matched (a bool
-            # array's nonzero is ~3x faster than a float32 one's at 60,000 rows)
-            score = dense[cand]
-        if allowed is not None:
-            keep = allowed[cand]
-            cand, score = cand[keep], score[keep]
-        return topk(cand, score, k) if len(cand) else None
+            cut = np.float32(0)
+            if allowed is None and 0 < k and n_rows >= 4 * k * STRIDE:
+                cut = max(_kth(buf[::STRIDE], k), cut)  # a first cut (`topk`); 0: fewer than k rows matched
+            # every contribution is > 0: the rows some token matched are those not 0 (a bool array's nonzero
+            # is ~3x faster than a float32 one's at 60,000 rows)
+            keep = buf >= cut if cut > 0 else buf != 0
+            if allowed is not None:
+                keep &= allowed
+            cand = np.flatnonzero(keep)
+            score = buf[cand]
+            buf.fill(0)  # all zeros again
+            allowed = None
+    except BaseException:
+        _SCRATCH.buf = None  # stopped half-way: not reused
+        raise
+    if allowed is not None:
+        keep = allowed[cand]
+        cand, score = cand[keep], score[keep]
+    return topk(cand, score, k) if len(cand) else None
 
 
 def topk(pos: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k best (highest score first, lower position first among equal scores)."""
+    if 0 < k and len(pos) >= 4 * k * STRIDE:  # a first cut: the k-th best of every STRIDE-th row is at most
+        keep = np.flatnonzero(score >= _kth(score[::STRIDE], k))  # the k-th best of all (a partition of a
+        pos, score = pos[keep], score[keep]  # STRIDE-th of them, ~k * STRIDE rows left)
     if len(pos) > 4 * k:  # cut to the scores at or above the k-th before sorting
-        kth = np.partition(score, len(score) - k)[len(score) - k]
-        keep = score >= kth
+        keep = np.flatnonzero(score >= _kth(score, k))
         pos, score = pos[keep], score[keep]
     order = np.lexsort((pos, -score))[:k]
     return pos[order], score[order]
+
+
+def _kth(score: np.ndarray, k: int) -> np.float32:
+    """The k-th highest of `score` (k <= its length)."""
+    return np.partition(score, len(score) - k)[len(score) - k]
 
 
 def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, allowed: np.ndarray | None = None
@@ -102,7 +184,7 @@ def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, 
             tokens[col.analyzer] = [t.text for t in lance.tokenize(text, **col.tokenize_args)]
         got = col.top(tokens[col.analyzer], k, allowed)
         if got is not None:
-            parts.append((got[0], got[1] * np.float32(boost)))
+            parts.append((got[0], got[1] if boost == 1 else got[1] * np.float32(boost)))  # x 1.0: same bits
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     if len(parts) == 1:
