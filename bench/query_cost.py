@@ -102,7 +102,15 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
 
 
 def peak_rss_mb() -> float:
-    """Peak RSS of this process (the in-process job's only process; on Ray Data the driver's)."""
+    """Peak RSS of this process (the in-process job's only process; on Ray Data the driver's): VmHWM of its
+    own address space, not `ru_maxrss`, which a forked-then-exec'd child inherits from its parent's at the fork
+    (the bench's process after building a large table)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

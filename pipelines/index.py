@@ -277,7 +277,7 @@ def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str
         if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
             done.update(fts_postings.ensure(reader, fts_columns(cfg.index.languages)))
         ds = reader.dataset(reader.chunks_name)
-        if cfg.index.exact_vectors_file and 0 < ds.count_rows() <= cfg.index.exact_search_rows:
+        if exact_vectors.file_wanted(ds, cfg):
             done["vector"] = exact_vectors.ensure_file(ds)
         log.info("query files of %s (%.1f CPU-s): %s", collection, time.process_time() - t, done)
     except Exception as e:  # noqa: BLE001  the index is complete; the files only save each process a build

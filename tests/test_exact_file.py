@@ -79,8 +79,9 @@ def test_a_damaged_file_is_ignored_with_a_warning_and_rewritten(db, fake_cfg, da
     with caplog.at_level(logging.WARNING):
         got = exact_vectors.matrix(ds, files=True)
     assert "is not used" in caplog.text
-    assert got.vectors.tobytes() == want.vectors.tobytes() and got.vectors.flags.writeable  # read from Lance
-    assert exact_file.load(ds, "vector") is not None  # rewritten
+    assert got.vectors.tobytes() == want.vectors.tobytes()  # read from Lance, rewritten, and
+    assert not got.vectors.flags.writeable  # mapped from the new file: the private copy is not kept
+    assert exact_file.load(ds, "vector") is not None
 
 
 def test_another_version_never_uses_the_old_file(db, fake_cfg, fake_runner, tmp_path):

@@ -154,6 +154,12 @@ class IndexConfig:
     # without refine (SQ distances only) recall is 0.955. Larger tables (more partitions) may want more probes
     nprobes: int = 5  # IVF partitions searched per query (50 gave no more recall at 100k)
     refine_factor: int = 1  # re-rank k x this with exact distances (SQ alone: recall 0.92-0.96)
+    # on a local index, instead of Lance's refine (which reads each candidate's full vector from the table:
+    # ~2/3 of the search's CPU), the index's k x this best by its SQ distances are re-scored exactly from the
+    # version's vectors file (index.exact_vectors_file, memory-mapped): at 400,000 clustered 768-d rows
+    # recall@10 0.998 at 2 against 0.983-0.989 with refine 1, for ~2.4 ms a query vector against ~5.5
+    # (bench/vector_cost.py; docs/performance.md#query-cost-at-scale). 0 = Lance's refine_factor
+    ann_rescore: int = 2
     ef: int = 60  # HNSW beam width, at least k x refine_factor; 0 = Lance's default
     # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
     # Full it is: every smaller size loses nDCG@5 on at least 3 of the 4 benchmark sets (bench/matryoshka.py;
@@ -182,7 +188,7 @@ class IndexConfig:
                f"index.exact_search_rows must be >= 0 (0: always LanceDB's search), got {self.exact_search_rows}")
         for name in ("exact_threads", "exact_prefix_dims", "exact_prefix_candidates", "exact_prefix_min_rows"):
             _check(getattr(self, name) >= 0, f"index.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("vector_partitions", "vector_sub_vectors", "refine_factor", "ef"):
+        for name in ("vector_partitions", "vector_sub_vectors", "refine_factor", "ef", "ann_rescore"):
             _check(getattr(self, name) >= 0, f"index.{name} must be >= 0 (0 = automatic), got {getattr(self, name)}")
 
 

@@ -25,7 +25,7 @@ os.environ.setdefault("LANCEDB_LOG", "error")  # Lance warns on stderr for every
 
 import pyarrow as pa
 
-from fanout.store import manifest, storage
+from fanout.store import ann_rescore, manifest, storage
 from fanout.store.integrity import (
     IndexMissing,
     IndexStateError,
@@ -322,13 +322,28 @@ class Collection:
             # Lance's batch search (one plan per query vector, `query_index` first), as lancedb runs it
             nearest: dict[str, Any] = {"column": VECTOR, "q": qv, "k": k, "metric": "cosine"}
             icfg = self.cfg.index if self.cfg is not None else None
+            # the index's candidates re-scored exactly from the vectors file instead of Lance's refine
+            rescore = res is None and icfg is not None and indexed and ann_rescore.usable(ds, self.cfg) and \
+                self.memo("ann_rescore_file", lambda: ann_rescore.has_file(ds))  # else Lance's refine
             if icfg is not None and indexed:
                 nearest["minimum_nprobes"] = nearest["maximum_nprobes"] = icfg.nprobes  # lancedb's nprobes()
-                if icfg.refine_factor:
+                if rescore:
+                    nearest["k"] = ann_rescore.nearest_k(k, self.cfg)
+                elif icfg.refine_factor:
                     nearest["refine_factor"] = icfg.refine_factor
-                if icfg.ef:
-                    nearest["ef"] = max(icfg.ef, k * max(1, icfg.refine_factor))  # Lance: ef >= candidates
+                if icfg.ef:  # Lance: ef >= candidates
+                    nearest["ef"] = max(icfg.ef, nearest["k"] * max(1, 0 if rescore else icfg.refine_factor))
             cols = [c for c in select if c != "_distance"] + ["_distance"]
+            if res is None and rescore:
+                got = ds.to_table(columns=cols, nearest=nearest, filter=where or None,
+                                  prefilter=True if where else None, with_row_id=True)
+                res = ann_rescore.rescore(ds, qv, got, k)
+                if res is None:  # no vectors file for this version after all: Lance re-ranks
+                    nearest["k"] = k
+                    if icfg.refine_factor:
+                        nearest["refine_factor"] = icfg.refine_factor
+                    if icfg.ef:
+                        nearest["ef"] = max(icfg.ef, k * max(1, icfg.refine_factor))
             if res is None:
                 res = ds.to_table(columns=cols, nearest=nearest, filter=where or None,
                                   prefilter=True if where else None)

@@ -73,22 +73,26 @@ class Matrix:
                    + sum(x.nbytes for x in self.inverse_norms.values()))
 
 
-def matrix(ds, column: str = "vector", files: bool = False) -> Matrix:
+def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -> Matrix | None:
     """The vectors of dataset `ds` (a pinned Lance version): loaded on first use, then kept for this process
     until another version of the same table is asked for. `files` (`index.exact_vectors_file`): memory-mapped
-    from the version's file when there is one, else written there after the load (fanout/store/exact_file.py)."""
+    from the version's file when there is one, else written there after the load and mapped from it
+    (fanout/store/exact_file.py). `load=False`: None instead of loading from Lance when there is no file."""
     key, version = ds.uri, int(ds.version)
     with _LOCK:
         got = _CACHE.get(key)
         if got is not None and got.version == version:
             _CACHE.move_to_end(key)
             return got
-        _CACHE.pop(key, None)  # the old version goes before the new one loads: never two copies
         if files and (got := exact_file.load(ds, column)) is not None:
+            _CACHE.pop(key, None)
             m = _CACHE[key] = Matrix(version, got[0], got[1], got[2])
             while len(_CACHE) > _MAX_TABLES:
                 _CACHE.popitem(last=False)
             return m
+        if not load:
+            return None
+        _CACHE.pop(key, None)  # the old version goes before the new one loads: never two copies
         dim = ds.schema.field(column).type.list_size
         vec = np.empty((ds.count_rows(), dim), np.float32)
         ids = np.empty(len(vec), np.int64)
@@ -112,8 +116,9 @@ def matrix(ds, column: str = "vector", files: bool = False) -> Matrix:
         if damaged.any():
             vec[damaged] = 0.0
         m = Matrix(version, ids, np.ascontiguousarray(vec), damaged)
-        if files:  # the next process maps this one's
-            exact_file.save(ds, column, m.ids, m.vectors, m.damaged)
+        if files and exact_file.save(ds, column, m.ids, m.vectors, m.damaged) and \
+                (got := exact_file.load(ds, column)) is not None:  # the next process maps this one's, and
+            m = Matrix(version, got[0], got[1], got[2])  # so does this one: the private copy is dropped
         _CACHE[key] = m
         while len(_CACHE) > _MAX_TABLES:
             _CACHE.popitem(last=False)
@@ -199,7 +204,7 @@ def _top_k_blocks(q: np.ndarray, qn: np.ndarray, vecs: np.ndarray, sub: np.ndarr
             s[:, ~keep] = -np.inf
         r, c = _candidates(s, kk)
         sc = s[r, c]
-        _keep_best(r, c, sc, kk, a, qn, sub, out)
+        keep_best(r, c, sc, kk, a, qn, sub, out)
     return _joined(out)
 
 
@@ -244,11 +249,11 @@ def _prefix_blocks(q: np.ndarray, qn: np.ndarray, m: Matrix, vecs: np.ndarray, s
                 np.dot(buf[:n], blk[i], out=sim[a0:a0 + n])
         if sub is None and not every:
             sim[~keep[c]] = -np.inf
-        _keep_best(r, c, sim, kk, a, qn, sub, out)
+        keep_best(r, c, sim, kk, a, qn, sub, out)
     return _joined(out)
 
 
-def _keep_best(r: np.ndarray, c: np.ndarray, sc: np.ndarray, kk: int, a: int, qn: np.ndarray,
+def keep_best(r: np.ndarray, c: np.ndarray, sc: np.ndarray, kk: int, a: int, qn: np.ndarray,
                sub: np.ndarray | None, out: tuple[list, list, list]) -> None:
     """A query block's candidates (query r, position c, cosine sc) -> each query's `kk` best, best first and
     equal scores in row order, appended to `out` as (query row + `a`, row position, distance); queries of no
@@ -272,7 +277,7 @@ def _joined(out: tuple[list, list, list]) -> tuple[np.ndarray, np.ndarray, np.nd
 def _candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(query, row) of a superset of each query's k best scores in `s`: those at or above the k-th best of
     the row blocks' maxima (k blocks hold at least k scores that high), a few more than k a query, grouped by
-    query (rows in no particular order: `_keep_best` orders them). One pass over `s` and a look into the
+    query (rows in no particular order: `keep_best` orders them). One pass over `s` and a look into the
     blocks that reach the bound instead of a partition of every row (~5x less CPU at 60,000 rows). A block is
     every nb-th row (rows j, j + nb, j + 2 nb, ...): their maxima are an element-wise maximum of
     CANDIDATE_BLOCK slices of `s`, which vectorises where a maximum over each run of adjacent rows does not,
@@ -341,6 +346,20 @@ def loaded_bytes() -> int:
     """Bytes of vectors this process holds for exact search (all tables)."""
     with _LOCK:
         return sum(m.nbytes for m in _CACHE.values())
+
+
+def file_wanted(ds, cfg) -> bool:
+    """Whether `fanout index` writes the version's vectors file: searched here (at most
+    `index.exact_search_rows` rows), or re-scoring its vector index's candidates (`index.ann_rescore`)."""
+    i = cfg.index
+    n = ds.count_rows()
+    if not i.exact_vectors_file or n == 0:
+        return False
+    if n <= i.exact_search_rows:
+        return True
+    from fanout.store.vectors import has_vector_index
+
+    return bool(i.ann_rescore) and has_vector_index(ds)
 
 
 def ensure_file(ds, column: str = "vector") -> str:

@@ -1,0 +1,69 @@
+"""Exact re-scoring of a vector index's candidates from the version's vectors file.
+
+Above `index.exact_search_rows` LanceDB's vector index answers (IVF_HNSW_SQ). Its own re-ranking
+(`refine_factor`) reads each candidate's full vector from the table, ~2/3 of the search's CPU at 400,000 rows.
+On a local index the same full vectors are already memory-mapped from the version's vectors file
+(fanout/store/exact_file.py, written by `fanout index`), so here the index returns `index.ann_rescore` x k
+candidates by its quantised distances and their cosines are computed exactly from that file: more candidates
+for less CPU (docs/performance.md#query-cost-at-scale). Rows added after the index was built come back from
+Lance's flat search of them like any other candidate; a prefilter is Lance's, applied before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from fanout.store import exact_file, exact_vectors
+
+ROWS_PER_PASS = 8192  # candidates gathered per pass (a copy of rows x dim floats: ~25 MB at 768)
+
+
+def usable(ds: Any, cfg: Any) -> bool:
+    """Whether `search` re-scores this version: the config asks for it and its vectors file is there (else
+    Lance's `refine_factor` re-ranks, as on an object store)."""
+    return bool(cfg is not None and cfg.index.ann_rescore and cfg.index.exact_vectors_file
+                and exact_file.folder(ds) is not None)
+
+
+def has_file(ds: Any) -> bool:
+    """Whether the version's vectors file is there (mapped now: `rescore` reads it next)."""
+    return exact_vectors.matrix(ds, files=True, load=False) is not None
+
+
+def nearest_k(k: int, cfg: Any) -> int:
+    """Candidates to ask the index for, per query vector."""
+    return k * max(1, cfg.index.ann_rescore)
+
+
+def rescore(ds: Any, queries: np.ndarray, res: pa.Table, k: int) -> pa.Table | None:
+    """Lance's candidate table (`query_index`, `_rowid`, the selected columns, `_distance`) cut to each query
+    vector's k best by exact cosine distance from the vectors file, best first per query, equal scores in row
+    order; `_rowid` dropped. None when the version has no vectors file (the caller asks Lance to refine)."""
+    m = exact_vectors.matrix(ds, files=True, load=False)
+    if m is None:
+        return None
+    res = res.sort_by([("query_index", "ascending"), ("_rowid", "ascending")])  # ties: row order
+    qi = res["query_index"].to_numpy().astype(np.int64)
+    rid = res["_rowid"].to_numpy().astype(np.int64)
+    pos = np.searchsorted(m.ids, rid)
+    found = (pos < len(m.ids)) & (m.ids[np.minimum(pos, len(m.ids) - 1)] == rid)
+    if not found.all():  # the file is of the pinned version: every row is there
+        return None
+    q = np.asarray(queries, np.float32)
+    qn = np.linalg.norm(q, axis=1)
+    q = q / np.where(qn > 0, qn, 1.0)[:, None]
+    sim = np.empty(len(pos), np.float32)
+    for a in range(0, len(pos), ROWS_PER_PASS):
+        b = min(a + ROWS_PER_PASS, len(pos))
+        sim[a:b] = np.einsum("ij,ij->i", m.vectors[pos[a:b]], q[qi[a:b]])
+    sim[m.damaged[pos]] = -np.inf  # never served
+    out: tuple[list, list, list] = ([], [], [])
+    order = np.arange(len(pos))
+    exact_vectors.keep_best(qi, order, sim, k, 0, qn, None, out)  # positions here: rows of `res`
+    _, take, dist = (np.concatenate(x) for x in out)
+    picked = res.take(pa.array(take, pa.int64())).drop_columns(["_rowid"])
+    at = picked.column_names.index("_distance")
+    return picked.set_column(at, "_distance", pa.array(dist, pa.float32()))
