@@ -117,8 +117,10 @@ class IndexConfig:
     # up to this many chunks a vector search is exact: the batch's query vectors against every chunk vector as
     # one matrix product (numpy/BLAS) over a copy of the pinned version's vectors that each retrieval process
     # loads once (rows x dim x 4 bytes: 184 MB at 60,000 x 768); above it LanceDB's vector index answers. Exact
-    # CPU grows with the rows and meets the tuned index's near this size, and below it the lists are exact
-    # (docs/performance.md#query-cost-at-scale; bench/query_cost.py, bench/vector_cost.py). 0 = always Lance.
+    # CPU grows with the rows: at 150,000 it is 6.9 ms a query against 5.6 for the index with re-scoring
+    # (ann_rescore), but the index costs 7.4 CPU-s more to start per process (loading it; 2.3 GB RSS against
+    # 1.0), repaid after ~5,700 queries, and below this the lists are exact (docs/performance.md#query-cost-
+    # at-scale; bench/query_cost.py, bench/vector_cost.py). 0 = always Lance.
     exact_search_rows: int = 150_000
     # BLAS threads of the exact search's products on a large table; 1: a second thread halves the wall of a
     # lone batch but costs ~20% more CPU (it spins; docs/performance.md#query-cost-at-scale), and batch jobs
@@ -153,12 +155,12 @@ class IndexConfig:
     # at recall@10 0.985-0.99; nprobes 3-10 and ef 40-60 find the same there, 10 costing ~10-40% more than 5;
     # without refine (SQ distances only) recall is 0.955. Larger tables (more partitions) may want more probes
     nprobes: int = 5  # IVF partitions searched per query (50 gave no more recall at 100k)
-    refine_factor: int = 1  # re-rank k x this with exact distances (SQ alone: recall 0.92-0.96)
+    refine_factor: int = 1  # without a vectors file: Lance re-ranks k x this exactly (SQ alone: 0.92-0.96)
     # on a local index, instead of Lance's refine (which reads each candidate's full vector from the table:
     # ~2/3 of the search's CPU), the index's k x this best by its SQ distances are re-scored exactly from the
     # version's vectors file (index.exact_vectors_file, memory-mapped): at 400,000 clustered 768-d rows
-    # recall@10 0.998 at 2 against 0.983-0.989 with refine 1, for ~2.4 ms a query vector against ~5.5
-    # (bench/vector_cost.py; docs/performance.md#query-cost-at-scale). 0 = Lance's refine_factor
+    # recall@10 1.000 at 2 against 0.989 with refine 1, for 2.0 ms a query vector against 5.5 (3: 2.9 ms;
+    # bench/vector_cost.py; docs/performance.md#query-cost-at-scale). 0 = Lance's refine_factor
     ann_rescore: int = 2
     ef: int = 60  # HNSW beam width, at least k x refine_factor; 0 = Lance's default
     # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
