@@ -28,64 +28,27 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from fts_dense_reference import old_search as dense_search
+from fts_dense_reference import old_top, same
 
 
-# -- the old code (908d953), kept to compare against --------------------------------------------------------
-def old_top(self, tokens, k, allowed=None):
-    hits = [self.slices[t] for t in tokens if t in self.slices]
-    if not hits:
-        return None
-    if len(hits) == 1:
-        s, e = hits[0]
-        cand, score = self.rows[s:e], self.contrib[s:e]
-    else:
-        dense = np.zeros(self.n_rows, np.float32)
-        for s, e in hits:
-            dense[self.rows[s:e]] += self.contrib[s:e]
-        cand = np.flatnonzero(dense != 0)
-        score = dense[cand]
-    if allowed is not None:
-        keep = allowed[cand]
-        cand, score = cand[keep], score[keep]
-    return old_topk(cand, score, k) if len(cand) else None
-
-
-def old_topk(pos, score, k):
-    if len(pos) > 4 * k:
-        kth = np.partition(score, len(score) - k)[len(score) - k]
-        keep = score >= kth
-        pos, score = pos[keep], score[keep]
-    order = np.lexsort((pos, -score))[:k]
-    return pos[order], score[order]
-
-
+# -- the old code (908d953), the tests' oracle (tests/fts_dense_reference.py) ---------------------------------
 def old_search(columns, boosts, text, k, allowed=None):
     import lance
 
     tokens: dict[tuple, list[str]] = {}
-    parts = []
-    for col, boost in zip(columns, boosts):
+
+    def of(col):
         if col.analyzer not in tokens:
             tokens[col.analyzer] = [t.text for t in lance.tokenize(text, **col.tokenize_args)]
-        got = old_top(col, tokens[col.analyzer], k, allowed)
-        if got is not None:
-            parts.append((got[0], got[1] * np.float32(boost)))
-    if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    if len(parts) == 1:
-        return parts[0]
-    pos = np.concatenate([p for p, _ in parts])
-    score = np.concatenate([s for _, s in parts])
-    order = np.lexsort((-score, pos))
-    pos, score = pos[order], score[order]
-    first = np.ones(len(pos), bool)
-    first[1:] = pos[1:] != pos[:-1]
-    return old_topk(pos[first], score[first], k)
+        return tokens[col.analyzer]
+
+    return dense_search(columns, boosts, of, k, allowed)
 
 
 # -- the run ------------------------------------------------------------------------------------------------
@@ -106,13 +69,6 @@ def columns(db: Path):
     if mem is None:
         raise SystemExit(f"the memory engine does not serve {cols} of {db}")
     return mem, boosts, 3 * cfg.retrieve.k
-
-
-def same(a, b) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return np.array_equal(a[0], b[0]) and a[1].dtype == b[1].dtype == np.float32 and \
-        np.array_equal(a[1].view(np.int32), b[1].view(np.int32))
 
 
 def cpu(fn, items) -> float:
