@@ -10,6 +10,7 @@ from fanout.actors._llama import load_llama, model_path
 
 from fanout.config import Config
 from fanout.models.files import file_sha256
+from fanout.schemas import QUERY_TEXTS
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ class Embedder:
         self.batch_size = self.acfg.batch_size  # texts per embed() call
         self.truncated = 0
 
-    def embed_texts(self, texts: list[str]) -> np.ndarray:
-        """Embed already-formatted prompts; returns an (n, dim) float32 array of unit vectors."""
+    def embed_texts(self, texts: list[str], per_call: int = 0) -> np.ndarray:
+        """Embed already-formatted prompts, `per_call` a call (0: embedder.batch_size); returns an (n, dim)
+        float32 array of unit vectors."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         limit = self.n_batch  # embed(truncate=True) cuts a text to n_batch tokens
@@ -56,7 +58,7 @@ class Embedder:
             if len(t) >= limit and len(self.llm.tokenize(t.encode("utf-8"), add_bos=True)) > limit:
                 self.truncated += 1
         out = []
-        step = max(1, self.batch_size)
+        step = max(1, per_call or self.batch_size)
         for i in range(0, len(texts), step):
             out.extend(self.llm.embed(texts[i:i + step], normalize=False, truncate=True))
         arr = np.asarray(out, dtype=np.float32)
@@ -68,6 +70,9 @@ class Embedder:
         roles = batch.column("role").to_pylist() if "role" in batch.column_names else ["document"] * len(texts)
         titles = batch.column("title").to_pylist() if "title" in batch.column_names else [None] * len(texts)
         prompts = [format_prompt(self.prompt, r, t, ti) for t, r, ti in zip(texts, roles, titles)]
-        vecs = self.embed_texts(prompts)
+        # a search's texts come with its embedder.query_batch_size (EmbedVariants): 1 makes a query's vectors
+        # the same whatever other texts its batch holds
+        per_call = batch.column(QUERY_TEXTS)[0].as_py() if QUERY_TEXTS in batch.column_names and texts else 0
+        vecs = self.embed_texts(prompts, per_call or 0)
         col = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), pa.float32()), self.dim)
         return batch.append_column("vector", col)

@@ -111,6 +111,9 @@ VARIANT = pa.struct([("vid", pa.int32()), ("kind", pa.string()), ("text", pa.str
 PAGE = pa.struct([("path", pa.string()), ("chunk_id", pa.string()), ("_score", pa.float64())])
 HIT = pa.struct([(f.name, f.type) for f in HITS if f.name != "qid"])
 QVEC = pa.struct([("vid", pa.int32()), ("vector", pa.list_(pa.float32()))])
+# a column on the texts a search sends the embedder: the search's embedder.query_batch_size, texts per embed()
+# call (0: the embedder's batch_size; actors/embedder.py)
+QUERY_TEXTS = "_query_batch"
 CANDIDATE = pa.struct([("path", pa.string()), ("chunk_id", pa.string()), ("title", pa.string()),
                        ("heading", pa.string()), ("snippet", pa.string()), ("passage", pa.string()),
                        ("_rrf", pa.float64()), ("_norm", pa.float64()), ("_rank", pa.int32()),

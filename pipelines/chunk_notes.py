@@ -23,7 +23,8 @@ from fanout.pipelines.markdown import Line, Section, scan_lines, split_sections
 from fanout.config import ChunkConfig
 from fanout.schemas import CHUNKS
 
-CHUNKER_VERSION = 2  # in the manifest: a change of the cutting rules rebuilds the index (vectors reused)
+CHUNKER_VERSION = 3  # in the manifest: a change of the cutting rules rebuilds the index (vectors reused);
+# 3: a fence closes only on as long a run of the same character with nothing after it (nested fences)
 _LIST = re.compile(r"^[ \t]*([-*+]|\d+[.)])[ \t]")
 _SENTENCE = re.compile(r"[.!?\u2026\u3002][\"')\]\u00bb]*\s+")
 _SPACE = re.compile(r"\s+")

@@ -36,11 +36,13 @@ def scan_lines(body: str) -> list[Line]:
         m = FENCE.match(s)
         closing = opening = False
         if fence is None and m:
-            fence = m.group(1)[0] * 3
+            fence = m.group(1)
             inside = opening = True
         elif fence is not None:
             inside = True
-            if m and m.group(1).startswith(fence):
+            # CommonMark: a fence closes on the same character at least as many times, with nothing after it;
+            # a ```` block may hold ``` blocks (and `# lines` in them) without ending
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not s[m.end():].strip():
                 fence, closing = None, True
         else:
             inside = False

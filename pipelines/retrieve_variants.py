@@ -28,7 +28,7 @@ from fanout.pipelines.passages import best_passage, query_keys, snippet
 from fanout.config import Config
 from fanout.exec.runner import Runner
 from fanout.models.identity import model_identity
-from fanout.schemas import CANDIDATE, HIT, LANE_KINDS, QVEC, VECTOR_LANES, set_column
+from fanout.schemas import CANDIDATE, HIT, LANE_KINDS, QUERY_TEXTS, QVEC, VECTOR_LANES, set_column
 from fanout.store.caches import NEW_COLUMNS, ROW_TYPES, Caches, qvec_rows
 from fanout.store.db import Collection, pin_batch
 
@@ -96,7 +96,9 @@ class EmbedVariants:
         new: dict[tuple[str, str], list[float]] = {}  # same embed batches whatever the cache held
         if missing:
             out = self.runner.map("embedder", pa.table({"text": [t for _, t in missing],
-                                                        "role": [r for r, _ in missing]}))
+                                                        "role": [r for r, _ in missing],
+                                                        QUERY_TEXTS: pa.array([self.cfg.embedder.query_batch_size]
+                                                                              * len(missing), pa.int32())}))
             new = dict(zip(missing, out["vector"].to_pylist()))
             found.update(new)
         self.stats["embedded"] += len(missing)

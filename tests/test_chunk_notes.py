@@ -30,6 +30,36 @@ def test_headings_outside_fences_only():
     assert [s.path for s in secs] == [(), ("Alpha",), ("Alpha", "Alpha one"), ("Beta",)]
 
 
+
+NESTED = """## Example
+````markdown
+# Page Title
+```bash
+# a comment
+```
+## Still inside
+````
+
+~~~
+```python
+~~~~ not a close: text follows
+# inside too
+~~~
+
+## After
+Text.
+"""
+
+
+def test_nested_fences_close_only_on_a_long_enough_bare_run():
+    # CommonMark: a ```` block ends at ```` (or longer) with nothing after it, not at the inner ```; a line
+    # with text after the run never closes
+    lines = scan_lines(NESTED)
+    assert [s.path for s in split_sections(NESTED, lines)] == [("Example",), ("After",)]
+    inside = [ln.text for ln in lines if ln.in_fence]
+    assert "## Still inside" in inside and "# inside too" in inside
+    assert [ln.text for ln in lines if ln.fence_close] == ["````", "~~~"]
+
 def test_h2_forces_a_chunk_and_small_h3_packs_under_it():
     chunks = chunk_note("a.md", "A", "en", BODY, 0, ChunkConfig(max_tokens=200, min_tokens=1))
     # intro | Alpha (+ its small H3 packed in) | Beta

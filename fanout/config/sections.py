@@ -62,6 +62,13 @@ class ActorConfig:
     num_gpus: float = 1.0  # GPUs each Ray actor reserves when n_gpu_layers != 0 (fractional shares a GPU)
     # models per Ray Data actor, each taking one of its calls at a time (fanout/exec/runner.py Instances; GPU: production)
     instances: int = 1
+    # the embedder: texts per embed() call for a search's query vectors; 0 = batch_size, as for chunks. 1: a
+    # query's vectors never depend on which other texts share its call: llama.cpp's float sums follow the
+    # decode's shape, and the in-process loop and Ray Data (or one search and a batch job) group texts
+    # differently, so packed calls give vectors ~1e-3 apart, enough to swap near-tied pages. Packed stays the
+    # default: one text a call cost 28% more CPU a query text with embeddinggemma on 2 CPU threads (18.9
+    # against 24.3 texts/s; docs/performance.md#model-calls-on-the-cpu), more on a GPU
+    query_batch_size: int = 0
 
     def validate(self, role: str) -> None:
         _check(self.count >= 1, f"{role}.count must be >= 1, got {self.count}")
@@ -69,6 +76,8 @@ class ActorConfig:
         _check(self.n_threads >= 1, f"{role}.n_threads must be >= 1, got {self.n_threads}")
         _check(self.batch_size >= 1, f"{role}.batch_size must be >= 1, got {self.batch_size}")
         _check(self.instances >= 1, f"{role}.instances must be >= 1, got {self.instances}")
+        _check(self.query_batch_size >= 0,
+               f"{role}.query_batch_size must be >= 0 (0: batch_size), got {self.query_batch_size}")
         _check(0 <= self.n_batch <= max(self.n_ctx, 1) or self.n_ctx == 0,
                f"{role}.n_batch must be in 0..n_ctx ({self.n_ctx}), got {self.n_batch}; 0 means n_ctx")
         _check(0 <= self.n_ubatch <= (self.n_batch or self.n_ctx) or self.n_ctx == 0,
