@@ -66,8 +66,8 @@ class ActorConfig:
     # query's vectors never depend on which other texts share its call: llama.cpp's float sums follow the
     # decode's shape, and the in-process loop and Ray Data (or one search and a batch job) group texts
     # differently, so packed calls give vectors ~1e-3 apart, enough to swap near-tied pages. Packed stays the
-    # default: one text a call cost 28% more CPU a query text with embeddinggemma on 2 CPU threads (18.9
-    # against 24.3 texts/s; docs/performance.md#model-calls-on-the-cpu), more on a GPU
+    # default: one text a call cost 30% more CPU a query text with embeddinggemma on 2 CPU threads (19.4
+    # against 25.4 texts/s; bench/query_embed_calls.py, docs/performance.md#model-calls-on-the-cpu)
     query_batch_size: int = 0
 
     def validate(self, role: str) -> None:
