@@ -22,6 +22,13 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def _at_least(section: str, obj: object, low: float, *names: str, note: str = "") -> None:
+    """Each named field of `obj` is at least `low`; else a ConfigError naming `section.field` and its value."""
+    for name in names:
+        value = getattr(obj, name)
+        _check(value >= low, f"{section}.{name} must be >= {low}{note}, got {value}")
+
+
 @dataclass(frozen=True)
 class ModelsConfig:
     embedder: str = "pypi:embeddinggemma-300m-q8_0"  # local .gguf path, hf:owner/repo/file.gguf or pypi:<recipe>
@@ -62,22 +69,16 @@ class ActorConfig:
     num_gpus: float = 1.0  # GPUs each Ray actor reserves when n_gpu_layers != 0 (fractional shares a GPU)
     # models per Ray Data actor, each taking one of its calls at a time (fanout/exec/runner.py Instances; GPU: production)
     instances: int = 1
-    # the embedder: texts per embed() call for a search's query vectors; 0 = batch_size, as for chunks. 1: a
-    # query's vectors never depend on which other texts share its call: llama.cpp's float sums follow the
-    # decode's shape, and the in-process loop and Ray Data (or one search and a batch job) group texts
-    # differently, so packed calls give vectors ~1e-3 apart, enough to swap near-tied pages. Packed stays the
-    # default: one text a call cost 30% more CPU a query text with embeddinggemma on 2 CPU threads (19.4
-    # against 25.4 texts/s; bench/query_embed_calls.py, docs/performance.md#model-calls-on-the-cpu)
+    # the embedder: texts per embed() call for a search's query vectors (0 = batch_size). 1: a query's vectors
+    # do not depend on which texts share its call (llama.cpp's sums follow the decode's shape; packed, the two
+    # engines' vectors differ by ~1e-3). Packed by default: one a call cost 30% more CPU a text on 2 threads
+    # (bench/query_embed_calls.py; docs/performance.md#model-calls-on-the-cpu)
     query_batch_size: int = 0
 
     def validate(self, role: str) -> None:
-        _check(self.count >= 1, f"{role}.count must be >= 1, got {self.count}")
         _check(self.num_cpus > 0, f"{role}.num_cpus must be > 0, got {self.num_cpus}")
-        _check(self.n_threads >= 1, f"{role}.n_threads must be >= 1, got {self.n_threads}")
-        _check(self.batch_size >= 1, f"{role}.batch_size must be >= 1, got {self.batch_size}")
-        _check(self.instances >= 1, f"{role}.instances must be >= 1, got {self.instances}")
-        _check(self.query_batch_size >= 0,
-               f"{role}.query_batch_size must be >= 0 (0: batch_size), got {self.query_batch_size}")
+        _at_least(role, self, 1, "count", "n_threads", "batch_size", "instances")
+        _at_least(role, self, 0, "query_batch_size", note=" (0: batch_size)")
         _check(0 <= self.n_batch <= max(self.n_ctx, 1) or self.n_ctx == 0,
                f"{role}.n_batch must be in 0..n_ctx ({self.n_ctx}), got {self.n_batch}; 0 means n_ctx")
         _check(0 <= self.n_ubatch <= (self.n_batch or self.n_ctx) or self.n_ctx == 0,
@@ -165,11 +166,10 @@ class IndexConfig:
     # without refine (SQ distances only) recall is 0.955. Larger tables (more partitions) may want more probes
     nprobes: int = 5  # IVF partitions searched per query (50 gave no more recall at 100k)
     refine_factor: int = 1  # without a vectors file: Lance re-ranks k x this exactly (SQ alone: 0.92-0.96)
-    # on a local index, instead of Lance's refine (which reads each candidate's full vector from the table:
-    # ~2/3 of the search's CPU), the index's k x this best by its SQ distances are re-scored exactly from the
-    # version's vectors file (index.exact_vectors_file, memory-mapped): at 400,000 clustered 768-d rows
-    # recall@10 1.000 at 2 against 0.989 with refine 1, for 2.0 ms a query vector against 5.5 (3: 2.9 ms;
-    # bench/vector_cost.py; docs/performance.md#query-cost-at-scale). 0 = Lance's refine_factor
+    # on a local index, the index's k x this best by SQ distance re-scored exactly from the version's vectors
+    # file instead of Lance's refine (which reads each candidate from the table): at 400,000 rows recall@10
+    # 1.000 against 0.989, 2.0-2.8 ms a query vector against 5.5-6.0 (3: 2.9; bench/vector_cost.py;
+    # docs/performance.md#query-cost-at-scale). 0 = Lance's refine_factor
     ann_rescore: int = 2
     ef: int = 60  # HNSW beam width, at least k x refine_factor; 0 = Lance's default
     # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
@@ -184,23 +184,19 @@ class IndexConfig:
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
-        for name in ("front_matter_max_depth", "front_matter_max_chars", "max_field_chars"):
-            _check(getattr(self, name) >= 1, f"index.{name} must be >= 1, got {getattr(self, name)}")
+        _at_least("index", self, 1, "front_matter_max_depth", "front_matter_max_chars", "max_field_chars")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,
                f"index.vector_index_type must be one of {kinds}, got {self.vector_index_type!r}")
         _check(self.vector_dim == 0 or self.vector_dim >= 32,
                f"index.vector_dim must be 0 (full) or >= 32 (embeddinggemma: 768, 512, 256, 128), got "
                f"{self.vector_dim}")
-        _check(self.vector_index_min_rows >= 1,
-               f"index.vector_index_min_rows must be >= 1, got {self.vector_index_min_rows}")
-        _check(self.nprobes >= 1, f"index.nprobes must be >= 1, got {self.nprobes}")
-        _check(self.exact_search_rows >= 0,
-               f"index.exact_search_rows must be >= 0 (0: always LanceDB's search), got {self.exact_search_rows}")
-        for name in ("exact_threads", "exact_prefix_dims", "exact_prefix_candidates", "exact_prefix_min_rows"):
-            _check(getattr(self, name) >= 0, f"index.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("vector_partitions", "vector_sub_vectors", "refine_factor", "ef", "ann_rescore"):
-            _check(getattr(self, name) >= 0, f"index.{name} must be >= 0 (0 = automatic), got {getattr(self, name)}")
+        _at_least("index", self, 1, "vector_index_min_rows", "nprobes")
+        _at_least("index", self, 0, "exact_search_rows", note=" (0: always LanceDB's search)")
+        _at_least("index", self, 0, "exact_threads", "exact_prefix_dims", "exact_prefix_candidates",
+                  "exact_prefix_min_rows", "ann_rescore")
+        _at_least("index", self, 0, "vector_partitions", "vector_sub_vectors", "refine_factor", "ef",
+                  note=" (0 = automatic)")
 
 
 @dataclass(frozen=True)
@@ -295,15 +291,13 @@ class CleanConfig:
                               ("mine_titles", ("always", "off", "weak"))):
             _check(getattr(self, name) in allowed,
                    f"clean.{name} must be one of {sorted(allowed)}, got {getattr(self, name)!r}")
-        _check(self.max_list_items >= 1, f"clean.max_list_items must be >= 1, got {self.max_list_items}")
-        _check(self.lex_max_words >= 0, f"clean.lex_max_words must be >= 0 (0 = off), got {self.lex_max_words}")
-        _check(self.max_snaps >= 0, f"clean.max_snaps must be >= 0, got {self.max_snaps}")
+        _at_least("clean", self, 1, "max_list_items")
+        _at_least("clean", self, 0, "lex_max_words", "max_family", note=" (0 = off)")
+        _at_least("clean", self, 0, "max_snaps", "max_mined")
         _check(0 <= self.snap_min_cover <= 1, f"clean.snap_min_cover must be in [0, 1], got {self.snap_min_cover}")
         _check(0 <= self.fuzzy_cutoff <= 1, f"clean.fuzzy_cutoff must be in [0, 1] (0 = off), got {self.fuzzy_cutoff}")
-        _check(self.max_mined >= 0, f"clean.max_mined must be >= 0, got {self.max_mined}")
-        _check(self.max_family >= 0, f"clean.max_family must be >= 0 (0 = off), got {self.max_family}")
-        for name in ("w_mined", "w_snap", "w_copied_lex", "w_question_answer", "w_meta_answer", "w_foreign"):
-            _check(getattr(self, name) >= 0, f"clean.{name} must be >= 0 (0 drops the variant), got {getattr(self, name)}")
+        _at_least("clean", self, 0, "w_mined", "w_snap", "w_copied_lex", "w_question_answer", "w_meta_answer",
+                  "w_foreign", note=" (0 drops the variant)")
 
 
 @dataclass(frozen=True)
@@ -357,13 +351,10 @@ class RetrieveConfig:
     text_memory_after: float = 1.0
 
     def validate(self) -> None:
-        _check(self.max_sections >= 1, f"retrieve.max_sections must be >= 1, got {self.max_sections}")
-        _check(self.snippet_tokens >= 1, f"retrieve.snippet_tokens must be >= 1, got {self.snippet_tokens}")
+        _at_least("retrieve", self, 1, "max_sections", "snippet_tokens")
         _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
-        _check(self.rowid_map_rows >= 0, f"retrieve.rowid_map_rows must be >= 0 (0: off), got {self.rowid_map_rows}")
-        _check(self.fts_memory_after >= 0, f"retrieve.fts_memory_after must be >= 0, got {self.fts_memory_after}")
-        _check(self.text_memory_rows >= 0, f"retrieve.text_memory_rows must be >= 0 (0: off), got {self.text_memory_rows}")
-        _check(self.text_memory_after >= 0, f"retrieve.text_memory_after must be >= 0, got {self.text_memory_after}")
+        _at_least("retrieve", self, 0, "rowid_map_rows", "text_memory_rows", note=" (0: off)")
+        _at_least("retrieve", self, 0, "fts_memory_after", "text_memory_after")
         _check(self.fts_engine in ("memory", "lance", "lancedb"),
                f"retrieve.fts_engine must be 'memory', 'lance' or 'lancedb', got {self.fts_engine!r}")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fanout.config.sections import _check
+from fanout.config.sections import _at_least, _check
 
 
 @dataclass(frozen=True)
@@ -80,12 +80,8 @@ class ServeConfig:
     max_header_kb: int = 16  # the request line and headers together; larger gets 431 (h11's default limit)
 
     def validate(self) -> None:
-        _check(self.max_results >= 1, f"serve.max_results must be >= 1, got {self.max_results}")
-        _check(self.max_body_kb >= 1, f"serve.max_body_kb must be >= 1, got {self.max_body_kb}")
-        _check(self.max_connections >= 1, f"serve.max_connections must be >= 1, got {self.max_connections}")
-        _check(self.backlog >= 1, f"serve.backlog must be >= 1, got {self.backlog}")
-        _check(self.max_headers >= 1, f"serve.max_headers must be >= 1, got {self.max_headers}")
-        _check(self.max_header_kb >= 1, f"serve.max_header_kb must be >= 1, got {self.max_header_kb}")
+        _at_least("serve", self, 1, "max_results", "max_body_kb", "max_connections", "backlog", "max_headers",
+                  "max_header_kb")
         _check(self.idle_timeout_s > 0, f"serve.idle_timeout_s must be > 0 seconds, got {self.idle_timeout_s}")
         _check(self.request_timeout_s >= self.idle_timeout_s,
                f"serve.request_timeout_s must be >= serve.idle_timeout_s ({self.idle_timeout_s}), got "
