@@ -22,8 +22,8 @@ ROWS_PER_PASS = 8192  # candidates gathered per pass (a copy of rows x dim float
 
 
 def usable(ds: Any, cfg: Any) -> bool:
-    """Whether `search` re-scores this version: the config asks for it and its vectors file is there (else
-    Lance's `refine_factor` re-ranks, as on an object store)."""
+    """Whether the config asks for re-scoring and the index is local (whether this version's vectors file is
+    there: `has_file`); else Lance's `refine_factor` re-ranks, as on an object store."""
     return bool(cfg is not None and cfg.index.ann_rescore and cfg.index.exact_vectors_file
                 and exact_file.folder(ds) is not None)
 

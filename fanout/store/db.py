@@ -319,33 +319,15 @@ class Collection:
                 qv = np.asarray([vectors[i] for i in finite], dtype=np.float32)
             qv = truncate_vectors(qv, dim)
             res = self._exact_search(ds, qv, k, select, where)  # None: above the size, or Lance must answer
-            # Lance's batch search (one plan per query vector, `query_index` first), as lancedb runs it
-            nearest: dict[str, Any] = {"column": VECTOR, "q": qv, "k": k, "metric": "cosine"}
-            icfg = self.cfg.index if self.cfg is not None else None
-            # the index's candidates re-scored exactly from the vectors file instead of Lance's refine
-            rescore = res is None and icfg is not None and indexed and ann_rescore.usable(ds, self.cfg) and \
-                self.memo("ann_rescore_file", lambda: ann_rescore.has_file(ds))  # else Lance's refine
-            if icfg is not None and indexed:
-                nearest["minimum_nprobes"] = nearest["maximum_nprobes"] = icfg.nprobes  # lancedb's nprobes()
-                if rescore:
-                    nearest["k"] = ann_rescore.nearest_k(k, self.cfg)
-                elif icfg.refine_factor:
-                    nearest["refine_factor"] = icfg.refine_factor
-                if icfg.ef:  # Lance: ef >= candidates
-                    nearest["ef"] = max(icfg.ef, nearest["k"] * max(1, 0 if rescore else icfg.refine_factor))
             cols = [c for c in select if c != "_distance"] + ["_distance"]
-            if res is None and rescore:
-                got = ds.to_table(columns=cols, nearest=nearest, filter=where or None,
-                                  prefilter=True if where else None, with_row_id=True)
-                res = ann_rescore.rescore(ds, qv, got, k)
-                if res is None:  # no vectors file for this version after all: Lance re-ranks
-                    nearest["k"] = k
-                    if icfg.refine_factor:
-                        nearest["refine_factor"] = icfg.refine_factor
-                    if icfg.ef:
-                        nearest["ef"] = max(icfg.ef, k * max(1, icfg.refine_factor))
+            # the index's candidates re-scored exactly from the vectors file instead of Lance's refine
+            if res is None and indexed and ann_rescore.usable(ds, self.cfg) and \
+                    self.memo("ann_rescore_file", lambda: ann_rescore.has_file(ds)):
+                got = ds.to_table(columns=cols, nearest=self._nearest(qv, k, indexed, rescore=True),
+                                  filter=where or None, prefilter=True if where else None, with_row_id=True)
+                res = ann_rescore.rescore(ds, qv, got, k)  # None: no vectors file after all (Lance refines)
             if res is None:
-                res = ds.to_table(columns=cols, nearest=nearest, filter=where or None,
+                res = ds.to_table(columns=cols, nearest=self._nearest(qv, k, indexed), filter=where or None,
                                   prefilter=True if where else None)
         if res.num_rows:  # Lance's batch search always gives `query_index` and (asked for) `_distance`
             ok = pc.fill_null(pc.is_finite(res["_distance"]), False)
@@ -360,6 +342,24 @@ class Collection:
             back = pa.array(finite, pa.int32()).take(res["query_index"])
             res = res.set_column(res.column_names.index("query_index"), "query_index", back)
         return res
+
+    def _nearest(self, qv: np.ndarray, k: int, indexed: bool, rescore: bool = False) -> dict[str, Any]:
+        """Lance's batch search (one plan per query vector, `query_index` first), as lancedb runs it, with the
+        config's index settings; `rescore`: `index.ann_rescore` x k candidates, no refine (fanout/store/
+        ann_rescore.py re-scores them)."""
+        nearest: dict[str, Any] = {"column": VECTOR, "q": qv, "k": k, "metric": "cosine"}
+        icfg = self.cfg.index if self.cfg is not None else None
+        if icfg is None or not indexed:
+            return nearest
+        nearest["minimum_nprobes"] = nearest["maximum_nprobes"] = icfg.nprobes  # lancedb's nprobes()
+        candidates = ann_rescore.nearest_k(k, self.cfg) if rescore else k * max(1, icfg.refine_factor)
+        if rescore:
+            nearest["k"] = candidates
+        elif icfg.refine_factor:
+            nearest["refine_factor"] = icfg.refine_factor
+        if icfg.ef:
+            nearest["ef"] = max(icfg.ef, candidates)  # Lance: ef >= candidates
+        return nearest
 
     def _exact_search(self, ds, qv: np.ndarray, k: int, select: list[str], where: str | None) -> pa.Table | None:
         """One matrix product over this process's copy of the pinned vectors (fanout/store/exact_vectors.py) while
