@@ -195,36 +195,36 @@ def test_fake_index_vector_lists_unchanged(tmp_path, fake_cfg, fake_runner):
         _same_up_to_ties(got, want)
 
 
+def _exact_unit_vectors(rng: np.random.Generator, n: int, dim: int = 8) -> np.ndarray:
+    """Unit vectors whose dot products are exact in float32 whatever order a BLAS kernel sums them in: each
+    has one component +-1 or four components +-0.5 (products are multiples of 1/4), so equal scores (ties)
+    are common and every machine computes the same ones."""
+    v = np.zeros((n, dim), np.float32)
+    four = rng.random(n) < 0.8
+    for i in range(n):
+        at = rng.choice(dim, 4 if four[i] else 1, replace=False)
+        v[i, at] = rng.choice([-1.0, 1.0], len(at)) * (0.5 if four[i] else 1.0)
+    return v
+
+
 @pytest.mark.parametrize("rows,k", [(30, 10), (900, 10), (20_000, 10), (20_000, 60), (20_000, 400)])
 @pytest.mark.parametrize("masked", [False, True])
 def test_top_k_is_the_exact_top_k_with_ties_in_row_order(rows, k, masked):
     """Every candidate path of `top_k` (all rows, a partition per row, the block-maximum bound) gives the
-    exact top k, ties (many: coarse vectors) in row order, only allowed rows."""
+    exact top k, ties (many: products that are multiples of 1/4) in row order, only allowed rows."""
     from fanout.store.exact_vectors import Matrix, top_k
 
     rng = np.random.default_rng(rows + k)
-    v = np.round(rng.normal(size=(rows, 8)) * 2).astype(np.float32)  # coarse: equal scores are common
-    v[v.sum(axis=1) == 0] = 1.0
-    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    v = _exact_unit_vectors(rng, rows)
     damaged = np.zeros(rows, bool)
     damaged[::97] = True
     m = Matrix(1, np.arange(rows, dtype=np.int64), np.where(damaged[:, None], 0, v).astype(np.float32), damaged)
-    q = np.round(rng.normal(size=(37, 8)) * 2).astype(np.float32)
+    q = _exact_unit_vectors(rng, 37)
     q[0] = 0.0  # a query vector of length zero: no rows
     allowed = rng.random(rows) < (0.7 if rows > 100 else 0.3) if masked else None
     qi, pos, dist = top_k(m, q, k, allowed)
     keep = ~damaged if allowed is None else allowed & ~damaged
-    from fanout.store.exact_vectors import LARGE_QUERY_BLOCK, QUERY_BLOCK, SMALL_PRODUCT
-
-    qn = (q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)).astype(np.float32)
-    # the scores top_k ranks by: on a small table products of QUERY_BLOCK query rows (short blocks zero-padded),
-    # on a large one of up to LARGE_QUERY_BLOCK rows
-    if v.size <= SMALL_PRODUCT:
-        pad = np.zeros((-len(qn) % QUERY_BLOCK, qn.shape[1]), np.float32)
-        blocks = np.split(np.concatenate([qn, pad]), (len(qn) + len(pad)) // QUERY_BLOCK)
-    else:
-        blocks = [qn[a:a + LARGE_QUERY_BLOCK] for a in range(0, len(qn), LARGE_QUERY_BLOCK)]
-    s = np.concatenate([b @ v.T for b in blocks])[:len(qn)]
+    s = q.astype(np.float64) @ v.T.astype(np.float64)  # exact: sums of multiples of 1/4
     for i in range(len(q)):
         if i == 0:
             assert not (qi == 0).any()
@@ -233,7 +233,28 @@ def test_top_k_is_the_exact_top_k_with_ties_in_row_order(rows, k, masked):
         want = cand[np.lexsort((cand, -s[i][cand]))][:k]
         got = pos[qi == i]
         assert got.tolist() == want.tolist(), i
-        assert np.allclose(1 - dist[qi == i], s[i][want], atol=1e-6)
+        assert dist[qi == i].tolist() == (1 - s[i][want]).astype(np.float32).tolist()
+
+
+@pytest.mark.parametrize("rows", [900, 70_000])
+def test_top_k_of_real_valued_vectors_is_the_top_k_of_exact_cosines(rows):
+    """Random real vectors (products round differently per BLAS kernel and shape): the rows and distances
+    are those of the cosines computed in float64, within float32 rounding."""
+    from fanout.store.exact_vectors import Matrix, top_k
+
+    rng = np.random.default_rng(rows)
+    v = rng.normal(size=(rows, 64)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    m = Matrix(1, np.arange(rows, dtype=np.int64), v, np.zeros(rows, bool))
+    q = rng.normal(size=(300, 64)).astype(np.float32)
+    qi, pos, dist = top_k(m, q, 20)
+    qn = q.astype(np.float64) / np.linalg.norm(q.astype(np.float64), axis=1, keepdims=True)
+    s = qn @ v.T.astype(np.float64)
+    for i in range(len(q)):
+        want = np.sort(s[i])[::-1][:20]
+        got = pos[qi == i]
+        assert np.allclose(1 - dist[qi == i], want, atol=1e-6)
+        assert np.allclose(s[i][got], want, atol=1e-6)  # the same rows, up to near-ties
 
 
 @pytest.mark.parametrize("rows,k", [(200, 60), (50_000, 60)])
@@ -251,19 +272,24 @@ def test_rows_tied_at_the_cut_are_kept_in_row_order(rows, k):
     assert pos.tolist() == list(range(rows // 2, rows // 2 + 5)) + list(range(k - 5))
 
 
-def test_a_query_scores_alike_alone_and_in_any_batch_on_a_small_table():
-    """One product shape on a small table: the same query vector gets bit-equal distances and the same row
-    order alone, first or last in a batch (Ray Data's blocks and the in-process loop batch it differently)."""
+@pytest.mark.parametrize("rows", [500, 70_000])
+def test_a_query_scores_alike_alone_and_in_any_batch(rows):
+    """The same query vector gets bit-equal distances and the same row order alone, first or last in a
+    batch, on a small table and on a large one (Ray Data's blocks and the in-process loop batch it
+    differently; the products' shapes differ, the scores returned do not)."""
     from fanout.store.exact_vectors import Matrix, top_k
 
     rng = np.random.default_rng(7)
-    v = rng.normal(size=(500, 64)).astype(np.float32)
+    v = rng.normal(size=(rows, 64)).astype(np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
-    m = Matrix(1, np.arange(500, dtype=np.int64), v, np.zeros(500, bool))
-    q = rng.normal(size=(1, 64)).astype(np.float32)
-    others = rng.normal(size=(37, 64)).astype(np.float32)
+    v[rows // 3] = v[rows // 5]  # an exact tie: row order decides
+    m = Matrix(1, np.arange(rows, dtype=np.int64), v, np.zeros(rows, bool))
+    q = (v[rows // 5] + 0.01 * rng.normal(size=64)).astype(np.float32)[None, :]
+    others = rng.normal(size=(300, 64)).astype(np.float32)
     alone = top_k(m, q, 20)
-    for batch, at in ((np.concatenate([q, others]), 0), (np.concatenate([others, q]), 37)):
+    assert alone[1][:2].tolist() == [rows // 5, rows // 3]
+    for batch, at in ((np.concatenate([q, others]), 0), (np.concatenate([others, q]), 300),
+                      (np.concatenate([others[:5], q]), 5)):
         qi, pos, dist = top_k(m, batch, 20)
         assert pos[qi == at].tolist() == alone[1].tolist()
         assert dist[qi == at].tobytes() == alone[2].tobytes()

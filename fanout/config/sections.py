@@ -141,17 +141,6 @@ class IndexConfig:
     # actor) memory-maps one copy shared through the page cache instead of reading and normalising its own
     # (docs/performance.md#query-cost-at-scale). Object stores: a copy per process as without it
     exact_vectors_file: bool = True
-    # Matryoshka first pass of the exact search: tables (or prefiltered row sets) of at least
-    # exact_prefix_min_rows rows are ranked on the first exact_prefix_dims dims (a view of the one copy, no
-    # second one) and the exact_prefix_candidates best per query vector re-scored at the full size. Off (0):
-    # embeddinggemma's 256-dim prefix cosine correlates only ~0.87 with its full cosine among one vault's
-    # chunks (the benchmark corpus), which needs ~1,000 candidates a query vector at 60,000 rows for
-    # recall@10 >= 0.98, and re-scoring those costs what the prefix saves; the fake's hashed vectors have no
-    # Matryoshka structure at all (docs/performance.md#query-cost-at-scale). For an embedder whose prefix
-    # ranks like its full vectors: 256 dims cost a third of 768's product, plus ~0.1 ms a query vector
-    exact_prefix_dims: int = 0
-    exact_prefix_candidates: int = 200
-    exact_prefix_min_rows: int = 20_000
     # IVF_HNSW_SQ: with the query settings below it keeps recall@10 near 1.0 at a fraction of brute force's
     # time; IVF_RQ stopped at a lower recall, IVF_PQ built many times slower (bench/index_scale.py;
     # docs/performance.md#storage-at-scale)
@@ -193,8 +182,7 @@ class IndexConfig:
                f"{self.vector_dim}")
         _at_least("index", self, 1, "vector_index_min_rows", "nprobes")
         _at_least("index", self, 0, "exact_search_rows", note=" (0: always LanceDB's search)")
-        _at_least("index", self, 0, "exact_threads", "exact_prefix_dims", "exact_prefix_candidates",
-                  "exact_prefix_min_rows", "ann_rescore")
+        _at_least("index", self, 0, "exact_threads", "ann_rescore")
         _at_least("index", self, 0, "vector_partitions", "vector_sub_vectors", "refine_factor", "ef",
                   note=" (0 = automatic)")
 

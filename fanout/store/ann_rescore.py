@@ -18,8 +18,6 @@ import pyarrow as pa
 
 from fanout.store import exact_file, exact_vectors
 
-ROWS_PER_PASS = 8192  # candidates gathered per pass (a copy of rows x dim floats: ~25 MB at 768)
-
 
 def usable(ds: Any, cfg: Any) -> bool:
     """Whether the config asks for re-scoring and the index is local (whether this version's vectors file is
@@ -55,10 +53,7 @@ def rescore(ds: Any, queries: np.ndarray, res: pa.Table, k: int) -> pa.Table | N
     q = np.asarray(queries, np.float32)
     qn = np.linalg.norm(q, axis=1)
     q = q / np.where(qn > 0, qn, 1.0)[:, None]
-    sim = np.empty(len(pos), np.float32)
-    for a in range(0, len(pos), ROWS_PER_PASS):
-        b = min(a + ROWS_PER_PASS, len(pos))
-        sim[a:b] = np.einsum("ij,ij->i", m.vectors[pos[a:b]], q[qi[a:b]])
+    sim = exact_vectors.pair_cosines(m.vectors, pos, q.astype(np.float32), qi)  # alike in any batch, on any CPU
     sim[m.damaged[pos]] = -np.inf  # never served
     out: tuple[list, list, list] = ([], [], [])
     order = np.arange(len(pos))

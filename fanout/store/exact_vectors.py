@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,15 +29,11 @@ from fanout.store import exact_file
 
 log = logging.getLogger(__name__)
 
-# query vectors per product. On a small table (up to SMALL_PRODUCT elements) always exactly QUERY_BLOCK, a
-# short block padded with zero rows: BLAS picks its kernel by the product's shape and rounds each score
-# accordingly, so one shape everywhere scores a query alike to the last bit in any batch, process or Ray Data
-# block, and exact ties (the fake embedder's vectors tie often) break the same way everywhere. On a large
-# table a block is up to LARGE_QUERY_BLOCK rows, unpadded: each product reads every vector once, so 16-row
-# products cost 2.75x the CPU of 256-row ones at 60,000 x 768 (docs/performance.md), and a lone search padded
-# to 256 rows would cost ~130 ms; real embeddings practically never tie, so the last bit is harmless there
-QUERY_BLOCK = 16
-LARGE_QUERY_BLOCK = 256
+# query vectors per product: each product reads every vector once, so 16-row products cost 2.75x the CPU of
+# 256-row ones at 60,000 x 768 (docs/performance.md). The products only pick candidates: the scores returned
+# are re-computed per (query, row) pair (`pair_cosines`), so neither the block's shape nor the CPU's BLAS
+# kernel changes a query's scores or its tie order
+QUERY_BLOCK = 256
 # vector elements (rows x dims) up to which a product runs on one BLAS thread: the sample vault's 180 x 768
 # cost 3.5 CPU-ms a query on two threads against 3.0 on one, at 60,000 x 768 two threads halve the wall
 SMALL_PRODUCT = 4_000_000
@@ -56,21 +52,10 @@ class Matrix:
     ids: np.ndarray  # sorted row ids (int64)
     vectors: np.ndarray  # float32 (rows, dim), unit length; damaged rows are zero and never served
     damaged: np.ndarray  # bool per row: a stored vector that is not finite or zero
-    inverse_norms: dict[int, np.ndarray] = field(default_factory=dict)  # prefix dims -> 1 / each row's prefix norm
-
-    def prefix_scale(self, dims: int) -> np.ndarray:
-        """1 / the length of each row's first `dims` components (0 for a row whose prefix is zero): what turns
-        a prefix's dot products into its cosines. rows x 4 bytes, kept per prefix size."""
-        got = self.inverse_norms.get(dims)
-        if got is None:
-            n = np.linalg.norm(self.vectors[:, :dims], axis=1)
-            got = self.inverse_norms[dims] = np.where(n > 0, 1.0 / np.where(n > 0, n, 1.0), 0.0).astype(np.float32)
-        return got
 
     @property
     def nbytes(self) -> int:
-        return int(self.vectors.nbytes + self.ids.nbytes + self.damaged.nbytes
-                   + sum(x.nbytes for x in self.inverse_norms.values()))
+        return int(self.vectors.nbytes + self.ids.nbytes + self.damaged.nbytes)
 
 
 def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -> Matrix | None:
@@ -127,36 +112,20 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -
         return m
 
 
-@dataclass(frozen=True)
-class Plan:
-    """How `top_k` searches a large table (fanout/config/sections.py IndexConfig says why these values)."""
-
-    prefix_dims: int = 0  # > 0: a first pass on each vector's first this many components (Matryoshka) ...
-    prefix_candidates: int = 0  # ... keeps this many rows per query, re-scored at the full dimension
-    prefix_min_rows: int = 0  # tables (or allowed row sets) smaller than this are searched in full
-    threads: int = 0  # BLAS threads of a large table's products; 0: the library's default
-
-
-def plan(cfg) -> Plan:
-    """The config's `Plan` (the defaults without a config)."""
-    if cfg is None:
-        return Plan()
-    i = cfg.index
-    return Plan(i.exact_prefix_dims, i.exact_prefix_candidates, i.exact_prefix_min_rows, i.exact_threads)
-
-
-def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = None, how: Plan = Plan()
+def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = None, threads: int = 0
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(query index, row position, cosine distance) of each query's k nearest rows (among `allowed`, a bool
     per row, when given), best first per query; ties in row order. Damaged rows never appear; a query vector
-    of length zero gets none. With `how.prefix_dims` (and at least `how.prefix_min_rows` rows to search) the
-    rows are first ranked on that prefix of the dimensions and only the `how.prefix_candidates` best per
-    query are scored in full: the k returned are the exact best of those (`_prefix_blocks`)."""
+    of length zero gets none. `threads`: BLAS threads of a large table's products (0: the library's default).
+
+    A query's scores and order do not depend on the other queries of its batch nor on the CPU's BLAS kernel:
+    the products (whose rounding does) only pick each query's candidates, with a margin of their worst-case
+    rounding error (`_margin`), and the candidates' cosines are then computed per pair (`pair_cosines`)."""
     keep = ~m.damaged if allowed is None else (allowed & ~m.damaged)
     every = bool(keep.all())
     n = int(keep.sum())
     # float32 first, as the query-vector cache stores them: a vector fresh from the model and the same vector
-    # read back from the cache then score alike to the last bit (ties among equal scores break the same way)
+    # read back from the cache then score alike to the last bit
     queries = np.asarray(queries, dtype=np.float32)
     qn = np.linalg.norm(queries, axis=1)
     q = (queries / np.where(qn > 0, qn, 1.0)[:, None]).astype(np.float32)
@@ -167,12 +136,44 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
     sub = None if every or n > len(keep) // 2 else np.flatnonzero(keep)
     vecs = m.vectors if sub is None else m.vectors[sub]
     small = vecs.size <= SMALL_PRODUCT
+    margin = _margin(q.shape[1])
+    out: tuple[list, list, list] = ([], [], [])
     # a small table's products are too short for BLAS's second thread to pay: it only spins (CPU, no wall)
-    with _blas_threads(1 if small else (how.threads or None)):
-        if 0 < how.prefix_dims < q.shape[1] and n >= max(how.prefix_min_rows, 1) and \
-                max(how.prefix_candidates, kk) * 4 <= n:
-            return _prefix_blocks(q, qn, m, vecs, sub, keep, every, kk, how)
-        return _top_k_blocks(q, qn, vecs, sub, keep, every, kk, QUERY_BLOCK if small else 0)
+    with _blas_threads(1 if small else (threads or None)):
+        for a in range(0, len(q), QUERY_BLOCK):
+            blk = q[a:a + QUERY_BLOCK]
+            s = blk @ vecs.T  # cosine similarity, rounded as this shape's kernel sums
+            if sub is None and not every:
+                s[:, ~keep] = -np.inf
+            r, c = _candidates(s, kk, margin)
+            sc = pair_cosines(vecs, c, blk, r)
+            if sub is None and not every:
+                sc[~keep[c]] = -np.inf
+            keep_best(r, c, sc, kk, a, qn, sub, out)
+    return _joined(out)
+
+
+def _margin(dim: int) -> float:
+    """Twice the worst-case rounding error of a float32 dot product of two unit vectors of `dim` components,
+    whatever order a BLAS kernel sums them in (n u / (1 - n u), u = 2^-24, Higham's bound): a row whose
+    exact cosine reaches the k-th best is within this of the k-th best product, on any CPU."""
+    nu = dim * 2.0 ** -24
+    return 2.0 * nu / (1.0 - nu) + 1e-7
+
+
+def pair_cosines(vecs: np.ndarray, rows: np.ndarray, q: np.ndarray, qrows: np.ndarray) -> np.ndarray:
+    """The dot products of `vecs[rows[i]]` and `q[qrows[i]]` (unit float32 vectors), each computed alone:
+    float32 components multiply exactly in float64, their sum there is exact to ~1e-16 and rounds to the same
+    float32 whatever the batch, the process or the CPU (a matrix product's result depends on its shape's
+    kernel). einsum casts in small buffers: no float64 copy of the gathered rows."""
+    out = np.empty(len(rows), np.float32)
+    for a in range(0, len(rows), PAIRS_PER_PASS):
+        b = min(a + PAIRS_PER_PASS, len(rows))
+        out[a:b] = np.einsum("ij,ij->i", vecs[rows[a:b]], q[qrows[a:b]], dtype=np.float64)
+    return out
+
+
+PAIRS_PER_PASS = 8192  # pairs re-scored per pass (the gathered rows: 25 MB at 768 dims)
 
 
 @contextlib.contextmanager
@@ -187,70 +188,6 @@ def _blas_threads(n: int | None):
         _CONTROLLER = ThreadpoolController()
     with _CONTROLLER.limit(limits=n, user_api="blas"):
         yield
-
-
-def _top_k_blocks(q: np.ndarray, qn: np.ndarray, vecs: np.ndarray, sub: np.ndarray | None, keep: np.ndarray,
-                  every: bool, kk: int, fixed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`top_k` over blocks of query rows: `fixed` rows each, short ones zero-padded (one product shape), or
-    (0) up to LARGE_QUERY_BLOCK rows unpadded."""
-    out: tuple[list, list, list] = ([], [], [])
-    step = fixed or LARGE_QUERY_BLOCK
-    for a in range(0, len(q), step):
-        blk = q[a:a + step]
-        if fixed and len(blk) < fixed:
-            blk = np.concatenate([blk, np.zeros((fixed - len(blk), q.shape[1]), np.float32)])
-        s = (blk @ vecs.T)[:min(step, len(q) - a)]  # cosine similarity
-        if sub is None and not every:
-            s[:, ~keep] = -np.inf
-        r, c = _candidates(s, kk)
-        sc = s[r, c]
-        keep_best(r, c, sc, kk, a, qn, sub, out)
-    return _joined(out)
-
-
-def _prefix_blocks(q: np.ndarray, qn: np.ndarray, m: Matrix, vecs: np.ndarray, sub: np.ndarray | None,
-                   keep: np.ndarray, every: bool, kk: int, how: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`top_k` in two passes per block of LARGE_QUERY_BLOCK query rows: the prefix cosines (the product of
-    the first `how.prefix_dims` components, a view of the one copy of the vectors: no second copy, divided by
-    each row's prefix length) pick at least `how.prefix_candidates` rows per query (`_candidates`), whose
-    full-dimension cosines then rank them (ties in row order)."""
-    d = how.prefix_dims  # vecs: m.vectors, or the allowed rows' when `sub` lists them
-    scale = m.prefix_scale(d) if sub is None else m.prefix_scale(d)[sub]
-    head = vecs[:, :d]  # a strided view: BLAS reads it in place
-    want = max(how.prefix_candidates, kk)
-    out: tuple[list, list, list] = ([], [], [])
-    for a in range(0, len(q), LARGE_QUERY_BLOCK):
-        blk = q[a:a + LARGE_QUERY_BLOCK]
-        s = blk[:, :d] @ head.T
-        s *= scale  # prefix cosine x the query prefix's length (the same for every row of a query)
-        if sub is None and not every:
-            s[:, ~keep] = -np.inf
-        r, c = _candidates(s, want)  # grouped by query
-        counts = np.bincount(r, minlength=len(blk))
-        starts = np.cumsum(counts) - counts
-        over = np.flatnonzero(counts > 2 * want)  # many rows tied at the bound (e.g. prefixes sharing nothing
-        if len(over):  # with the query: exact zeros): the `want` best of them, ties cut anywhere
-            cut = np.ones(len(r), bool)
-            for i in over.tolist():
-                a0 = int(starts[i])
-                drop = np.argpartition(-s[i, c[a0:a0 + counts[i]]], want)[want:]
-                cut[a0 + drop] = False
-            r, c = r[cut], c[cut]
-            counts = np.bincount(r, minlength=len(blk))
-            starts = np.cumsum(counts) - counts
-        del s
-        # each query's candidates' full-dimension cosines: its rows gathered into one reused buffer, one
-        # matrix-vector product
-        sim = np.empty(len(r), np.float32)
-        buf = np.empty((int(counts.max()) if len(counts) else 0, vecs.shape[1]), np.float32)
-        for i, (a0, n) in enumerate(zip(starts.tolist(), counts.tolist())):
-            if n:
-                np.take(vecs, c[a0:a0 + n], axis=0, out=buf[:n])
-                np.dot(buf[:n], blk[i], out=sim[a0:a0 + n])
-        if sub is None and not every:
-            sim[~keep[c]] = -np.inf
-        keep_best(r, c, sim, kk, a, qn, sub, out)
-    return _joined(out)
 
 
 def keep_best(r: np.ndarray, c: np.ndarray, sc: np.ndarray, kk: int, a: int, qn: np.ndarray,
@@ -274,9 +211,10 @@ def _joined(out: tuple[list, list, list]) -> tuple[np.ndarray, np.ndarray, np.nd
     return np.concatenate(out[0]), np.concatenate(out[1]), np.concatenate(out[2])
 
 
-def _candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _candidates(s: np.ndarray, k: int, margin: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """(query, row) of a superset of each query's k best scores in `s`: those at or above the k-th best of
-    the row blocks' maxima (k blocks hold at least k scores that high), a few more than k a query, grouped by
+    the row blocks' maxima (k blocks hold at least k scores that high) less `margin`, so that a row whose
+    exact score is among the k best is kept whatever the rounding of `s`; a few more than k a query, grouped by
     query (rows in no particular order: `keep_best` orders them). One pass over `s` and a look into the
     blocks that reach the bound instead of a partition of every row (~5x less CPU at 60,000 rows). A block is
     every nb-th row (rows j, j + nb, j + 2 nb, ...): their maxima are an element-wise maximum of
@@ -287,8 +225,8 @@ def _candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if b < 8:  # a small table: each row's k-th best itself is the bound
         if k >= n:
             return np.repeat(np.arange(nq), n), np.tile(np.arange(n), nq)
-        bound = np.partition(s, n - k, axis=1)[:, n - k]  # every row tied with it stays a candidate: ties
-        # at the cut go in row order, as Lance's flat search keeps them
+        bound = np.partition(s, n - k, axis=1)[:, n - k] - margin  # every row tied with it stays a
+        # candidate: ties at the cut go in row order, as Lance's flat search keeps them
         return np.nonzero(s >= bound[:, None])
     nb = n // b
     view = s[:, :nb * b].reshape(nq, b, nb)  # [q, i, j]: row i nb + j, of block j
@@ -296,7 +234,7 @@ def _candidates(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     tail = s[:, nb * b:]
     if tail.shape[1]:
         m = np.concatenate([m, tail.max(axis=1, keepdims=True)], axis=1)
-    bound = np.partition(m, m.shape[1] - k, axis=1)[:, m.shape[1] - k]
+    bound = np.partition(m, m.shape[1] - k, axis=1)[:, m.shape[1] - k] - margin
     # only the blocks whose maximum reaches the bound hold candidates (a few more than k a query): their
     # scores are looked at, not all of `s` (np.nonzero over all of it cost ~0.13 ms a query at 60,000 rows)
     qi, bi = np.nonzero(m[:, :nb] >= bound[:, None])
@@ -325,7 +263,7 @@ def search(col: Any, ds, queries: np.ndarray, k: int, select: list[str], where: 
     if m.damaged.any():
         log.error("table %s in %s has %d damaged vectors, left out of the results; repair with `fanout index` (it "
                   "re-embeds damaged notes) or %s", col.chunks_name, col.db_dir, int(m.damaged.sum()), col.hint())
-    qi, pos, dist = top_k(m, queries, k, allowed, plan(col.cfg))
+    qi, pos, dist = top_k(m, queries, k, allowed, col.cfg.index.exact_threads if col.cfg is not None else 0)
     cols = [c for c in select if c not in ("_distance", "query_index")]
     keys = col.row_keys(tuple(cols)) if cols else None
     if keys is not None and len(keys[0]) == len(m.ids):
