@@ -47,13 +47,17 @@ defer_unused()  # before anything imports lancedb (fanout/exec/imports.py: ~0.65
 # while `ray.init` forks Ray's processes); fanout never forks, and Ray starts its processes with
 # subprocess.Popen(preexec_fn=...), a fork followed at once by exec, where no Lance code runs
 warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
+# lancedb says the same once per forked process (Ray's start forks ~5): the same fork-then-exec, so as safe
+warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
 
 TYPE_CHECKING = False  # typing costs the CLI's warm path ~5 ms of imports
 if TYPE_CHECKING:
     from fanout.api import (
         BatchResult,
+        CollectionBusy,
         ConfigError,
         FilterError,
+        GapsResult,
         Hit,
         Hits,
         IndexReport,
@@ -68,13 +72,18 @@ if TYPE_CHECKING:
         UserError,
         Watcher,
         WatchRound,
+        collections,
         open,
     )
 
-__all__ = ["BatchResult", "ConfigError", "FanoutError", "FilterError", "Hit", "Hits", "IndexReport",
-           "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError", "RequestError", "StorageError",
-           "UserError", "WatchRound", "Watcher", "__version__", "open"]
+__all__ = ["BatchResult", "CollectionBusy", "ConfigError", "FanoutError", "FilterError", "GapsResult", "Hit", "Hits",
+           "IndexReport", "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError",
+           "RequestError", "StorageError", "UserError", "WatchRound", "Watcher", "__version__", "collections", "open"]
 _LAZY = set(__all__) - {"FanoutError", "__version__"}
+
+
+def __dir__() -> list[str]:  # the lazily imported public names too (tab completion)
+    return sorted(set(globals()) | set(__all__) | {"ray"})
 
 
 def __getattr__(name: str):

@@ -20,3 +20,7 @@ class UserError(FanoutError, ValueError):
 class PlacementError(FanoutError, RuntimeError):
     """A job's actor pools cannot be placed on the Ray cluster as it is (nothing was started); the message
     lists the pools and the nodes and says what to change."""
+
+
+class InputMissing(UserError, FileNotFoundError):
+    """A file the user named (a query file, a vault) does not exist; still a FileNotFoundError."""

@@ -12,6 +12,7 @@ joins on the caller's own keys work after the search as before it.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from typing import Any
 
@@ -23,6 +24,7 @@ from fanout.schemas import CARRY, INPUT_ROWS, RESULT, RESULT_SECTIONS
 
 # what a row may give, as a batch file's line may (qmd's `searches`, OHS's `queries` too)
 ROW_FIELDS = ("query", "intent", *FIELD_KINDS, "searches", "queries", "filter")
+_ROW_PREFIX = re.compile(r"^row -?\d+: ")
 HIT = pa.struct([(f.name, f.type) for f in RESULT if not f.name.startswith("_")])
 HIT_SECTIONS = pa.struct([(f.name, f.type) for f in RESULT_SECTIONS if not f.name.startswith("_")])  # --sections
 
@@ -76,9 +78,27 @@ class UnwrapAnswers:
         hits = pa.ListArray.from_arrays(results.offsets, pa.StructArray.from_arrays(
             [flat.field(f.name) for f in kind.fields], fields=list(kind.fields)), mask=results.is_null())
         cols[self.hits_column] = hits
-        cols[self.error_column] = batch.column("error")
+        cols[self.error_column] = self.errors(batch)
         cols[f"{self.error_column}_field"] = pc.if_else(pc.is_valid(batch.column("error")), batch.column("field"),
                                                         pa.scalar(None, pa.string()))
         self.stats["rows"] += batch.num_rows
         self.stats["error_rows"] += int(pc.sum(pc.is_valid(batch.column("error"))).as_py() or 0)
         return pa.table(cols)
+
+    @staticmethod
+    def errors(batch: pa.Table) -> pa.Array:
+        """The rows' errors worded for the caller: `row N: ` (a batch file's line; here a number made per row
+        that the caller never saw) becomes the row's id when the caller gave one, else is dropped."""
+        errs = batch.column("error").to_pylist()
+        if not any(errs):
+            return batch.column("error")
+        key = next((c for c in ("qid", "id") if c in batch.column_names), None)
+        ids = batch.column(key).to_pylist() if key else [None] * len(errs)
+        out = []
+        for e, i in zip(errs, ids):
+            if e is not None:
+                e = _ROW_PREFIX.sub("", e, count=1)
+                if i and not i.startswith("row-"):
+                    e = f"id {i!r}: {e}"
+            out.append(e)
+        return pa.array(out, pa.string())

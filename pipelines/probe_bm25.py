@@ -7,6 +7,8 @@ are the original query's full-text lists, reused by retrieval (no second search)
 
 from __future__ import annotations
 
+import bisect
+import difflib
 import json
 
 import pyarrow as pa
@@ -54,7 +56,56 @@ def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[
             more = f" and {len(langs) - len(known)} other values" if len(known) < len(langs) else ""
             return None, "filter.lang", (f"`filter.lang` {bad[0][:40]!r}: no note of that language; the index "
                                          f"has {known}{more}")
+    named = col.memo("filter_values", lambda: _filter_values(col))
+    for f in filters:  # values of a kind are alternatives: it names nothing when none of them does
+        for kind in ("folder", "path", "tag"):
+            vals = f.get(kind, [])
+            if vals and not any(_names_something(kind, v, named) for v in vals):
+                return None, f"filter.{kind}", _names_nothing(kind, vals[0], named, len(vals))
     return where_sql(filters), None, None
+
+
+def _filter_values(col: Collection) -> dict[str, list[str]]:
+    """What a folder, path or tag filter can name in this index version: the notes' paths (sorted), their
+    folders and their tags (nested tags with their parents, as indexed)."""
+    with col.guard(col.documents_name):
+        names = set(col.dataset(col.documents_name).schema.names)
+        t = col.read(col.documents_name, ["path"] + (["tags"] if "tags" in names else []))
+    paths = sorted(t["path"].to_pylist())
+    folders = {p.rsplit("/", i)[0] for p in paths for i in range(1, p.count("/") + 1)}
+    tags = {x for v in t["tags"].to_pylist() for x in (v or [])} if "tags" in t.column_names else None
+    return {"path": paths, "folder": sorted(folders), "tag": None if tags is None else sorted(tags)}
+
+
+def _names_something(kind: str, value: str, named: dict[str, list[str] | None]) -> bool:
+    have = named[kind]
+    if have is None:  # an index without the column: needs_columns said so already
+        return True
+    if kind == "path":  # a prefix of some path
+        at = bisect.bisect_left(have, value)
+        return at < len(have) and have[at].startswith(value)
+    at = bisect.bisect_left(have, value)
+    return at < len(have) and have[at] == value
+
+
+def _names_nothing(kind: str, value: str, named: dict[str, list[str] | None], n: int = 1) -> str:
+    """The row's error for a folder, path or tag that no indexed note has (`n` values, none naming a note),
+    with the names closest to the first."""
+    have = named[kind] or []
+    if kind == "path":
+        pool = named["folder"] + named["path"]
+    else:
+        pool = have
+    last = value.rstrip("/").rsplit("/", 1)[-1].casefold()
+    close = [x for x in pool if x.rsplit("/", 1)[-1].casefold() == last][:3] or \
+        difflib.get_close_matches(value, pool, n=3, cutoff=0.6)
+    what = {"folder": "no indexed note is in folder", "path": "no indexed note's path starts with",
+            "tag": "no indexed note has tag"}[kind]
+    hint = f"; did you mean {' or '.join(repr(x) for x in close)}?" if close else \
+        f"; the index has {len(have)} {kind}s" + (f", e.g. {have[:3]}" if have else "")
+    more = f" (nor any of the other {n - 1} values)" if n > 1 else ""
+    return (f"`filter.{kind}` {value[:60]!r}: {what} {value[:60]!r}{more}{hint} (folders and paths are relative "
+            f"to the vault)")
 
 
 class ProbeBM25:

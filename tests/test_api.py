@@ -151,7 +151,7 @@ def test_batch_equals_the_cli_batch(kb, tmp_path):
 
 def test_batch_writes_out_and_keeps_every_good_row_next_to_a_bad_one(kb, tmp_path):
     out = tmp_path / "answers.jsonl"
-    rows = [{"id": "a", "query": "backup snapshots"}, {"id": "b", "query": 7}, "not an object",
+    rows = [{"id": "a", "query": "backup snapshots"}, {"id": "b", "query": 7}, 42,  # neither a row nor a query
             {"id": "d", "query": "naming conventions"}]
     res = kb.batch(rows, out=out, n=3)
     assert res.out == str(out) and out.exists() and res.errors == 2 and res.queries == 4

@@ -294,7 +294,7 @@ def test_the_query_path_never_imports_lancedb(fake_db):
             "from fanout.pipelines.search import Searcher, SearchOptions; cfg = load_config('fake'); "
             "rows = [{'id': 'a', 'query': 'version history of a file', 'short_query': 'version history', "
             "'rephrased_query': 'restore an older copy of a note', 'expected_answer': 'File recovery keeps snapshots.'}, "
-            "{'id': 'b', 'query': 'Wikilinks', 'filter': {'path': ['Links/']}}]\n"
+            "{'id': 'b', 'query': 'Wikilinks', 'filter': {'path': ['Linking/']}}]\n"
             "with Runner(cfg) as r:\n"
             "    s = Searcher(sys.argv[1], 't', cfg, r)\n"
             "    outs = [s.search(rows, SearchOptions(n=3)) for _ in range(2)]\n"

@@ -78,6 +78,8 @@ def test_same_pages_as_fanout_batch_with_filter_before_and_groupby_after(user_ra
     assert got == want
     by_id = {r["id"]: r for r in got_rows}
     assert by_id["bad"]["error"] and by_id["bad"]["error_field"] == "query" and not by_id["bad"]["hits"]
+    assert by_id["bad"]["error"].startswith("id 'bad': ") and "row " not in by_id["bad"]["error"]
+    assert "_stage_stats" not in got_rows[0]  # fanout's own counters stay inside
     assert all(by_id[r["id"]]["team"] == r["team"] and by_id[r["id"]]["weight"] == r["weight"] for r in kept)
     counts = {r["team"]: r["count()"] for r in answered.groupby("team").count().take_all()}
     assert counts == {t: sum(1 for r in kept if r["team"] == t) for t in ("ops", "docs")}
@@ -103,6 +105,10 @@ def test_bad_arguments_fail_at_once(user_ray, db, tmp_path):
     # pools that leave no CPU for the caller's own tasks would wait forever: said at once, with the fix
     from fanout.config import load_config
 
-    big = load_config("fake").replace(embedder={"num_cpus": 3.0})
+    big = load_config("fake").replace(embedder={"num_cpus": 3.0}, runner={"fit_pools": False})
     with pytest.raises(fanout.PlacementError, match=r"your Dataset's own tasks.*ray.init\(num_cpus"):
         fray.search(ds, db=db, collection="samples", config=big, query_column="q")
+    # unless the config pins the pools, they are scaled to fit (logged): the same config then runs
+    fitted = fray.search(ds, db=db, collection="samples", config=big.replace(runner={"fit_pools": True}),
+                         query_column="q")
+    assert fitted.take_all()[0]["hits"]

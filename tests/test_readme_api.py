@@ -40,7 +40,7 @@ def test_readme_ray_data(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     _run(blocks()[0], tmp_path / "db", capsys)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", configure_logging=False,
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", configure_logging=False,
              object_store_memory=256 * 2**20)
     try:
         out = _run(blocks()[1], tmp_path / "db", capsys)

@@ -7,7 +7,7 @@ the Ray Data processor.
 May import the base, fanout.actors, fanout.pipelines and fanout.gaps; never the faces (cli, serve, evaluation).
 """
 
-from fanout.api.kb import KnowledgeBase, open
+from fanout.api.kb import KnowledgeBase, collections, open
 from fanout.api.notes import NoteError
 from fanout.api.service import RequestError
 from fanout.api.types import BatchResult, Hit, Hits, Note
@@ -15,11 +15,13 @@ from fanout.api.watch import Watcher, WatchRound
 from fanout.config import ConfigError
 from fanout.errors import FanoutError, PlacementError, UserError
 from fanout.filters import FilterError
+from fanout.gaps.analysis import GapsResult
 from fanout.models.files import ModelError
 from fanout.pipelines.index import IndexReport
 from fanout.store.integrity import IndexStateError
+from fanout.store.locks import CollectionBusy
 from fanout.store.storage import StorageError
 
-__all__ = ["BatchResult", "ConfigError", "FanoutError", "FilterError", "Hit", "Hits", "IndexReport",
-           "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError", "RequestError", "StorageError",
-           "UserError", "WatchRound", "Watcher", "open"]
+__all__ = ["BatchResult", "CollectionBusy", "ConfigError", "FanoutError", "FilterError", "GapsResult", "Hit", "Hits",
+           "IndexReport", "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError",
+           "RequestError", "StorageError", "UserError", "WatchRound", "Watcher", "collections", "open"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -204,7 +205,8 @@ class KnowledgeBase:
             resp = self._svc().run(req)
         if resp["errors"]:
             e = resp["errors"][0]
-            raise RequestError(f"{e['field'] or 'query'}: {e['error']}", field=e["field"] or "query")
+            why = re.sub(r"^row \d+: ", "", e["error"])  # one query: no batch row to name
+            raise RequestError(f"{e['field'] or 'query'}: {why}", field=e["field"] or "query")
         return Hits.from_response(resp, query)
 
     def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -239,7 +241,8 @@ class KnowledgeBase:
     def batch(self, rows: Rows, *, out: str | os.PathLike | None = None, n: int = 10, min_score: float = 0.0,
               filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
               rerank: bool | None = None, explain: bool = False, runner: RunnerMode | None = None,
-              sections: int | None = None, progress: bool = False) -> BatchResult:
+              sections: int | None = None, progress: bool = False, query_column: str = "query",
+              id_column: str | None = None, keep_columns: bool = True) -> BatchResult:
         """Answer many queries: what `fanout batch` does, with the same output.
 
         `rows`: a pa.Table, a pandas DataFrame, a list of dicts (each with `query`, optional `id`, the agent
@@ -250,6 +253,12 @@ class KnowledgeBase:
         (the config's rule: Ray for big jobs on big machines). `sections`: each page's N best sections as a
         `sections` list column (parquet; JSON text in CSV; a `sections` list per result in JSONL), one row per
         page as without. `progress`: a bar on stderr.
+
+        In-memory rows (a table, a DataFrame, a list of dicts, or a list of query strings) may name their
+        query column (`query_column`) and id column (`id_column`, else `id` when there is one, else one is
+        made per row: `row-N`); with `keep_columns` their other columns come back on every answer row of
+        `to_arrow()` / `to_pandas()` (matched by id; the `out` file keeps `fanout batch`'s columns). A table
+        without the query column, or whose columns collide with the answers' own, is refused before any work.
         """
         from fanout.api.service import check_sections
         from fanout.exec.engines import job_mode
@@ -265,8 +274,10 @@ class KnowledgeBase:
         if opts.sections and opts.explain:
             raise UserError("`sections` and `explain` together are not supported by batch yet; run the job twice, "
                             "or use `search` for the explained answers with sections")
+        query_column = _column_name(query_column, "query_column")
+        id_column = None if id_column is None else _column_name(id_column, "id_column")
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-batch-") as tmp:
-            src, n_rows = _input_file(rows, tmp)
+            src, n_rows, extra = _input_file(rows, tmp, query_column, id_column, keep_columns)
             dest = os.fspath(out) if out is not None else os.path.join(tmp, "answers.parquet")
             check_out(dest, src, self.cfg.storage)
             mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
@@ -278,10 +289,10 @@ class KnowledgeBase:
             else:
                 st = run_batch(src, dest, searcher, opts)
             if out is not None:
-                return BatchResult(out=dest, stats=st, storage=self.cfg.storage)
+                return BatchResult(out=dest, stats=st, storage=self.cfg.storage, extra=extra)
             from fanout.io.batch_out import read_output
 
-            return BatchResult(out=None, stats=st, table=read_output(dest))  # read before the folder goes
+            return BatchResult(out=None, stats=st, table=read_output(dest), extra=extra)  # read before the folder goes
 
     def expand(self, rows: Rows, *, runner: RunnerMode | None = None, progress: bool = False) -> dict[str, Any]:
         """Precompute expansions of `rows` (as for `batch`) into the collection's cache, so later searches of
@@ -291,7 +302,7 @@ class KnowledgeBase:
         from fanout.pipelines.precompute import run_expand
 
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-expand-") as tmp:
-            src, n_rows = _input_file(rows, tmp)
+            src, n_rows, _ = _input_file(rows, tmp, keep_columns=False)
             mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
             st = run_expand(src, self.db, self.collection, self.cfg, self._runner(mode), progress=progress)
             self._service = None  # cached expansions are read anew
@@ -337,6 +348,9 @@ class KnowledgeBase:
     def _collection(self):
         from fanout.store.db import Collection
 
+        if self._closed:
+            raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")
+
         col = Collection(self.db, self.collection, self.cfg)
         col.refresh()  # the table versions the manifest pins: what searches are served
         return col
@@ -358,6 +372,16 @@ def open(db: str | os.PathLike = ".fanout/db", collection: str = "notes",
     return KnowledgeBase(db, collection, config, runner=runner)
 
 
+def collections(db: str | os.PathLike = ".fanout/db", config: str | os.PathLike | Config | None = None
+                ) -> list[str]:
+    """The names of the collections in the index at `db` (a folder or an object-store URI), sorted; [] when
+    the db does not exist yet."""
+    from fanout.api.catalog import collection_names
+    from fanout.store import storage
+
+    return collection_names(storage.normalize_uri(as_path(db, "db")), resolve_config(config))
+
+
 def check_count(value: Any, name: str) -> int:
     """`value` when it is a whole number >= 1, else UserError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -365,26 +389,69 @@ def check_count(value: Any, name: str) -> int:
     return value
 
 
-def _input_file(rows: Rows, tmp: str) -> tuple[str, int | None]:
-    """`rows` as a path the batch reader takes (a file of the caller's, or one written to `tmp`) and its row
-    count when known without reading."""
-    if isinstance(rows, str | os.PathLike):
-        return as_path(rows, "rows"), None
-    if type(rows).__name__ == "DataFrame" and hasattr(rows, "to_dict"):  # pandas, without importing it
-        rows = pa.Table.from_pandas(rows, preserve_index=False)
-    if isinstance(rows, pa.Table):
-        import pyarrow.parquet as pq
+def _column_name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise UserError(f"`{what}` must be a column name (non-empty text), got {value!r}")
+    return value
 
-        path = os.path.join(tmp, "input.parquet")
-        pq.write_table(rows, path)
-        return path, rows.num_rows
-    if isinstance(rows, Mapping) or not isinstance(rows, Iterable):
-        raise UserError(f"`rows` must be a pa.Table, a pandas DataFrame, a list of dicts or a file path/URI, "
-                        f"got {type(rows).__name__}")
+
+# the answers' own columns: a caller's column of one of these names cannot come back beside them
+ANSWER_COLUMNS = ("qid", "rank", "path", "title", "heading", "snippet", "score", "field", "error", "query", "index",
+                  "sections", "results", "expansion", "variants")
+
+
+def _input_file(rows: Rows, tmp: str, query_column: str = "query", id_column: str | None = None,
+                keep_columns: bool = True) -> tuple[str, int | None, Extra | None]:
+    """`rows` as a path the batch reader takes (a file of the caller's, or one written to `tmp`), its row
+    count when known without reading, and the caller's other columns to join back onto the answers (`Extra`,
+    in-memory rows with `keep_columns` only)."""
+    from fanout.pipelines.carry_rows import ROW_FIELDS
+
+    if isinstance(rows, str | os.PathLike):
+        if query_column != "query" or id_column is not None:
+            raise UserError("`query_column` / `id_column` apply to in-memory rows (a table, a DataFrame, a list); "
+                            "a file's rows name their fields `query` and `id` (fanout batch's input format)")
+        return as_path(rows, "rows"), None, None
+    if type(rows).__name__ == "DataFrame" and hasattr(rows, "to_dict"):  # pandas, without importing it
+        try:
+            rows = pa.Table.from_pandas(rows, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:  # a column of mixed types (numbers and text)
+            raise UserError(f"`rows`: the DataFrame does not convert to Arrow ({str(e)[:160]}); give each column "
+                            f"one type, e.g. df[col] = df[col].astype(str)") from e
+    if isinstance(rows, Mapping) or not isinstance(rows, Iterable | pa.Table):
+        raise UserError(f"`rows` must be a pa.Table, a pandas DataFrame, a list of dicts or of query strings, or a "
+                        f"file path/URI, got {type(rows).__name__}")
+    if isinstance(rows, pa.Table):
+        names = rows.column_names
+        if query_column not in names:
+            raise UserError(f"`rows` has no column {query_column!r} (`query_column`); its columns: {names}. Name "
+                            f"the column that holds the queries: query_column=...")
+        if id_column is not None and id_column not in names:
+            raise UserError(f"`rows` has no column {id_column!r} (`id_column`); its columns: {names}")
+        rows = rows.to_pylist()
+    else:
+        rows = [{"query": r} if isinstance(r, str) else r for r in rows]  # a list of query strings
+    renamed: list[Any] = []
+    extra_rows: list[dict[str, Any] | None] = []
+    for r in rows:
+        if not isinstance(r, Mapping):
+            renamed.append(r)  # the reader makes it that row's error row
+            extra_rows.append(None)
+            continue
+        r = dict(r)
+        job = {k: r[k] for k in ROW_FIELDS if k in r and k != "query"}
+        if query_column in r:
+            job["query"] = r[query_column]
+        rid = r.get(id_column) if id_column is not None else r.get("id", r.get("qid"))
+        if rid is not None:
+            job["id"] = rid
+        renamed.append(job)
+        extra_rows.append({k: v for k, v in r.items() if k != query_column})
+    extra = _extra(renamed, extra_rows) if keep_columns else None
     path = os.path.join(tmp, "input.jsonl")
     n = 0
     with Path(path).open("w", encoding="utf-8") as f:
-        for row in rows:
+        for row in renamed:
             n += 1
             # a row that is not an object becomes that row's error row (the reader names it); values JSON has
             # no type for (dates, decimals) are written as their text
@@ -393,4 +460,49 @@ def _input_file(rows: Rows, tmp: str) -> tuple[str, int | None]:
             except (TypeError, ValueError, RecursionError) as e:
                 line = json.dumps(f"row {n} cannot be read: {type(e).__name__}: {str(e)[:80]}")
             f.write(line + "\n")
-    return path, n
+    return path, n, extra
+
+
+def _extra(job_rows: list[Any], extra_rows: list[dict[str, Any] | None]) -> Extra | None:
+    """The caller's columns keyed by the id each row gets in the job (its `id`, else `row-N`), the first row
+    of an id winning; None when the rows have no other columns."""
+    from fanout.io.batch_io import row_id
+
+    names: dict[str, None] = {}
+    for e in extra_rows:
+        if e:
+            names.update(dict.fromkeys(e))
+    if not names:
+        return None
+    clash = sorted(set(names) & set(ANSWER_COLUMNS))
+    if clash:
+        raise UserError(f"`rows` has column(s) {clash}, which the answers have too; rename them, or pass "
+                        f"keep_columns=False to leave the caller's columns out of the answers")
+    keys: dict[str, int] = {}
+    for n, (job, e) in enumerate(zip(job_rows, extra_rows), 1):
+        if e is not None:
+            keys.setdefault(row_id(job, n), n - 1)
+    return Extra(keys, extra_rows, list(names))
+
+
+class Extra:
+    """A batch's caller columns, joined onto its answers by `qid` (`BatchResult.to_arrow`)."""
+
+    def __init__(self, keys: dict[str, int], rows: list[dict[str, Any] | None], names: list[str]):
+        self.keys, self.rows, self.names = keys, rows, names
+        self.joined = False  # set by `join`: a BatchResult's table is joined once
+
+    def join(self, answers: pa.Table) -> pa.Table:
+        key = "qid" if "qid" in answers.column_names else "id"  # JSONL output: a row per query, its `id`
+        at = [self.keys.get(q) for q in answers.column(key).to_pylist()]
+        for name in self.names:
+            if name in answers.column_names:  # the caller's `id` beside JSONL's: the same value
+                continue
+            vals = [None if i is None or self.rows[i] is None else self.rows[i].get(name) for i in at]
+            try:
+                col = pa.array(vals)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # values of mixed types: as text
+                col = pa.array([None if v is None else str(v) for v in vals], pa.string())
+            answers = answers.append_column(name, col)
+        self.joined = True
+        return answers

@@ -81,8 +81,15 @@ class Hits(list[Hit]):
             schema = HIT_SCHEMA.append(pa.field("sections", pa.list_(SECTION)))
         return pa.Table.from_pylist([{f.name: getattr(h, f.name) for f in schema} for h in self], schema=schema)
 
+    def __getitem__(self, i):  # a slice stays `Hits` (query, expansion, timings kept)
+        got = super().__getitem__(i)
+        if isinstance(i, slice):
+            return Hits(got, self.query, self.expansion, self.timings, self.explain)
+        return got
+
     def to_pandas(self) -> Any:
-        return self.to_arrow().to_pandas()
+        """A DataFrame; `rank` and `line` stay integer columns where a value is missing (pandas' nullable Int32)."""
+        return _to_pandas(self.to_arrow())
 
     def __repr__(self) -> str:
         return f"Hits({self.query!r}, {len(self)} pages: {[h.path for h in self[:5]]}{'...' if len(self) > 5 else ''})"
@@ -100,6 +107,7 @@ class BatchResult:
     stats: dict[str, Any] = field(default_factory=dict)
     table: pa.Table | None = None
     storage: Any = None  # the config's storage section, to read `out` back (object stores included)
+    extra: Any = None  # the caller's columns joined onto the answers (fanout/api/kb.py Extra), or None
 
     @property
     def queries(self) -> int:
@@ -110,14 +118,20 @@ class BatchResult:
         return int(self.stats.get("errors", 0))
 
     def to_arrow(self) -> pa.Table:
+        """The answers, one row per page (and per bad query), with the caller's own columns of in-memory rows."""
         if self.table is None:
             from fanout.io.batch_out import read_output
 
             self.table = read_output(self.out, self.storage)
+            if self.extra is not None:
+                self.table = self.extra.join(self.table)
+        elif self.extra is not None and not self.extra.joined:
+            self.table = self.extra.join(self.table)
         return self.table
 
     def to_pandas(self) -> Any:
-        return self.to_arrow().to_pandas()
+        """A DataFrame; integer columns (`rank`, `line`) stay integers on error rows (pandas' nullable Int)."""
+        return _to_pandas(self.to_arrow())
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.to_arrow().to_pylist())
@@ -143,6 +157,16 @@ class Note:
     def lines(self) -> tuple[int, int]:
         """(first, last) file line of `text`."""
         return self.first_line, self.first_line + max(0, self.text.count("\n"))
+
+
+def _to_pandas(table: pa.Table) -> Any:
+    """`table.to_pandas()` with Arrow integer columns as pandas' nullable integers: a null (an error row's
+    rank) would otherwise turn the whole column into float64."""
+    import pandas as pd
+
+    ints = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+            pa.int64(): pd.Int64Dtype()}
+    return table.to_pandas(types_mapper=ints.get)
 
 
 def as_path(value: Any, what: str) -> str:

@@ -14,7 +14,11 @@ from fanout.config.sections import _at_least, _check
 @dataclass(frozen=True)
 class CacheConfig:
     enabled: bool = True  # persist expansions, query vectors and rerank scores next to the index
-    optimize_every: int = 20  # the cache writer compacts a cache table (and its key index) every N commits
+    optimize_every: int = 20  # a cache table (and its key index) is compacted every N versions
+    # each commit (a search with a new query text) adds a version to a cache table; compaction also removes
+    # the versions older than this, so a table keeps those of the last minute plus up to optimize_every.
+    # A reader holds a cache version for one lookup (milliseconds): a minute leaves a wide margin
+    cleanup_after_s: int = 60
     # rows of immutable lookups a long-lived process (fanout serve, MCP) keeps in memory: cache hits (keyed by
     # model + prompt + text) and chunk texts of the pinned index version; ~1-3 KB each. 0 = always read Lance
     memory_rows: int = 20_000
@@ -24,6 +28,7 @@ class CacheConfig:
     serve_answers: int = 256
 
     def validate(self) -> None:
+        _at_least("cache", self, 0, "optimize_every", "cleanup_after_s")
         _check(self.memory_rows >= 0, f"cache.memory_rows must be >= 0, got {self.memory_rows}")
         _check(self.serve_answers >= 0, f"cache.serve_answers must be >= 0, got {self.serve_answers}")
 
@@ -179,6 +184,11 @@ class RunnerConfig:
     # before a Ray Data job runs, one pinned task per node checks that the paths its pools and read/write
     # tasks need there (the index, the job's parts) exist and are readable/writable; fails naming the node
     check_paths: bool = True
+    # a Ray Data job whose pools plus the tasks beside them ask for more CPUs than the cluster has (a plain
+    # 2-CPU `ray.init()` under the default pools) scales every pool's num_cpus down by one factor so that
+    # they fit, and logs what it chose: num_cpus is Ray's reservation, not the threads a model runs (those
+    # are n_threads). false: such a job is refused with the pools named (a config that pins its pools)
+    fit_pools: bool = True
 
     def validate(self) -> None:
         _check(self.mode in ("auto", "inproc", "ray"),

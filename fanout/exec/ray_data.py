@@ -10,6 +10,8 @@ Ray; these reach `ray.data` through `runner.ray_data()`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import logging
 import threading
 import warnings
@@ -29,26 +31,38 @@ if TYPE_CHECKING:
 
 
 def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | None = None,
-               reserve: float = IO_CPUS) -> None:
+               reserve: float = IO_CPUS, fit: bool = True) -> None:
     """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever).
 
     Each pool must fit on the nodes that offer what one of its actors asks for, and all pools together
     must fit in the cluster's CPUs; otherwise the same message as for the model actors is raised. `reserve`:
     the CPUs left for tasks beside the pools (fanout's read task; a caller's own Dataset needs a whole one
-    for each of its read, filter or map tasks, which Ray Data runs with num_cpus=1 by default).
+    for each of its read, filter or map tasks, which Ray Data runs with num_cpus=1 by default). With `fit`
+    and `runner.fit_pools`, pools that ask for too many CPUs are first scaled down to fit (`fit_pools`).
     """
     nodes = runner.nodes()
     total_cpu = sum(n["Resources"].get("CPU", 0) for n in nodes)
     want = 0.0
+    short = False  # a pool with fewer places than actors on the nodes that suit it
     for i, spec in enumerate(specs):
         acfg = getattr(runner.cfg, spec.pool)
         count = sizes[i] if sizes else 1 if spec.single else acfg.count
-        fit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
-        room = sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in fit)
-        if count > room:
-            raise runner.placement_error(spec.pool, model=spec.role is not None)
+        suit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
+        room = sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in suit)
+        short = short or count > room
         want += count * acfg.num_cpus
     want += reserve  # a read task (a caller's Dataset: one whole task of theirs)
+    free = total_cpu - reserve
+    if fit and runner.cfg.runner.fit_pools and (short or want > total_cpu + 1e-9) \
+            and free >= MIN_POOL_CPUS * len(specs):
+        fit_pools(runner, specs, min(1.0, free / max(want - reserve, 1e-9)))
+        return check_fits(runner, specs, sizes, reserve, fit=False)
+    for i, spec in enumerate(specs):
+        acfg = getattr(runner.cfg, spec.pool)
+        count = sizes[i] if sizes else 1 if spec.single else acfg.count
+        suit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
+        if count > sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in suit):
+            raise runner.placement_error(spec.pool, model=spec.role is not None)
     if want > total_cpu + 1e-9:
         theirs = (f", plus {reserve:g} for your Dataset's own tasks (a read or .filter() task asks for one CPU)"
                   if reserve >= 1 else "")
@@ -57,6 +71,30 @@ def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | Non
             f"({', '.join(_pool_list(runner.cfg, specs))}){theirs} but the cluster has {total_cpu:g}: Ray Data "
             f"would wait forever. Lower the pools' count or num_cpus (fractional is fine: sleep-bound or GPU "
             f"actors need little CPU), give a local Ray more CPUs (ray.init(num_cpus=...)), or add nodes.")
+
+
+MIN_POOL_CPUS = 0.01  # the least num_cpus `fit_pools` gives an actor
+
+
+def fit_pools(runner: RayRunner, specs: list[StageSpec], scale: float) -> None:
+    """Every pool's num_cpus times `scale` (<= 1, rounded down to 0.01, at most one node's CPUs), so that the
+    pools and the tasks beside them fit the cluster (`runner.fit_pools`); `runner.cfg` is replaced for this
+    runner's jobs and the choice logged."""
+    pools = sorted({s.pool for s in specs})
+    node_cpus = max((n["Resources"].get("CPU", 0) for n in runner.nodes()), default=0)
+
+    def fitted(x: float) -> float:
+        return max(MIN_POOL_CPUS, min(math.floor(x * scale * 100) / 100, node_cpus))
+
+    change = {p: {"num_cpus": fitted(getattr(runner.cfg, p).num_cpus)} for p in pools}
+    if all(change[p]["num_cpus"] == getattr(runner.cfg, p).num_cpus for p in pools):
+        return  # nothing to scale (a pool that no node suits for another reason: the check says which)
+    before = _pool_list(runner.cfg, specs)
+    runner.cfg = runner.cfg.replace(**change)
+    logging.getLogger(__name__).warning(
+        "the pipeline's actor pools (%s) did not fit this cluster beside the job's own tasks: each pool's "
+        "num_cpus scaled by %.2f (%s); set runner.fit_pools: false to refuse instead, or give Ray more CPUs",
+        ", ".join(before), scale, ", ".join(_pool_list(runner.cfg, specs)))
 
 
 def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any]:
@@ -119,6 +157,8 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
     if runner.cfg.runner.check_paths:
         check_paths(runner, specs, paths if tables is None else None, parts, filesystem)
     specs = [chained(s) for s in fuse_specs(specs)]  # every CPU operator a Chain: each reports its counters
+    if source is not None and specs and specs[-1].cls is Chain:  # the caller's rows: no counters column
+        specs[-1] = dataclasses.replace(specs[-1], kwargs={**specs[-1].kwargs, "counters": False})
     if parts is not None:
         specs = writing(specs, parts)
     blocks = None

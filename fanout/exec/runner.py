@@ -34,7 +34,7 @@ from typing import Any, Self
 import pyarrow as pa
 
 from fanout.config import Config
-from fanout.exec.runs import Parts, Run, RunStats, Source, Steps, counted_call
+from fanout.exec.runs import Parts, Run, RunStats, Source, Steps, counted_call, pop_stats
 from fanout.models.identity import actor_class
 
 log = logging.getLogger(__name__)
@@ -72,13 +72,16 @@ class Chain:
     counters, and hands both on in STATS_COLUMN (row 0), merged with what its input carried: the driver then
     adds up one RunStats per block (`pop_stats`), whichever actors and nodes ran them."""
 
-    def __init__(self, stages: list[tuple[type, dict[str, Any]]], parts: Parts | None = None):
+    def __init__(self, stages: list[tuple[type, dict[str, Any]]], parts: Parts | None = None, counters: bool = True):
         self.stages = [cls(**kw) for cls, kw in stages]
         self.names = [cls.__name__ for cls, _ in stages]
         self.parts = parts  # the job's last operator: it writes its output there (fanout/exec/ray_data.py writing)
+        self.counters = counters  # False: the last operator of a caller's Dataset, whose rows carry no counters
 
     def __call__(self, table: pa.Table) -> pa.Table:
         out = counted_call(table, list(zip(self.names, self.stages)))
+        if not self.counters:
+            return pop_stats(out)[0]
         return out if self.parts is None else self.parts.write_block(out)
 
 

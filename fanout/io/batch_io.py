@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from fanout.errors import InputMissing, UserError
 from fanout.schemas import INPUT_ROWS
 from fanout.store import storage
 
@@ -48,7 +49,7 @@ def file_ext(path: str | Path, allowed: tuple[str, ...] = FORMATS, what: str = "
     name = str(path).rsplit("/", 1)[-1]
     ext = ("." + name.rsplit(".", 1)[-1].lower()) if "." in name else ""
     if ext not in allowed:
-        raise ValueError(f"{str(path)!r}: unknown {what} file type {ext or '(none)'!r}; use one of {list(allowed)}")
+        raise UserError(f"{str(path)!r}: unknown {what} file type {ext or '(none)'!r}; use one of {list(allowed)}")
     return ext
 
 
@@ -108,9 +109,10 @@ def read_input(uri: str | Path, storage_cfg: StorageConfig | None = None) -> Ite
     fs, path = filesystem(uri, storage_cfg)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"query file {str(uri)!r} not found")
+        raise InputMissing(f"query file {str(uri)!r} not found; give the path of an existing .jsonl, .json, "
+                           f".parquet or .csv file")
     if info.type != pafs.FileType.File:
-        raise ValueError(f"query file {str(uri)!r} is not a file; give a .jsonl, .json, .parquet or .csv file")
+        raise UserError(f"query file {str(uri)!r} is not a file; give a .jsonl, .json, .parquet or .csv file")
     acc = _Rows()
     if ext == ".parquet":
         yield from _read_parquet(fs, path, acc)
@@ -136,7 +138,7 @@ def _read_json(text: io.TextIOBase, acc: _Rows, ext: str) -> Iterator[pa.Table]:
                 rows = json.loads("[" + text.read())
             except (ValueError, RecursionError) as e:
                 why = e if isinstance(e, ValueError) else "nested deeper than the JSON reader goes"
-                raise ValueError(f"JSON array input does not parse ({why}); fix it or use JSONL (one row per "
+                raise UserError(f"JSON array input does not parse ({why}); fix it or use JSONL (one row per "
                                  f"line: a bad line is one error row)") from None
             for n, r in enumerate(rows, 1):
                 if (bad := _not_text(r)) is not None:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from fanout.errors import UserError
 from fanout.io.batch_io import file_ext, filesystem
 from fanout.safe_text import CSV_CELL_RE
 from fanout.schemas import ANSWERS, SECTION
@@ -44,7 +45,7 @@ def check_out(out: str | Path, inp: str | Path | None = None, storage_cfg: Stora
     fs, path = filesystem(out, storage_cfg)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.Directory:
-        raise ValueError(f"--out {str(out)!r} is a folder; give a file path ending in one of {list(OUT_FORMATS)}")
+        raise UserError(f"output {str(out)!r} is a folder; give a file path ending in one of {list(OUT_FORMATS)}")
     if inp is not None:
         ifs, ipath = filesystem(inp, storage_cfg)
         same = type(ifs) is type(fs) and ipath == path
@@ -52,18 +53,20 @@ def check_out(out: str | Path, inp: str | Path | None = None, storage_cfg: Stora
             with contextlib.suppress(OSError):
                 same = os.path.samefile(ipath, path)
         if same:
-            raise ValueError(f"--out {str(out)!r} is the input file; write the results to another file")
+            raise UserError(f"output {str(out)!r} is the input file; write the results to another file")
     if isinstance(fs, pafs.LocalFileSystem):
-        parent = Path(path).parent
-        probe = parent
-        while not probe.exists():
-            probe = probe.parent
+        probe = Path(path).parent
+        if not probe.exists():  # its folder is made (as `mkdir` would), but a typo higher up must not become a
+            probe = probe.parent  # new tree of folders
+            if not probe.exists():
+                raise UserError(f"output {str(out)!r}: folder {str(probe)!r} does not exist; create it first or "
+                                f"write somewhere else")
         if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-            raise ValueError(f"--out {str(out)!r}: folder {str(probe)!r} is not writable; choose another place")
+            raise UserError(f"output {str(out)!r}: folder {str(probe)!r} is not writable; choose another place")
     else:
         bucket = path.split("/", 1)[0]
         if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
-            raise ValueError(f"--out {str(out)!r}: bucket {bucket!r} does not exist (or these credentials cannot "
+            raise UserError(f"output {str(out)!r}: bucket {bucket!r} does not exist (or these credentials cannot "
                              f"see it); create it or write somewhere else")
     return ext
 

@@ -130,13 +130,19 @@ class Caches:
     def _put(self, name: str, rows: pa.Table) -> None:
         self.commit(name, rows)
 
-    def commit(self, name: str, rows: pa.Table, optimize_every: int = 20, missed: bool = False) -> int:
+    def commit(self, name: str, rows: pa.Table, optimize_every: int | None = None, missed: bool = False) -> int:
         """Insert the rows whose key is not in the table yet (deduped by key); returns rows inserted.
         `missed`: the caller vouches that each row's key was a miss of a lookup (the workers' rows): then,
         while no other writer committed since this object's last commit, the rows are appended without
-        Lance's per-key check, less the keys this object committed itself."""
+        Lance's per-key check, less the keys this object committed itself. Every `optimize_every` commits
+        (default: the config's `cache.optimize_every`) the table is compacted and its versions older than
+        `cache.cleanup_after_s` removed: a table's versions stay bounded however many searches add rows."""
         if rows.num_rows == 0:
             return 0
+        ccfg = self.col.cfg.cache if self.col.cfg is not None else None
+        if optimize_every is None:
+            optimize_every = ccfg.optimize_every if ccfg is not None else 20
+        keep_s = ccfg.cleanup_after_s if ccfg is not None else 60
         rows = _dedupe(rows)
         n = self._name(name)
         uri, opts = self.col.table_uri(n), self.col.storage_options or None
@@ -172,12 +178,14 @@ class Caches:
                     res = ds.merge_insert("key").when_not_matched_insert_all().execute(rows)
                     inserted = int((res or {}).get("num_inserted_rows", rows.num_rows) or 0)
             self.commits[name] = self.commits.get(name, 0) + 1
-            if optimize_every and self.commits[name] % optimize_every == 0:
+            # by the table's version, not this writer's commits: a short-lived writer (one per search in a
+            # CLI process) compacts as often as a long one
+            if optimize_every and int(self.col.dataset(n).version) % optimize_every == 0:
                 # folds new rows into the key index and compacts: the three steps of lancedb's optimize()
                 with contextlib.suppress(Exception):
                     self.col.dataset(n).optimize.compact_files()
                     self.col.dataset(n).optimize.optimize_indices()
-                    self.col.dataset(n).cleanup_old_versions(older_than=timedelta(days=7))  # its default
+                    self.col.dataset(n).cleanup_old_versions(older_than=timedelta(seconds=keep_s))
             # remembered keys are bounded (a long-lived writer): past the bound the next commit merges again
             mine.update(rows.column("key").to_pylist())
             latest = int(self.col.dataset(n).version)

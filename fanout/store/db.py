@@ -246,19 +246,33 @@ class Collection:
         """Delete the manifest; True when there was one."""
         return manifest.remove(self.db_dir, self.name, self.storage_cfg)
 
+    def missing_message(self) -> str:
+        """No index of this name: the collections the db has (the closest name first) and how to build one."""
+        import difflib
+
+        build = f"build it with `fanout index VAULT --db {self.db_dir} --collection {self.name}`"
+        try:
+            names = [n for n in manifest.names(self.db_dir, self.storage_cfg) if n != self.name]
+        except OSError:
+            names = []
+        if not names:
+            return f"no index {self.name!r} in {str(self.db_dir)!r} (the db has no collection yet); {build}"
+        close = difflib.get_close_matches(self.name, names, n=1, cutoff=0.5)
+        ask = f"did you mean {close[0]!r}? " if close else ""
+        return (f"no index {self.name!r} in {str(self.db_dir)!r}; {ask}its collections: {names} (pass one as "
+                f"`collection=` / `-c`), or {build}")
+
     def require(self) -> dict[str, Any]:
         """The manifest of an existing index, checked (IndexStateError names the file and the fix)."""
-        missing = IndexMissing(f"no index {self.name!r} in {str(self.db_dir)!r}; build it with "
-                               f"`fanout index VAULT --db {self.db_dir} --collection {self.name}`")
         found = self.stored_manifest()
         if found is None:
-            raise missing
+            raise IndexMissing(self.missing_message())
         self.vault_hint = found["vault"]
         if found.get("building"):
             raise IndexStateError(f"index {self.name!r} in {self.db_dir} is being rebuilt by `fanout index` (or a "
                                   f"rebuild was killed: run it again); search it when that run has finished")
         if not self.has(self.chunks_name):
-            raise missing
+            raise IndexMissing(self.missing_message())
         return found
 
     # -- search ---------------------------------------------------------------------------------------
