@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import logging
+import math
 import threading
 import warnings
 from collections.abc import Callable, Iterator
