@@ -301,15 +301,17 @@ class KnowledgeBase:
     def get(self, ref: str, *, max_lines: int | None = None) -> Note:
         """A note by path, title or alias, optionally a section (`Note#Heading > Sub`) or file lines
         (`Note:40-60`): what `fanout get` prints. Never reads outside the vault (`NoteError` says why)."""
-        from fanout.api.notes import indexed_docs, locate, note_lines, parse_ref, read_note, vault_of
+        from fanout.api.notes import indexed_docs, locate, note_lines, read_note, read_ref, vault_of
 
         if not isinstance(ref, str) or not ref.strip():
             raise UserError(f"`ref` must be a note's path, title or alias (text), got {ref!r}")
+        if max_lines is not None:
+            check_count(max_lines, "max_lines")
         col = self._collection()
         vault = vault_of(col)
-        r = parse_ref(ref)
-        target = locate(vault, r.name, indexed_docs(col))
-        note = read_note(vault, target, "note", col.cfg.index)
+        docs = indexed_docs(col)
+        note, r = read_ref(ref, lambda name: locate(vault, name, docs),
+                           lambda target: read_note(vault, target, "note", col.cfg.index))
         head, first, lines = note_lines(note, r.heading, r.line_from, r.line_to, max_lines)
         return Note(path=note["path"], title=note["title"], heading=head, first_line=first,
                     text="\n".join(lines), lang=note.get("lang"))

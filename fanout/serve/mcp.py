@@ -32,7 +32,7 @@ from fanout.agent_fields import known_languages, language_code, language_line
 from fanout.api import KnowledgeBase
 from fanout.api.catalog import count_languages
 from fanout.api.catalog import status as collection_status
-from fanout.api.notes import NoteError, headings_of, locate, note_lines, parse_ref, read_note
+from fanout.api.notes import NoteError, headings_of, locate, note_lines, read_note, read_ref
 from fanout.api.service import RequestError, check_sections
 from fanout.config import Config
 from fanout.exec.runner import Runner
@@ -43,7 +43,6 @@ from fanout.pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError,
 from fanout.pipelines.search import SearchOptions
 
 log = logging.getLogger(__name__)
-_LINE_REF = re.compile(r"\.md:\d+(-\d+)?$")  # a section's ref (pipelines/pick_sections.py): path:FROM-TO
 
 MAX_LIMIT = 50  # pages one search may return
 MAX_NOTE_CHARS = 40_000  # `get` cuts a longer note and lists its headings instead
@@ -176,13 +175,15 @@ class FanoutTools:
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, ("path", "heading"), "get")
         path, head, first, last = args.get("path"), args.get("heading"), None, None
-        if isinstance(path, str) and head is None and _LINE_REF.search(path):  # a section's `ref` from search
-            r = parse_ref(path)  # (sections=N): "Folder/Note.md:40-52" reads exactly those file lines
-            path, first, last = r.name, r.line_from, r.line_to
+        read = lambda target: read_note(self.vault, target, limits=self.cfg.index)  # noqa: E731 - index.max_note_mb
         with self.lock:  # one pinned index version per request
             self.refresh()
-            target = self.resolve(path)
-        note = read_note(self.vault, target, limits=self.cfg.index)  # index.max_note_mb, as fanout get
+            if isinstance(path, str) and head is None:  # a path, or a section's `ref` from search (sections=N):
+                # "Folder/Note.md:40-52" reads exactly those file lines, "Note.md#Heading > Sub" that section
+                note, r = read_ref(path, self.resolve, read)
+                head, first, last = r.heading, r.line_from, r.line_to
+            else:
+                note = read(self.resolve(path))
         heading, _, lines = note_lines(note, head, first, last)
         text = "\n".join(lines).strip()
         data = {"path": note["path"], "title": note["title"], "heading": heading,
