@@ -145,6 +145,8 @@ class KnowledgeBase:
         from fanout.pipelines.index import index_vault
 
         vault = as_path(vault, "vault")
+        rebuild = check_flag(rebuild, "rebuild")
+        progress = progress if callable(progress) else check_flag(progress, "progress")
         with self.lock:
             rep = index_vault(vault, self.db, self.collection, self.cfg, self._runner(job_mode(self.cfg, rows=0)),
                               progress=progress, rebuild=rebuild)
@@ -162,7 +164,8 @@ class KnowledgeBase:
 
         if self._closed:
             raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")
-        w = Watcher(self, vault, initial=initial, on_round=on_round, progress=progress)
+        w = Watcher(self, vault, initial=check_flag(initial, "initial"), on_round=on_round,
+                    progress=progress if callable(progress) else check_flag(progress, "progress"))
         self._watchers = [x for x in self._watchers if x.running] + [w]
         return w.start()
 
@@ -251,7 +254,7 @@ class KnowledgeBase:
         `sections` list column (parquet; JSON text in CSV; a `sections` list per result in JSONL), one row per
         page as without. `progress`: a bar on stderr.
         """
-        from fanout.api.service import check_sections
+        from fanout.api.service import check_min_score, check_sections
         from fanout.exec.engines import job_mode
         from fanout.exec.progress import Progress
         from fanout.filters import as_option, parse_filter
@@ -259,9 +262,12 @@ class KnowledgeBase:
         from fanout.pipelines.batch import run_batch
         from fanout.pipelines.search import Searcher, SearchOptions
 
-        opts = SearchOptions(n=check_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
-                             filter=as_option(parse_filter(filter)), explain=bool(explain),
+        opts = SearchOptions(n=check_count(n, "n"), min_score=check_min_score(min_score),
+                             expand=check_flag(expand, "expand", none=True),
+                             rerank=check_flag(rerank, "rerank", none=True),
+                             filter=as_option(parse_filter(filter)), explain=check_flag(explain, "explain"),
                              sections=check_sections(sections, self.cfg.retrieve.max_sections))
+        progress = check_flag(progress, "progress")
         if opts.sections and opts.explain:
             raise UserError("`sections` and `explain` together are not supported by batch yet; run the job twice, "
                             "or use `search` for the explained answers with sections")
@@ -290,6 +296,7 @@ class KnowledgeBase:
         from fanout.exec.engines import job_mode
         from fanout.pipelines.precompute import run_expand
 
+        progress = check_flag(progress, "progress")
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-expand-") as tmp:
             src, n_rows = _input_file(rows, tmp)
             mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
@@ -321,7 +328,7 @@ class KnowledgeBase:
         (`detail`: table versions and cache sizes too), as `fanout status --json` prints it."""
         from fanout.api.catalog import status
 
-        return status(self._collection(), self.cfg, detail=detail)
+        return status(self._collection(), self.cfg, detail=check_flag(detail, "detail"))
 
     def gaps(self, answers: str | os.PathLike, out: str | os.PathLike, *, previous: str | None = None,
              progress: bool = False) -> GapsResult:
@@ -332,7 +339,7 @@ class KnowledgeBase:
         from fanout.exec.progress import Progress
         from fanout.gaps.report import make_report
 
-        with self.lock, (Progress("gaps: reading answers", "byte") if progress else contextlib.nullcontext()) as bar:
+        with self.lock, (Progress("gaps: reading answers", "byte") if check_flag(progress, "progress") else contextlib.nullcontext()) as bar:
             return make_report(as_path(answers, "answers"), as_path(out, "out"), self.db, self.collection,
                                self.cfg, previous=previous, progress=bar)
 
@@ -367,13 +374,27 @@ def check_count(value: Any, name: str) -> int:
     return value
 
 
+def check_flag(value: Any, name: str, none: bool = False) -> Any:
+    """`value` when it is True or False (or None where `none`: the config's default), else UserError naming
+    `name`: a string such as "no" is truthy, and taking it as True would rebuild or expand what was not asked."""
+    if isinstance(value, bool) or (none and value is None):
+        return value
+    if type(value).__name__ == "bool_":  # numpy's bool (a DataFrame cell), without importing numpy
+        return bool(value)
+    allowed = "True, False or None (the config's default)" if none else "True or False"
+    raise UserError(f"`{name}` must be {allowed}, got {type(value).__name__} {str(value)[:40]!r}")
+
+
 def _input_file(rows: Rows, tmp: str) -> tuple[str, int | None]:
     """`rows` as a path the batch reader takes (a file of the caller's, or one written to `tmp`) and its row
     count when known without reading."""
     if isinstance(rows, str | os.PathLike):
         return as_path(rows, "rows"), None
     if type(rows).__name__ == "DataFrame" and hasattr(rows, "to_dict"):  # pandas, without importing it
-        rows = pa.Table.from_pandas(rows, preserve_index=False)
+        try:
+            rows = pa.Table.from_pandas(rows, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError, UnicodeError):  # a column of mixed types, a lone
+            rows = rows.to_dict("records")  # surrogate: row by row below, so each bad row is its own error row
     if isinstance(rows, pa.Table):
         import pyarrow.parquet as pq
 
@@ -392,6 +413,9 @@ def _input_file(rows: Rows, tmp: str) -> tuple[str, int | None]:
             # no type for (dates, decimals) are written as their text
             try:
                 line = json.dumps(row, ensure_ascii=False, default=str)
+                line.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate (\ud800): escaped, so the reader names this row
+                line = json.dumps(row, default=str)
             except (TypeError, ValueError, RecursionError) as e:
                 line = json.dumps(f"row {n} cannot be read: {type(e).__name__}: {str(e)[:80]}")
             f.write(line + "\n")

@@ -193,7 +193,7 @@ class _App:
         from fanout.cli.common import DEFAULT_COLLECTION
 
         check_request(req, self.kb.cfg.serve.max_results,  # before its collections name any file
-                      self.kb.cfg.retrieve.max_sections)
+                      self.kb.cfg.retrieve.max_sections, self.kb.cfg.serve.max_collections)
         names = tuple(req.get("collections") or [DEFAULT_COLLECTION])  # what SearchService.run searches
         states = [self.state(name) for name in names]
         if not self.max_answers or None in states:
