@@ -102,9 +102,9 @@ def test_min_score_is_checked_in_batch_and_ray_search(kb, bad):
 def test_a_nul_in_a_path_is_named(tmp_path, fake_cfg):
     with pytest.raises(FanoutError, match=r"`db` holds a NUL character"):
         fanout.open(str(tmp_path / "d\x00b"), "t", fake_cfg)
-    with fanout.open(tmp_path / "db", "t", fake_cfg) as k:
-        with pytest.raises(FanoutError, match=r"`vault` holds a NUL character"):
-            k.index(str(tmp_path) + "/v\x00")
+    with fanout.open(tmp_path / "db", "t", fake_cfg) as k, \
+            pytest.raises(FanoutError, match=r"`vault` holds a NUL character"):
+        k.index(str(tmp_path) + "/v\x00")
 
 
 @pytest.mark.parametrize("bad", ["no", "false", 0, 1, "yes"])

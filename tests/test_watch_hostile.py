@@ -45,7 +45,7 @@ def test_a_replaced_vault_folder_is_watched_again(tmp_path, how):
         vault.mkdir()
         for i in range(3):  # each new note is indexed (was: the first only, then nothing)
             (vault / f"N{i}.md").write_text(f"# N{i}\n\nquokka{i}\n", encoding="utf-8")
-            until(lambda: f"N{i}.md" in indexed(kb), f"N{i}.md indexed")
+            until(lambda name=f"N{i}.md": name in indexed(kb), f"N{i}.md indexed")
         until(lambda: w.last is not None and ("added", "N2.md") in w.last.changes, "N2.md's round counted")
         assert indexed(kb) == {"N0.md", "N1.md", "N2.md"} and w.last.error is None
         if how == "mv":  # an edit in the moved-away folder starts no round

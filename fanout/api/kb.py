@@ -289,14 +289,14 @@ class KnowledgeBase:
 
             return BatchResult(out=None, stats=st, table=read_output(dest))  # read before the folder goes
 
-    def expand(self, rows: Rows, *, runner: RunnerMode | None = None, progress: bool = False) -> dict[str, Any]:
+    def expand(self, rows: Rows, *, runner: RunnerMode | None = None, progress: bool | None = False) -> dict[str, Any]:
         """Precompute expansions of `rows` (as for `batch`) into the collection's cache, so later searches of
         the same queries call no expander (`fanout expand`). Returns counters: queries, expanded, cached, agent,
         errors, seconds."""
         from fanout.exec.engines import job_mode
         from fanout.pipelines.precompute import run_expand
 
-        progress = check_flag(progress, "progress")
+        progress = check_flag(progress, "progress", none=True, none_means="a bar when stderr is a terminal")
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-expand-") as tmp:
             src, n_rows = _input_file(rows, tmp)
             mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
@@ -374,14 +374,14 @@ def check_count(value: Any, name: str) -> int:
     return value
 
 
-def check_flag(value: Any, name: str, none: bool = False) -> Any:
-    """`value` when it is True or False (or None where `none`: the config's default), else UserError naming
-    `name`: a string such as "no" is truthy, and taking it as True would rebuild or expand what was not asked."""
+def check_flag(value: Any, name: str, none: bool = False, none_means: str = "the config's default") -> Any:
+    """`value` when it is True or False (or None where `none`: `none_means`), else UserError naming `name`: a
+    string such as "no" is truthy, and taking it as True would rebuild or expand what was not asked."""
     if isinstance(value, bool) or (none and value is None):
         return value
     if type(value).__name__ == "bool_":  # numpy's bool (a DataFrame cell), without importing numpy
         return bool(value)
-    allowed = "True, False or None (the config's default)" if none else "True or False"
+    allowed = f"True, False or None ({none_means})" if none else "True or False"
     raise UserError(f"`{name}` must be {allowed}, got {type(value).__name__} {str(value)[:40]!r}")
 
 

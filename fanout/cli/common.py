@@ -47,9 +47,8 @@ def collections_arg(value: str | None) -> list[str]:
 
 
 def setup_logging(verbose: bool = False) -> None:
-    import logging  # here, not at the top: the warm `fanout query` client never logs (~20 ms of imports)
-
     import copy
+    import logging  # here, not at the top: the warm `fanout query` client never logs (~20 ms of imports)
 
     from fanout.safe_text import for_terminal
 

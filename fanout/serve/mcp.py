@@ -19,6 +19,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ GET_DESC = ("Read a note, or one section of it, by its path relative to the vaul
 GET_FIELDS = {
     "path": "The note's path relative to the vault, as `search` returns it, e.g. \"Folder/Note.md\" (a note's "
             "title or alias works too), or a section's `ref` from `search` with `sections` "
-            "(\"Folder/Note.md:40-52\": exactly those file lines).",
+            "(\"Folder/Note.md:40-52\": exactly those file lines; \"Folder/Note.md#Setup > Sync\": that section).",
     "heading": "Optional: one section's heading as `search` returns it (\"Setup > Sync\") or just its last "
                "part; returns that section with its subsections.",
 }
@@ -164,23 +165,35 @@ class FanoutTools:
         return data
 
     # -- get ------------------------------------------------------------------------------------------
-    def resolve(self, rel: Any) -> Path:
+    def resolve(self, rel: Any, docs: Callable[[], list[dict]] | None = None) -> Path:
         """A note path, title or alias -> the file, confined to the vault (no `..`, absolute paths or
-        escaping symlinks)."""
-        def docs() -> list[dict]:
-            t = self.col.table(self.col.documents_name).search().select(["path", "title", "aliases"])
-            return t.limit(None).to_arrow().to_pylist()
-        return locate(self.vault, rel, docs, "`path`")
+        escaping symlinks). `docs`: the documents' loader to reuse (one read for every reading of a ref)."""
+        return locate(self.vault, rel, docs or self.docs(), "`path`")
+
+    def docs(self) -> Callable[[], list[dict]]:
+        """A loader of the pinned documents (path, title, aliases), read once on its first call."""
+        rows: list[dict] = []
+
+        def load() -> list[dict]:
+            if not rows:
+                t = self.col.table(self.col.documents_name).search().select(["path", "title", "aliases"])
+                rows.extend(t.limit(None).to_arrow().to_pylist())
+            return rows
+        return load
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, ("path", "heading"), "get")
         path, head, first, last = args.get("path"), args.get("heading"), None, None
-        read = lambda target: read_note(self.vault, target, limits=self.cfg.index)  # noqa: E731 - index.max_note_mb
+
+        def read(target: Path) -> dict[str, Any]:
+            return read_note(self.vault, target, limits=self.cfg.index)  # index.max_note_mb, as fanout get
+
         with self.lock:  # one pinned index version per request
             self.refresh()
             if isinstance(path, str) and head is None:  # a path, or a section's `ref` from search (sections=N):
                 # "Folder/Note.md:40-52" reads exactly those file lines, "Note.md#Heading > Sub" that section
-                note, r = read_ref(path, self.resolve, read)
+                docs = self.docs()
+                note, r = read_ref(path, lambda name: self.resolve(name, docs), read)
                 head, first, last = r.heading, r.line_from, r.line_to
             else:
                 note = read(self.resolve(path))
