@@ -119,6 +119,10 @@ def parse_filter(value: Any) -> dict[str, list[str]]:
     if not isinstance(value, dict):
         raise FilterError("filter", f"`filter` must be an object of {sorted(KINDS)}, got "
                                     f"{type(value).__name__}")
+    odd = [k for k in value if not isinstance(k, str)]
+    if odd:
+        raise FilterError("filter", f"`filter` keys must be text, one of {sorted(KINDS)}; got "
+                                    f"{type(odd[0]).__name__} {str(odd[0])[:40]!r}")
     out: dict[str, list[str]] = {}
     for kind in sorted(value):
         if kind not in KINDS:

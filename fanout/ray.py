@@ -45,8 +45,8 @@ def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
     one row per input row. Raises a `FanoutError` at once for a missing index, a bad config or a column that
     is not there; a bad row becomes that row's `error`, never the job's.
     """
-    from fanout.api.kb import check_count, resolve_config
-    from fanout.api.service import check_collection, check_sections
+    from fanout.api.kb import check_count, check_flag, resolve_config
+    from fanout.api.service import check_collection, check_min_score, check_sections
     from fanout.api.types import as_path
     from fanout.exec.ray_runner import RayRunner
     from fanout.exec.runner import StageSpec
@@ -74,7 +74,8 @@ def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
         if taken:
             raise UserError(f"the Dataset already has column(s) {taken}, which fanout would write; pass "
                             f"hits_column= / error_column= names that are free")
-    opts = SearchOptions(n=check_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
+    opts = SearchOptions(n=check_count(n, "n"), min_score=check_min_score(min_score),
+                         expand=check_flag(expand, "expand", none=True), rerank=check_flag(rerank, "rerank", none=True),
                          filter=as_option(parse_filter(filter)),
                          sections=check_sections(sections, cfg.retrieve.max_sections))
     runner = RayRunner(cfg, private=False)

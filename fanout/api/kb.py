@@ -146,6 +146,8 @@ class KnowledgeBase:
         from fanout.pipelines.index import index_vault
 
         vault = as_path(vault, "vault")
+        rebuild = check_flag(rebuild, "rebuild")
+        progress = progress if callable(progress) else check_flag(progress, "progress")
         with self.lock:
             rep = index_vault(vault, self.db, self.collection, self.cfg, self._runner(job_mode(self.cfg, rows=0)),
                               progress=progress, rebuild=rebuild)
@@ -163,7 +165,8 @@ class KnowledgeBase:
 
         if self._closed:
             raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")
-        w = Watcher(self, vault, initial=initial, on_round=on_round, progress=progress)
+        w = Watcher(self, vault, initial=check_flag(initial, "initial"), on_round=on_round,
+                    progress=progress if callable(progress) else check_flag(progress, "progress"))
         self._watchers = [x for x in self._watchers if x.running] + [w]
         return w.start()
 
@@ -260,7 +263,7 @@ class KnowledgeBase:
         `to_arrow()` / `to_pandas()` (matched by id; the `out` file keeps `fanout batch`'s columns). A table
         without the query column, or whose columns collide with the answers' own, is refused before any work.
         """
-        from fanout.api.service import check_sections
+        from fanout.api.service import check_min_score, check_sections
         from fanout.exec.engines import job_mode
         from fanout.exec.progress import Progress
         from fanout.filters import as_option, parse_filter
@@ -268,16 +271,19 @@ class KnowledgeBase:
         from fanout.pipelines.batch import run_batch
         from fanout.pipelines.search import Searcher, SearchOptions
 
-        opts = SearchOptions(n=check_count(n, "n"), min_score=float(min_score), expand=expand, rerank=rerank,
-                             filter=as_option(parse_filter(filter)), explain=bool(explain),
+        opts = SearchOptions(n=check_count(n, "n"), min_score=check_min_score(min_score),
+                             expand=check_flag(expand, "expand", none=True),
+                             rerank=check_flag(rerank, "rerank", none=True),
+                             filter=as_option(parse_filter(filter)), explain=check_flag(explain, "explain"),
                              sections=check_sections(sections, self.cfg.retrieve.max_sections))
+        progress = check_flag(progress, "progress")
         if opts.sections and opts.explain:
             raise UserError("`sections` and `explain` together are not supported by batch yet; run the job twice, "
                             "or use `search` for the explained answers with sections")
         query_column = _column_name(query_column, "query_column")
         id_column = None if id_column is None else _column_name(id_column, "id_column")
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-batch-") as tmp:
-            src, n_rows, extra = _input_file(rows, tmp, query_column, id_column, keep_columns)
+            src, n_rows, extra = _input_file(rows, tmp, query_column, id_column, check_flag(keep_columns, "keep_columns"))
             dest = os.fspath(out) if out is not None else os.path.join(tmp, "answers.parquet")
             check_out(dest, src, self.cfg.storage)
             mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
@@ -294,13 +300,14 @@ class KnowledgeBase:
 
             return BatchResult(out=None, stats=st, table=read_output(dest), extra=extra)  # read before the folder goes
 
-    def expand(self, rows: Rows, *, runner: RunnerMode | None = None, progress: bool = False) -> dict[str, Any]:
+    def expand(self, rows: Rows, *, runner: RunnerMode | None = None, progress: bool | None = False) -> dict[str, Any]:
         """Precompute expansions of `rows` (as for `batch`) into the collection's cache, so later searches of
         the same queries call no expander (`fanout expand`). Returns counters: queries, expanded, cached, agent,
         errors, seconds."""
         from fanout.exec.engines import job_mode
         from fanout.pipelines.precompute import run_expand
 
+        progress = check_flag(progress, "progress", none=True, none_means="a bar when stderr is a terminal")
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-expand-") as tmp:
             src, n_rows, _ = _input_file(rows, tmp, keep_columns=False)
             mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
@@ -312,15 +319,17 @@ class KnowledgeBase:
     def get(self, ref: str, *, max_lines: int | None = None) -> Note:
         """A note by path, title or alias, optionally a section (`Note#Heading > Sub`) or file lines
         (`Note:40-60`): what `fanout get` prints. Never reads outside the vault (`NoteError` says why)."""
-        from fanout.api.notes import indexed_docs, locate, note_lines, parse_ref, read_note, vault_of
+        from fanout.api.notes import indexed_docs, locate, note_lines, read_note, read_ref, vault_of
 
         if not isinstance(ref, str) or not ref.strip():
             raise UserError(f"`ref` must be a note's path, title or alias (text), got {ref!r}")
+        if max_lines is not None:
+            check_count(max_lines, "max_lines")
         col = self._collection()
         vault = vault_of(col)
-        r = parse_ref(ref)
-        target = locate(vault, r.name, indexed_docs(col))
-        note = read_note(vault, target, "note", col.cfg.index)
+        docs = indexed_docs(col)
+        note, r = read_ref(ref, lambda name: locate(vault, name, docs),
+                           lambda target: read_note(vault, target, "note", col.cfg.index))
         head, first, lines = note_lines(note, r.heading, r.line_from, r.line_to, max_lines)
         return Note(path=note["path"], title=note["title"], heading=head, first_line=first,
                     text="\n".join(lines), lang=note.get("lang"))
@@ -330,7 +339,7 @@ class KnowledgeBase:
         (`detail`: table versions and cache sizes too), as `fanout status --json` prints it."""
         from fanout.api.catalog import status
 
-        return status(self._collection(), self.cfg, detail=detail)
+        return status(self._collection(), self.cfg, detail=check_flag(detail, "detail"))
 
     def gaps(self, answers: str | os.PathLike, out: str | os.PathLike, *, previous: str | None = None,
              progress: bool = False) -> GapsResult:
@@ -341,7 +350,7 @@ class KnowledgeBase:
         from fanout.exec.progress import Progress
         from fanout.gaps.report import make_report
 
-        with self.lock, (Progress("gaps: reading answers", "byte") if progress else contextlib.nullcontext()) as bar:
+        with self.lock, (Progress("gaps: reading answers", "byte") if check_flag(progress, "progress") else contextlib.nullcontext()) as bar:
             return make_report(as_path(answers, "answers"), as_path(out, "out"), self.db, self.collection,
                                self.cfg, previous=previous, progress=bar)
 
@@ -395,6 +404,17 @@ def _column_name(value: Any, what: str) -> str:
     return value
 
 
+def check_flag(value: Any, name: str, none: bool = False, none_means: str = "the config's default") -> Any:
+    """`value` when it is True or False (or None where `none`: `none_means`), else UserError naming `name`: a
+    string such as "no" is truthy, and taking it as True would rebuild or expand what was not asked."""
+    if isinstance(value, bool) or (none and value is None):
+        return value
+    if type(value).__name__ == "bool_":  # numpy's bool (a DataFrame cell), without importing numpy
+        return bool(value)
+    allowed = f"True, False or None ({none_means})" if none else "True or False"
+    raise UserError(f"`{name}` must be {allowed}, got {type(value).__name__} {str(value)[:40]!r}")
+
+
 # the answers' own columns: a caller's column of one of these names cannot come back beside them
 ANSWER_COLUMNS = ("qid", "rank", "path", "title", "heading", "snippet", "score", "field", "error", "query", "index",
                   "sections", "results", "expansion", "variants")
@@ -413,21 +433,16 @@ def _input_file(rows: Rows, tmp: str, query_column: str = "query", id_column: st
                             "a file's rows name their fields `query` and `id` (fanout batch's input format)")
         return as_path(rows, "rows"), None, None
     if type(rows).__name__ == "DataFrame" and hasattr(rows, "to_dict"):  # pandas, without importing it
+        _has_columns([str(c) for c in rows.columns], query_column, id_column)
         try:
             rows = pa.Table.from_pandas(rows, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:  # a column of mixed types (numbers and text)
-            raise UserError(f"`rows`: the DataFrame does not convert to Arrow ({str(e)[:160]}); give each column "
-                            f"one type, e.g. df[col] = df[col].astype(str)") from e
+        except (pa.ArrowException, TypeError, ValueError, UnicodeError):  # a column of mixed types, a lone
+            rows = rows.to_dict("records")  # surrogate: row by row below, so each bad row is its own error row
     if isinstance(rows, Mapping) or not isinstance(rows, Iterable | pa.Table):
         raise UserError(f"`rows` must be a pa.Table, a pandas DataFrame, a list of dicts or of query strings, or a "
                         f"file path/URI, got {type(rows).__name__}")
     if isinstance(rows, pa.Table):
-        names = rows.column_names
-        if query_column not in names:
-            raise UserError(f"`rows` has no column {query_column!r} (`query_column`); its columns: {names}. Name "
-                            f"the column that holds the queries: query_column=...")
-        if id_column is not None and id_column not in names:
-            raise UserError(f"`rows` has no column {id_column!r} (`id_column`); its columns: {names}")
+        _has_columns(rows.column_names, query_column, id_column)
         rows = rows.to_pylist()
     else:
         rows = [{"query": r} if isinstance(r, str) else r for r in rows]  # a list of query strings
@@ -457,10 +472,21 @@ def _input_file(rows: Rows, tmp: str, query_column: str = "query", id_column: st
             # no type for (dates, decimals) are written as their text
             try:
                 line = json.dumps(row, ensure_ascii=False, default=str)
+                line.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate (\ud800): escaped, so the reader names this row
+                line = json.dumps(row, default=str)
             except (TypeError, ValueError, RecursionError) as e:
                 line = json.dumps(f"row {n} cannot be read: {type(e).__name__}: {str(e)[:80]}")
             f.write(line + "\n")
     return path, n, extra
+
+
+def _has_columns(names: list[str], query_column: str, id_column: str | None) -> None:
+    if query_column not in names:
+        raise UserError(f"`rows` has no column {query_column!r} (`query_column`); its columns: {names}. Name "
+                        f"the column that holds the queries: query_column=...")
+    if id_column is not None and id_column not in names:
+        raise UserError(f"`rows` has no column {id_column!r} (`id_column`); its columns: {names}")
 
 
 def _extra(job_rows: list[Any], extra_rows: list[dict[str, Any] | None]) -> Extra | None:

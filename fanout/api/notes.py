@@ -84,25 +84,87 @@ def resolve_path(vault: Path | None, rel: Any, known: Callable[[], list[str]], l
 
 @dataclass
 class Ref:
-    """A parsed reference: `name` (path, title or alias), `heading`, first and last file line."""
+    """A parsed reference: `name` (path, title or alias), `heading`, first and last file line; `problem`: why
+    this reading cannot be served (a line range that counts from 0 or runs backwards), else None."""
 
     name: str
     heading: str | None = None
     line_from: int | None = None
     line_to: int | None = None
+    problem: str | None = None
+
+
+MAX_REF_SPLITS = 8  # `#` positions tried as the name/heading split of one reference (a name holds a few at most)
 
 
 def parse_ref(ref: str) -> Ref:
-    """`Folder/Note.md#Setup > Sync:40-60` -> Ref("Folder/Note.md", "Setup > Sync", 40, 60)."""
-    line_from = line_to = None
-    if m := _LINES.search(ref):
-        line_from = int(m[1])
-        line_to = int(m[2]) if m[2] else None
-        if line_from < 1 or (line_to is not None and line_to < line_from):
-            raise NoteError(f"line range {m[0]!r} in {ref!r}: lines count from 1 and FROM-TO needs TO >= FROM")
-        ref = ref[:m.start()]
-    name, sep, heading = ref.partition("#")
-    return Ref(name.strip(), heading.strip() or None if sep else None, line_from, line_to)
+    """`Folder/Note.md#Setup > Sync:40-60` -> Ref("Folder/Note.md", "Setup > Sync", 40, 60): the likeliest of
+    `ref_readings` (a malformed line range raises NoteError)."""
+    r = ref_readings(ref)[0]
+    if r.problem:
+        raise NoteError(r.problem)
+    return r
+
+
+def _splits(text: str) -> list[tuple[str, str | None]]:
+    """(name, heading) readings of `text`, likeliest first: split after a `.md` that a `#` follows (a path
+    from search results: `C# Tips.md#Intro`), the whole text when it ends in `.md` (`C# Tips.md`), then at
+    each `#` from the first, then the whole text (a title holding `#`)."""
+    at = [i for i, ch in enumerate(text) if ch == "#"][:MAX_REF_SPLITS]
+    order: list[int | None] = [i for i in at if text[:i].rstrip().lower().endswith(".md")]
+    if text.rstrip().lower().endswith(".md"):
+        order.append(None)
+    order += [*at, None]
+    out: list[tuple[str, str | None]] = []
+    for i in dict.fromkeys(order):
+        got = (text.strip(), None) if i is None else (text[:i].strip(), text[i + 1:].strip() or None)
+        if got[0] and got not in out:
+            out.append(got)
+    return out or [(text.strip(), None)]
+
+
+def ref_readings(ref: str) -> list[Ref]:
+    """Every way to read `ref`, likeliest first. A `#` may be part of a file name or heading (`C# Tips.md`),
+    and `:NN` the end of a heading (`Time 10:30`) rather than file lines: `read_ref` serves the first reading
+    whose note (and heading) exist. With a heading, the literal heading comes before a lines suffix (a ref
+    search wrote reads back); without one, `Note:40` is line 40 before it is a title ending in `:40`."""
+    literal = [Ref(n, h) for n, h in _splits(ref)]
+    m = _LINES.search(ref)
+    if not m:
+        return literal
+    a, b = int(m[1]), int(m[2]) if m[2] else None
+    problem = None
+    if a < 1 or (b is not None and b < a):
+        problem = f"line range {m[0]!r} in {ref!r}: lines count from 1 and FROM-TO needs TO >= FROM"
+    lines = [Ref(n, h, a, b, problem) for n, h in _splits(ref[:m.start()])]
+    first = [literal[0], lines[0]] if lines[0].heading is not None else [lines[0], literal[0]]
+    out: list[Ref] = []
+    for r in first + lines[1:] + literal[1:]:
+        if r not in out:
+            out.append(r)
+    return out
+
+
+def read_ref(ref: str, locate_note: Callable[[str], Path], read: Callable[[Path], dict[str, Any]]
+             ) -> tuple[dict[str, Any], Ref]:
+    """(the note, the reading of `ref` that names it): the first of `ref_readings` whose note `locate_note`
+    finds and whose heading, if any, the note has; else the likeliest reading's NoteError."""
+    first: NoteError | None = None
+    notes: dict[Path, dict[str, Any]] = {}
+    for r in ref_readings(ref):
+        try:
+            if r.problem:
+                raise NoteError(r.problem)
+            target = locate_note(r.name)
+            if target not in notes:
+                notes[target] = read(target)
+            if r.heading is not None:
+                find_section(notes[target], r.heading)
+            return notes[target], r
+        except NoteError as e:
+            first = first or e
+    assert first is not None
+    raise first
 
 
 def match_title(docs: list[dict], name: str) -> list[str]:
@@ -208,13 +270,15 @@ def note_lines(note: dict[str, Any], heading: str | None = None, line_from: int 
     if line_from is not None:
         if heading is None:  # whole file, front matter included, when lines are asked for
             lines, first = note["file_text"].rstrip("\n").split("\n"), 1
-        if line_from > first + len(lines) - 1:
-            raise NoteError(f"line {line_from} is past the end of {note['path']!r} "
-                            f"(lines {first}-{first + len(lines) - 1})")
-        skip = max(0, line_from - first)
-        lines, first = lines[skip:], first + skip
-        if line_to is not None:
-            lines = lines[:line_to - first + 1]
+        last = first + len(lines) - 1
+        if heading is None and line_from > last:
+            raise NoteError(f"line {line_from} is past the end of {note['path']!r} (lines {first}-{last})")
+        lo, hi = max(line_from, first), last if line_to is None else min(line_to, last)
+        if lo > hi:  # a section's lines and the range do not meet
+            asked = f"{line_from}-{line_to}" if line_to is not None else f"{line_from}"
+            raise NoteError(f"lines {asked} are outside section {head!r} of {note['path']!r} (lines {first}-{last}); "
+                            "give lines inside it, or leave the heading out")
+        lines, first = lines[lo - first:hi - first + 1], lo
     if heading is None and line_from is None:  # the body as MCP `get` returns it: no blank edges
         while lines and not lines[0].strip():
             lines, first = lines[1:], first + 1

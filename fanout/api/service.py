@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 import threading
 import time
@@ -70,7 +71,17 @@ def check_sections(value: Any, cap: int) -> int:
     return value
 
 
-def check_request(req: Any, max_results: int, max_sections: int = 20) -> None:
+def check_min_score(value: Any) -> float:
+    """`min_score` as a float from 0 to 1 (scores are in [0, 1]: more returns nothing, NaN keeps nothing), or
+    RequestError naming the field, what was given and what is allowed."""
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
+            or not 0.0 <= value <= 1.0):
+        raise RequestError(f"`min_score` must be a number from 0 to 1 (scores are in [0, 1]; 0 keeps every page), "
+                           f"got {_show(value)}", field="min_score")
+    return float(value)
+
+
+def check_request(req: Any, max_results: int, max_sections: int = 20, max_collections: int = 16) -> None:
     """Raise RequestError unless `req` is an object of REQUEST_FIELDS with values of the right type and range.
 
     The row's text fields and `filter` are checked by the pipeline's own parser (their errors come back as
@@ -93,10 +104,17 @@ def check_request(req: Any, max_results: int, max_sections: int = 20) -> None:
     if names is not None:
         if not isinstance(names, list) or not names:
             raise RequestError(f"`collections` must be a non-empty list of collection names, got {_show(names)}")
+        if len(names) > max_collections:
+            raise RequestError(f"`collections` names {len(names)} collections; at most {max_collections} "
+                               "(serve.max_collections) are searched in one request: split it", field="collections")
         for name in names:
             if not isinstance(name, str) or not COLLECTION_NAME.fullmatch(name):
                 raise RequestError(f"`collections`: {_show(name)} is not a collection name ({COLLECTION_RULE})",
                                    field="collections")
+        if len(set(names)) < len(names):
+            twice = next(x for i, x in enumerate(names) if x in names[:i])
+            raise RequestError(f"`collections` names {twice!r} more than once; name each collection once "
+                               "(a page would come back at several ranks)", field="collections")
     n = req.get("n", 10)
     if isinstance(n, float) and n.is_integer():
         n = int(n)
@@ -104,10 +122,7 @@ def check_request(req: Any, max_results: int, max_sections: int = 20) -> None:
         raise RequestError(f"`n` must be a whole number from 1 to {max_results} (serve.max_results), got "
                            f"{_show(n)}")
     check_sections(req.get("sections"), max_sections)
-    score = req.get("min_score", 0.0)
-    if (not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score)
-            or not 0.0 <= score <= 1.0):
-        raise RequestError(f"`min_score` must be a number from 0 to 1, got {_show(score)}")
+    check_min_score(req.get("min_score", 0.0))
     for flag in FLAGS:
         if req.get(flag) is not None and not isinstance(req[flag], bool):
             raise RequestError(f"`{flag}` must be true, false or null, got {_show(req[flag])}")
@@ -171,7 +186,8 @@ class SearchService:
         from fanout.pipelines.search import SearchOptions
 
         t0 = time.perf_counter()
-        check_request(req, self.cfg.serve.max_results, self.cfg.retrieve.max_sections)
+        check_request(req, self.cfg.serve.max_results, self.cfg.retrieve.max_sections,
+                      self.cfg.serve.max_collections)
         mode = req.get("mode", "query")
         row = {"id": "q", **{k: req[k] for k in ROW_FIELDS if req.get(k) is not None}}
         plain = mode != "query"

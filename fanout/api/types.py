@@ -176,8 +176,10 @@ def as_path(value: Any, what: str) -> str:
     from fanout.errors import UserError
 
     if isinstance(value, Path | os.PathLike):
-        return os.fspath(value)
+        value = os.fspath(value)
     if isinstance(value, str):  # what the text names is checked where it is used (an empty vault path, ...)
+        if "\x00" in value:  # no file system takes it (os and Arrow would raise their own errors)
+            raise UserError(f"`{what}` holds a NUL character (\\x00): {value[:60]!r}; give the path without it")
         return value
     raise UserError(f"`{what}` must be a path or URI (str or os.PathLike), got {type(value).__name__} "
                     f"{str(value)[:60]!r}")

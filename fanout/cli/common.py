@@ -47,10 +47,26 @@ def collections_arg(value: str | None) -> list[str]:
 
 
 def setup_logging(verbose: bool = False) -> None:
+    import copy
     import logging  # here, not at the top: the warm `fanout query` client never logs (~20 ms of imports)
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from fanout.safe_text import for_terminal
+
+    class TerminalFormatter(logging.Formatter):
+        """Log lines as the terminal may show them: a message (which may name a note, e.g. a watch round's
+        changes or its error) with its control characters as `\\xNN`, a traceback with its lines kept."""
+
+        def formatMessage(self, record: logging.LogRecord) -> str:
+            shown = copy.copy(record)  # other handlers (a caller's, pytest's) keep the exact message
+            shown.message = for_terminal(record.message)
+            return super().formatMessage(shown)
+
+        def formatException(self, ei: Any) -> str:
+            return for_terminal(super().formatException(ei), keep_lines=True)
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(TerminalFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
 def write_private(path: str, text: str, replace: bool = True) -> bool:

@@ -60,6 +60,8 @@ class VaultEvents:
         return os.path.relpath(path, self.root).replace(os.sep, "/")
 
     def __call__(self, change: int, path: str) -> bool:
+        if path == self.root:  # the vault folder itself removed or moved away: `batches` moves the watch
+            return int(change) == 3
         rel = self.rel(path)
         if rel is None:
             return False
@@ -76,6 +78,34 @@ class VaultEvents:
         # a note, or a folder that came with its notes; not another kind of file (an image, an editor's temp file)
         return rel.endswith(self.suffix) or is_dir
 
+    def identity(self) -> tuple[int, int] | None:
+        """The vault folder's (device, inode); None while there is none. A folder made anew at the vault's path
+        (`rm -rf vault; mkdir vault`, `mv vault old; mkdir vault`) has another, and the OS watch, which stays
+        on the old one, must be put on it."""
+        try:
+            st = os.stat(self.root)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def watch_plan(self) -> tuple[tuple[str, ...], bool]:
+        """(the folders to put the OS watch on, recursively or not). The vault alone, recursively, unless a folder
+        link is inside it: the OS watch would walk what the link leads to when the watch starts (a link to `/`: a
+        watch on every folder of the system, and a user's inotify budget spent); then each real folder of the
+        vault on its own, hidden ones left out but `.obsidian` (its app.json holds ignore rules)."""
+        folders, linked = [], False
+        for here, dirs, _ in os.walk(self.root):  # never into a link (followlinks=False)
+            keep = []
+            for d in dirs:
+                path = os.path.join(here, d)
+                if os.path.islink(path):
+                    linked = True
+                elif not d.startswith(".") or os.path.join(self.root, ".obsidian") == path:
+                    keep.append(d)
+            dirs[:] = keep
+            folders.append(here)
+        return ((self.root,), True) if not linked else (tuple(folders), False)
+
     def shown(self, changes: set[tuple[int, str]]) -> list[tuple[str, str]]:
         """watchfiles' changes as sorted (kind, vault-relative path) pairs."""
         out = {(KINDS.get(int(c), str(c)), self.rel(p) or p) for c, p in changes}
@@ -88,12 +118,34 @@ def batches(events: VaultEvents, stop: threading.Event, *, step_ms: int, debounc
 
     A batch closes once `step_ms` passed without a new event, or `debounce_ms` after its first; events that come
     while the caller works on a batch are kept for the next one. An empty batch is a tick: every `tick_ms`
-    without events (the watch is in place from the first one on)."""
+    without events (the watch is in place from the first one on).
+
+    A vault folder made anew at its path is one ("replaced", ".") change, and the watch moves to it; a folder that
+    came (or went) while folder links are in the vault puts the watch on the folders as they are now
+    (`VaultEvents.watch_plan`)."""
     import watchfiles
 
-    for changes in watchfiles.watch(Path(events.root), watch_filter=events, debounce=debounce_ms, step=step_ms,
-                                    stop_event=stop, rust_timeout=tick_ms, yield_on_timeout=True,
-                                    raise_interrupt=False, ignore_permission_denied=True):
-        if stop.is_set():
-            return
-        yield events.shown(changes)
+    owed: list[tuple[str, str]] = []  # changes seen before a restart, given with the new watch's first batch
+    while not stop.is_set():
+        born = events.identity()
+        if born is None:
+            raise FileNotFoundError(f"the vault folder {events.root} is gone")
+        paths, recursive = events.watch_plan()
+        for changes in watchfiles.watch(*map(Path, paths), watch_filter=events, debounce=debounce_ms, step=step_ms,
+                                        stop_event=stop, rust_timeout=tick_ms, yield_on_timeout=True,
+                                        raise_interrupt=False, ignore_permission_denied=True, recursive=recursive):
+            if stop.is_set():
+                return
+            if events.identity() != born or any(p == events.root for _, p in changes):  # (a folder made anew
+                # may reuse the old one's inode) these events may be the old folder's: a round scans the new one,
+                log.info("the vault folder %s was replaced: watching the new one", events.root)
+                owed = [("replaced", ".")]  # once the watch is on it (nothing written meanwhile is missed)
+                break
+            shown = sorted(set(owed + events.shown(changes)), key=lambda x: (x[1], x[0]))
+            if any(kind == "added" and os.path.isdir(os.path.join(events.root, rel)) or
+                   kind == "deleted" and not recursive for kind, rel in shown) and \
+                    events.watch_plan() != (paths, recursive):
+                owed = shown
+                break  # watch the folders as they are now, then give this batch
+            owed = []
+            yield shown

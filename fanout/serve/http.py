@@ -193,7 +193,7 @@ class _App:
         from fanout.cli.common import DEFAULT_COLLECTION
 
         check_request(req, self.kb.cfg.serve.max_results,  # before its collections name any file
-                      self.kb.cfg.retrieve.max_sections)
+                      self.kb.cfg.retrieve.max_sections, self.kb.cfg.serve.max_collections)
         names = tuple(req.get("collections") or [DEFAULT_COLLECTION])  # what SearchService.run searches
         states = [self.state(name) for name in names]
         if not self.max_answers or None in states:
@@ -354,6 +354,20 @@ def _protocol(limits: Any) -> type:
             else:
                 self.timer = self.loop.call_later(min(self.last + idle, self.began + whole) - now, self.expire)
 
+        def eof_received(self) -> bool | None:
+            """The client shut its sending side: with a request half-sent (headers, or a body shorter than its
+            Content-Length) it is answered 400 before the connection closes, not dropped."""
+            if self.lingering or self.transport.is_closing() or not self.arriving():
+                return super().eof_received()
+            if self.conn.their_state is h11.IDLE:
+                self.answer_and_close(400, "the client closed its side before the request's headers were whole; "
+                                           "send the whole request")
+            else:
+                length = dict(self.headers).get(b"content-length", b"?").decode("latin-1")[:20]
+                self.answer_and_close(400, f"the body ended before the {length} bytes its Content-Length "
+                                           "announced (the client closed its side); send the whole body")
+            return True  # the transport stays open to send the answer (answer_and_close ends it)
+
         def send_400_response(self, msg: str) -> None:
             e = self.conn.refused
             status = e.error_status_hint if e is not None and e.error_status_hint in (400, 431, 501) else 400
@@ -363,6 +377,8 @@ def _protocol(limits: Any) -> type:
             """Answer, half-close, and close when the client does (or after `idle_timeout_s`): closing at once
             with its request unread would reset the connection and lose the answer."""
             self.transport.write(_raw_answer(status, message))
+            if self.cycle is not None:  # the app's answer to the request (if it still sends one) is dropped, not
+                self.cycle.disconnected = True  # written after this one (a traceback in the log each time)
             if not self.transport.can_write_eof():
                 self.transport.close()
                 return

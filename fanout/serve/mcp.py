@@ -19,6 +19,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from fanout.agent_fields import known_languages, language_code, language_line
 from fanout.api import KnowledgeBase
 from fanout.api.catalog import count_languages
 from fanout.api.catalog import status as collection_status
-from fanout.api.notes import NoteError, headings_of, locate, note_lines, parse_ref, read_note
+from fanout.api.notes import NoteError, headings_of, locate, note_lines, read_note, read_ref
 from fanout.api.service import RequestError, check_sections
 from fanout.config import Config
 from fanout.exec.runner import Runner
@@ -43,7 +44,6 @@ from fanout.pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError,
 from fanout.pipelines.search import SearchOptions
 
 log = logging.getLogger(__name__)
-_LINE_REF = re.compile(r"\.md:\d+(-\d+)?$")  # a section's ref (pipelines/pick_sections.py): path:FROM-TO
 
 MAX_LIMIT = 50  # pages one search may return
 MAX_NOTE_CHARS = 40_000  # `get` cuts a longer note and lists its headings instead
@@ -78,7 +78,7 @@ GET_DESC = ("Read a note, or one section of it, by its path relative to the vaul
 GET_FIELDS = {
     "path": "The note's path relative to the vault, as `search` returns it, e.g. \"Folder/Note.md\" (a note's "
             "title or alias works too), or a section's `ref` from `search` with `sections` "
-            "(\"Folder/Note.md:40-52\": exactly those file lines).",
+            "(\"Folder/Note.md:40-52\": exactly those file lines; \"Folder/Note.md#Setup > Sync\": that section).",
     "heading": "Optional: one section's heading as `search` returns it (\"Setup > Sync\") or just its last "
                "part; returns that section with its subsections.",
 }
@@ -165,24 +165,38 @@ class FanoutTools:
         return data
 
     # -- get ------------------------------------------------------------------------------------------
-    def resolve(self, rel: Any) -> Path:
+    def resolve(self, rel: Any, docs: Callable[[], list[dict]] | None = None) -> Path:
         """A note path, title or alias -> the file, confined to the vault (no `..`, absolute paths or
-        escaping symlinks)."""
-        def docs() -> list[dict]:
-            t = self.col.table(self.col.documents_name).search().select(["path", "title", "aliases"])
-            return t.limit(None).to_arrow().to_pylist()
-        return locate(self.vault, rel, docs, "`path`")
+        escaping symlinks). `docs`: the documents' loader to reuse (one read for every reading of a ref)."""
+        return locate(self.vault, rel, docs or self.docs(), "`path`")
+
+    def docs(self) -> Callable[[], list[dict]]:
+        """A loader of the pinned documents (path, title, aliases), read once on its first call."""
+        rows: list[dict] = []
+
+        def load() -> list[dict]:
+            if not rows:
+                t = self.col.table(self.col.documents_name).search().select(["path", "title", "aliases"])
+                rows.extend(t.limit(None).to_arrow().to_pylist())
+            return rows
+        return load
 
     def get(self, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, ("path", "heading"), "get")
         path, head, first, last = args.get("path"), args.get("heading"), None, None
-        if isinstance(path, str) and head is None and _LINE_REF.search(path):  # a section's `ref` from search
-            r = parse_ref(path)  # (sections=N): "Folder/Note.md:40-52" reads exactly those file lines
-            path, first, last = r.name, r.line_from, r.line_to
+
+        def read(target: Path) -> dict[str, Any]:
+            return read_note(self.vault, target, limits=self.cfg.index)  # index.max_note_mb, as fanout get
+
         with self.lock:  # one pinned index version per request
             self.refresh()
-            target = self.resolve(path)
-        note = read_note(self.vault, target, limits=self.cfg.index)  # index.max_note_mb, as fanout get
+            if isinstance(path, str) and head is None:  # a path, or a section's `ref` from search (sections=N):
+                # "Folder/Note.md:40-52" reads exactly those file lines, "Note.md#Heading > Sub" that section
+                docs = self.docs()
+                note, r = read_ref(path, lambda name: self.resolve(name, docs), read)
+                head, first, last = r.heading, r.line_from, r.line_to
+            else:
+                note = read(self.resolve(path))
         heading, _, lines = note_lines(note, head, first, last)
         text = "\n".join(lines).strip()
         data = {"path": note["path"], "title": note["title"], "heading": heading,

@@ -255,7 +255,9 @@ def index_meta(ds: Any, column: str) -> tuple[dict[str, Any], dict[str, Any], di
     if st.get("num_segments") != 1 or len(st.get("indices", [])) != 1 or st.get("num_unindexed_rows"):
         return f"index layout {st.get('num_segments')} segments, {st.get('num_unindexed_rows')} unindexed rows"
     meta = st["indices"][0]
-    params = meta["params"]
+    params = meta.get("params")
+    if not isinstance(params, dict):  # Lance writes none for an index of no rows (every note deleted)
+        return "index statistics without tokenizer parameters (an index of no rows)"
     if params.get("lance_tokenizer", "text") != "text":
         return f"tokenizer {params.get('lance_tokenizer')}"
     return {a: params[a] for a in _TOKENIZE_ARGS if a in params}, meta, st
