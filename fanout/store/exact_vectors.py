@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,12 +30,14 @@ from fanout.store import exact_file
 log = logging.getLogger(__name__)
 
 # query vectors per product: each product reads every vector once, so 16-row products cost 2.75x the CPU of
-# 256-row ones at 60,000 x 768 (docs/performance.md). The products only pick candidates: the scores returned
-# are re-computed per (query, row) pair (`pair_cosines`), so neither the block's shape nor the CPU's BLAS
-# kernel changes a query's scores or its tie order
+# 256-row ones at 60,000 x 768 (docs/performance.md). Scores are summed in float64 (a small table's whole
+# product; a large table's candidates, per pair: `pair_cosines`), so neither the block's shape nor the CPU's
+# BLAS kernel changes a query's float32 scores or its tie order
 QUERY_BLOCK = 256
-# vector elements (rows x dims) up to which a product runs on one BLAS thread: the sample vault's 180 x 768
-# cost 3.5 CPU-ms a query on two threads against 3.0 on one, at 60,000 x 768 two threads halve the wall
+# vector elements (rows x dims) up to which a table is "small": its product runs on one BLAS thread (the
+# sample vault's 180 x 768 cost 3.5 CPU-ms a query on two threads against 3.0 on one; at 60,000 x 768 two
+# threads halve the wall) and in float64 over a float64 copy (at most 32 MB; a float32 product plus the
+# candidates' float64 re-scoring cost more CPU where most rows are candidates, as ties make them)
 SMALL_PRODUCT = 4_000_000
 CANDIDATE_BLOCK = 32  # rows per block whose maximum bounds a query's k-th best score (`_candidates`)
 _LOCK = threading.RLock()
@@ -52,10 +54,18 @@ class Matrix:
     ids: np.ndarray  # sorted row ids (int64)
     vectors: np.ndarray  # float32 (rows, dim), unit length; damaged rows are zero and never served
     damaged: np.ndarray  # bool per row: a stored vector that is not finite or zero
+    _float64: np.ndarray | None = field(default=None, repr=False)  # `float64()`: small tables only
+
+    def float64(self) -> np.ndarray:
+        """The vectors as float64, kept once made (small tables only: `top_k` scores them in float64)."""
+        if self._float64 is None:
+            self._float64 = self.vectors.astype(np.float64)
+        return self._float64
 
     @property
     def nbytes(self) -> int:
-        return int(self.vectors.nbytes + self.ids.nbytes + self.damaged.nbytes)
+        extra = self._float64.nbytes if self._float64 is not None else 0
+        return int(self.vectors.nbytes + self.ids.nbytes + self.damaged.nbytes + extra)
 
 
 def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -> Matrix | None:
@@ -119,8 +129,10 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
     of length zero gets none. `threads`: BLAS threads of a large table's products (0: the library's default).
 
     A query's scores and order do not depend on the other queries of its batch nor on the CPU's BLAS kernel:
-    the products (whose rounding does) only pick each query's candidates, with a margin of their worst-case
-    rounding error (`_margin`), and the candidates' cosines are then computed per pair (`pair_cosines`)."""
+    they are summed in float64 and rounded to float32. A small table's product runs in float64; on a large
+    one the float32 product (whose rounding depends on its shape's kernel) only picks each query's
+    candidates, with a margin of its worst-case rounding (`_margin`), and the candidates are then scored in
+    float64 (`pair_cosines`)."""
     keep = ~m.damaged if allowed is None else (allowed & ~m.damaged)
     every = bool(keep.all())
     n = int(keep.sum())
@@ -136,19 +148,28 @@ def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = N
     sub = None if every or n > len(keep) // 2 else np.flatnonzero(keep)
     vecs = m.vectors if sub is None else m.vectors[sub]
     small = vecs.size <= SMALL_PRODUCT
+    if small:  # float64: a small copy, and the product's scores are already exact to float32
+        v64 = m.float64() if sub is None else m.float64()[sub]
     margin = _margin(q.shape[1])
     out: tuple[list, list, list] = ([], [], [])
     # a small table's products are too short for BLAS's second thread to pay: it only spins (CPU, no wall)
     with _blas_threads(1 if small else (threads or None)):
         for a in range(0, len(q), QUERY_BLOCK):
             blk = q[a:a + QUERY_BLOCK]
-            s = blk @ vecs.T  # cosine similarity, rounded as this shape's kernel sums
+            if small:
+                s = (blk.astype(np.float64) @ v64.T).astype(np.float32)  # as `pair_cosines` computes them
+            else:
+                s = blk @ vecs.T  # cosine similarity, rounded as this shape's kernel sums
             if sub is None and not every:
                 s[:, ~keep] = -np.inf
-            r, c = _candidates(s, kk, margin)
-            sc = pair_cosines(vecs, c, blk, r)
-            if sub is None and not every:
-                sc[~keep[c]] = -np.inf
+            if small:
+                r, c = _candidates(s, kk)
+                sc = s[r, c]
+            else:  # the float32 product picks the candidates, with the margin of its rounding
+                r, c = _candidates(s, kk, margin)
+                sc = pair_cosines(vecs, c, blk, r)
+                if sub is None and not every:
+                    sc[~keep[c]] = -np.inf
             keep_best(r, c, sc, kk, a, qn, sub, out)
     return _joined(out)
 
@@ -162,18 +183,19 @@ def _margin(dim: int) -> float:
 
 
 def pair_cosines(vecs: np.ndarray, rows: np.ndarray, q: np.ndarray, qrows: np.ndarray) -> np.ndarray:
-    """The dot products of `vecs[rows[i]]` and `q[qrows[i]]` (unit float32 vectors), each computed alone:
-    float32 components multiply exactly in float64, their sum there is exact to ~1e-16 and rounds to the same
-    float32 whatever the batch, the process or the CPU (a matrix product's result depends on its shape's
-    kernel). einsum casts in small buffers: no float64 copy of the gathered rows."""
+    """The dot products of `vecs[rows[i]]` and `q[qrows[i]]` (unit float32 vectors), in float64: every
+    component product is exact there and the sum's error (~1e-16) is far below float32's rounding, so the
+    float32 result is the same whatever the batch, its shape or the CPU's BLAS kernel (unless a cosine lies
+    within ~1e-13 of a float32 rounding midpoint: about one score in a billion). `qrows` in runs (each
+    query's candidates together): one matrix-vector product per run, on its gathered rows."""
     out = np.empty(len(rows), np.float32)
-    for a in range(0, len(rows), PAIRS_PER_PASS):
-        b = min(a + PAIRS_PER_PASS, len(rows))
-        out[a:b] = np.einsum("ij,ij->i", vecs[rows[a:b]], q[qrows[a:b]], dtype=np.float64)
+    if not len(rows):
+        return out
+    q64 = q.astype(np.float64)
+    cut = np.flatnonzero(np.diff(qrows)) + 1
+    for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(rows)]]).tolist()):
+        out[a:b] = vecs[rows[a:b]].astype(np.float64) @ q64[qrows[a]]
     return out
-
-
-PAIRS_PER_PASS = 8192  # pairs re-scored per pass (the gathered rows: 25 MB at 768 dims)
 
 
 @contextlib.contextmanager
