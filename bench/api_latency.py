@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python bench/api_latency.py [--db DIR --collection NAME] [--config fake] [--runs 15]
 
 Without --db the bundled samples/vault is indexed into a temp folder first. `fanout serve` runs in its own
-process on the db; the client is the one the CLI uses (`fanout.serve.http.ask_server`: discovery, token, one
+process on the db; the client is the one the CLI uses (`fanout.serve.client.ask_server`: discovery, token, one
 HTTP call), timed in this process. Every request changes `n` (and so misses the server's answer memory): the
 server runs the whole pipeline, as `kb.search` does. Both see the same caches (the query vector is cached
 after the warm-up, as in bench/cli_latency.py's "answered anew"). Rows alternate API / server so load hits both
@@ -35,7 +35,7 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     import fanout
-    from fanout.serve.http import ask_server
+    from fanout.serve.client import ask_server
 
     tmp = tempfile.mkdtemp(prefix="api-latency-")
     db = args.db or os.path.join(tmp, "db")

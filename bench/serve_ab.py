@@ -37,7 +37,7 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
 def in_process(args: argparse.Namespace, dbs: dict[str, str], rows: dict[str, list[float]]) -> None:
     sys.path.insert(0, str(REPO))
-    from fanout.serve.http import ask_server
+    from fanout.serve.client import ask_server
 
     def req(n: int) -> dict:
         return {"mode": "query", "collections": [args.collection], "query": args.query, "n": n}
@@ -68,7 +68,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--config", default=None)
     ap.add_argument("--requests", type=int, default=300,
-                    help="also: this many requests from this process to each server, alternating (fanout.serve.http."
+                    help="also: this many requests from this process to each server, alternating (fanout.serve.client."
                          "ask_server: the server's own latency, no process start); a tenth of them answered anew")
     args = ap.parse_args()
     cfg = ["--config", args.config] if args.config else []

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fanout.serve.http import port_path
+from fanout.serve.client import port_path
 
 
 def ask(port: int, body: bytes, timeout: float) -> tuple[int | None, float]:

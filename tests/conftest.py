@@ -152,7 +152,7 @@ def running_serve(db: Path, collection: str, config_text: str, root: Path):
     import sys
     import time
 
-    from fanout.serve.http import PORT_FILE
+    from fanout.serve.client import PORT_FILE
 
     cfg = root / "serve-config.yaml"
     cfg.write_text(config_text, encoding="utf-8")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fanout.cli.main import main
-from fanout.serve.http import PORT_FILE
+from fanout.serve.client import PORT_FILE
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ ALLOWED = {
     ("actors/reranker.py", "_model"): "llama_cpp.Llama's model: a context of our own on it",
     ("fanout/cli/main.py", "_run_exitfuncs"): "atexit: run the exit handlers before os._exit",
     ("fanout/cli/main.py", "_exit"): "os._exit (public despite the underscore)",
-    ("fanout/serve/http.py", "_value2member_map_"): "enum's value lookup of HTTPStatus",
+    ("fanout/serve/h11_protocol.py", "_value2member_map_"): "enum's value lookup of HTTPStatus",
     ("fanout/store/chunk_rows.py", "_take_rows"): "lance.LanceDataset's rows by row id (no public form yet)",
 }
 

@@ -1,11 +1,11 @@
 """`fanout serve` answers a repeated identical request from memory, never after a re-index, and never keeps
-an answer with errors (fanout/serve/http.py `_App`; no models, no HTTP)."""
+an answer with errors (fanout/serve/app.py `App`; no models, no HTTP)."""
 
 from __future__ import annotations
 
 import threading
 
-from fanout.serve.http import _App
+from fanout.serve.app import App as _App
 
 
 class CountingService:

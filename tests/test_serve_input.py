@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fanout.api.service import check_request
-from fanout.serve.http import PORT_FILE
+from fanout.serve.client import PORT_FILE
 from tests.conftest import running_serve, write_vault
 
 REPO = Path(__file__).resolve().parents[1]

@@ -54,7 +54,7 @@ def parse(data: bytes) -> tuple[int | None, dict]:
 
 
 def query(port: int, token: str, timeout: float = 20.0) -> tuple[int | None, dict, float]:
-    """The CLI's own request (fanout.serve.http._post: HTTP/1.0, read until close): (status, answer, seconds)."""
+    """The CLI's own request (fanout.serve.client.post: HTTP/1.0, read until close): (status, answer, seconds)."""
     body = json.dumps({"token": token, "request": {"mode": "search", "collections": ["t"],
                                                    "query": "wikilinks", "n": 3}}).encode()
     t = time.monotonic()

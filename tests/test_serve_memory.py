@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from fanout.cli.common import DEFAULT_COLLECTION
-from fanout.serve.http import _App
+from fanout.serve.app import App as _App
 from tests.conftest import write_vault
 
 REQ = {"mode": "search", "query": "zebra crossing", "n": 5}  # no `collections`: the default one
@@ -152,7 +152,7 @@ def test_an_answer_from_memory_does_not_wait_for_a_search(tmp_path):
     import time
 
     from fanout.config import load_config
-    from fanout.serve.http import _asgi
+    from fanout.serve.app import asgi_app as _asgi
 
     class Slow:
         cfg, lock = load_config("fake"), threading.Lock()

@@ -240,7 +240,7 @@ def started(cmd: list[str], log: Path) -> subprocess.Popen:
 
 
 def test_serve_picks_up_a_new_note_and_its_answer_memory_is_never_stale(tmp_path):
-    from fanout.serve.http import PORT_FILE, ask_server
+    from fanout.serve.client import PORT_FILE, ask_server
 
     vault, db = write_vault(tmp_path / "vault", NOTES), tmp_path / "db"
     cfg = tmp_path / "watch.yaml"

@@ -67,7 +67,7 @@ def _request(args: argparse.Namespace, mode: str) -> dict:
 
 def run_request(args: argparse.Namespace, req: dict) -> dict:
     """Ask a running `fanout serve` for this db, else run the pipeline here."""
-    from fanout.serve.http import ask_server
+    from fanout.serve.client import ask_server
 
     if not args.no_server and not getattr(args, "runner", None) and not getattr(args, "ray_address", None):
         resp = ask_server(args.db, req, args.config)

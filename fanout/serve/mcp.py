@@ -332,7 +332,7 @@ def http_token(db: str, token_file: str | None) -> tuple[str, str]:
 
     from fanout.cli.common import read_private, write_private
     from fanout.errors import UserError
-    from fanout.serve.http import port_path
+    from fanout.serve.client import port_path
 
     if token_file is None and os.environ.get(ENV_TOKEN):
         token, where = os.environ[ENV_TOKEN].strip(), f"${ENV_TOKEN}"
