@@ -196,7 +196,7 @@ def test_unplaceable_pool_fails_fast_with_the_message(fake_cfg, fake_db, ray_run
     for change, why in (({"retriever": {"num_cpus": 64}}, "no node has 64 CPUs: lower retriever.num_cpus"),
                         ({"embedder": {"n_gpu_layers": -1}}, "set embedder.n_gpu_layers: 0"),
                         ({"retriever": {"count": 40}}, "lower retriever.count")):
-        bad = fake_cfg.replace(**change)
+        bad = fake_cfg.replace(**change, runner={"fit_pools": False})  # pools pinned: refused, not scaled to fit
         t = time.perf_counter()
         with RayRunner(bad) as rr, pytest.raises(RuntimeError, match="could not be placed") as e:
             rr.dataset(search_stages(bad, fake_db, "t"), [])  # the fixture's Ray, another config
