@@ -20,3 +20,9 @@ class UserError(FanoutError, ValueError):
 class PlacementError(FanoutError, RuntimeError):
     """A job's actor pools cannot be placed on the Ray cluster as it is (nothing was started); the message
     lists the pools and the nodes and says what to change."""
+
+
+class ModelError(FanoutError, RuntimeError):
+    """A model could not be resolved, downloaded, assembled or verified, or a served model (an `openai:` spec)
+    failed to answer: the message names the backend (`openai:<model>@<host>`), what fanout sent and what came
+    back, never a key."""
