@@ -29,6 +29,8 @@ class FakeServer:
         self.faults: dict[str, list[str]] = {}
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.in_flight = self.max_in_flight = 0
+        self.down_after: int | None = None  # answer 503 to every embeddings request once this many were answered
+        self.embedded = 0  # texts answered by /embeddings
         self.lock = threading.Lock()
         srv = self
 
@@ -115,6 +117,11 @@ class FakeServer:
             return self.send(h, 400, {"error": "response_format is not supported"})
         if path == "embeddings":
             texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            with self.lock:
+                down = self.down_after is not None and self.count("embeddings") > self.down_after
+                self.embedded += 0 if down else len(texts)
+            if down:
+                return self.send(h, 503, {"error": "outage"})
             dim = self.dim + 1 if fault == "wrong_dim" else self.dim
             data = [{"object": "embedding", "index": i, "embedding": self.vector(t, dim)} for i, t in enumerate(texts)]
             return self.send(h, 200, {"object": "list", "data": data[::-1], "model": body.get("model")})

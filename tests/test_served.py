@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -265,3 +266,31 @@ def test_reranker_rerank_and_logprobs(srv):
     srv.fail("rerank", *["500"] * 10)
     rr = ServedReranker(served_cfg(srv.url, max_retries=1))
     assert rr(batch)["_rerank"].to_pylist() == [None] * 3 and rr.stats["failed"] == 3
+
+
+def test_a_batch_stopped_by_an_outage_resumes_without_loss_or_repeats(srv, tmp_path):
+    import json
+
+    from fanout.pipelines.batch import run_batch
+    from fanout.pipelines.index import index_vault
+    from fanout.pipelines.search import Searcher, SearchOptions
+
+    from fanout.errors import ModelError
+    from fanout.exec.runner import Runner
+
+    cfg = served_cfg(srv.url, max_retries=1).replace(models={"cache_dir": str(tmp_path / "cache")},
+                                                      cache={"enabled": False}, runner={"slice_rows": 3})
+    db, runner = tmp_path / "db", Runner(cfg)
+    index_vault(write_vault(tmp_path / "vault"), db, "t", cfg, runner)
+    q = tmp_path / "q.jsonl"
+    q.write_text("".join(json.dumps({"id": f"q{i}", "query": f"sync notes {i}"}) + "\n" for i in range(12)))
+    searcher = Searcher(db, "t", cfg, runner)
+    run_batch(q, tmp_path / "clean.jsonl", searcher, SearchOptions(n=3))
+    srv.embedded, srv.down_after = 0, srv.count("embeddings") + 2  # two slices answered, then an outage
+    with pytest.raises(ModelError, match="HTTP 503"):
+        run_batch(q, tmp_path / "out.jsonl", searcher, SearchOptions(n=3))
+    assert Path(str(tmp_path / "out.jsonl") + ".parts").exists() and srv.embedded == 6
+    srv.down_after = None
+    run_batch(q, tmp_path / "out.jsonl", searcher, SearchOptions(n=3))  # the same command, server back
+    assert srv.embedded == 12  # each query's text embedded once over the two runs
+    assert (tmp_path / "out.jsonl").read_text() == (tmp_path / "clean.jsonl").read_text()
