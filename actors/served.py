@@ -115,6 +115,7 @@ class ServedExpander(QueryExpander):
         self.stop = [] if cfg.expand.format == "qmd" else ["\n"] if len(cfg.expand.fields) == 1 else ["\n\n"]
         # remote.structured: auto starts with the JSON schema and steps down when the server refuses it
         self.structured = "json_schema" if cfg.remote.structured == "auto" else cfg.remote.structured
+        self.confirmed = False  # auto: has the server answered self.structured once?
 
     def fits(self, text: str, budget: int) -> bool:
         """No tokenizer here: the chunker's estimate (4 characters a token) against the budget."""
@@ -144,17 +145,30 @@ class ServedExpander(QueryExpander):
             messages = self.fields_messages(query, intent, kb_lang or lang or detect_lang(query), list(titles), hits)
         else:
             messages = self.qmd_messages(query, intent, lang)
+        # auto: a server that refuses this kind of structured output (400 or 422) gets the next kind; until a kind
+        # has been answered once it is tried without retries and a 5xx naming its field counts as a refusal too
+        # (llama-cpp-python answers a validation error with 500); any other failure is retried on the same kind
+        probe = self.cfg.remote.structured == "auto" and not self.confirmed
         while True:
             path, body = self._payload(messages, self.structured)
             what = f"POST /{path} for one query ({self.structured} output)"
             try:
-                out = self.client.post(path, body, what)
+                out = self.client.post(path, body, what, retries=0 if probe else None)
+                self.confirmed = True
                 break
             except ModelError as e:
+                if self.cfg.remote.structured != "auto":
+                    raise
+                status, field = getattr(e, "status", None), {"json_schema": "response_format"}.get(
+                    self.structured, self.structured)
+                refused = status in (400, 422) or (probe and status is not None and status >= 500 and field in str(e))
                 nxt = STRUCTURED_ORDER.index(self.structured) + 1
-                # auto: a server that refuses this kind of structured output (400/422) gets the next kind
-                if self.cfg.remote.structured != "auto" or nxt >= len(STRUCTURED_ORDER) \
-                        or getattr(e, "status", None) not in (400, 422):
+                if not refused:
+                    if not probe:
+                        raise
+                    probe = False  # not a refusal: this kind again, with the retries
+                    continue
+                if nxt >= len(STRUCTURED_ORDER):
                     raise
                 log.warning("%s refused %s output (%s); trying %s", self.client.backend, self.structured, e,
                             STRUCTURED_ORDER[nxt])

@@ -115,6 +115,8 @@ class FakeServer:
             return self.send(h, 200, None, raw=b"<html>502 bad gateway</html>")
         elif fault == "refuse_schema" and "response_format" in body:
             return self.send(h, 400, {"error": "response_format is not supported"})
+        elif fault == "refuse_schema_500" and "response_format" in body:  # llama-cpp-python's validation error
+            return self.send(h, 500, {"error": {"message": "body.response_format.type: Input should be 'text'"}})
         if path == "embeddings":
             texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
             with self.lock:

@@ -240,6 +240,16 @@ def test_expander_structured_output_and_fallbacks(srv):
     srv.fail("chat/completions", "refuse_schema")
     out = exp(pa.table({"qid": ["2"], "query": ["sync devices"]})).to_pylist()[0]
     assert out["source"] == "model" and exp.structured == "grammar" and "grammar" in srv.requests[-1][2]
+    # a server that says so with a 500 naming the field (llama-cpp-python) is understood too, without retries;
+    # once a kind was answered, a 500 is an outage like any other (retried)
+    other = ServedExpander(cfg)
+    srv.fail("chat/completions", "refuse_schema_500")
+    n = srv.count("chat/completions")
+    assert other(pa.table({"qid": ["2"], "query": ["sync devices"]})).to_pylist()[0]["source"] == "model"
+    assert other.structured == "grammar" and srv.count("chat/completions") == n + 2 and other.client.stats["retries"] == 0
+    srv.fail("chat/completions", "500")
+    assert other(pa.table({"qid": ["2b"], "query": ["sync phone"]})).to_pylist()[0]["source"] == "model"
+    assert other.structured == "grammar" and other.client.stats["retries"] == 1
     # empty and off-format answers: the strict parser keeps nothing, the query runs alone (counted)
     srv.fail("chat/completions", "empty", "off_format")
     out = exp(pa.table({"qid": ["3", "4"], "query": ["sync notes", "code blocks"]})).to_pylist()

@@ -5,6 +5,7 @@ chunks, vectors (within float noise) and the same pages in the same ranks for th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -31,17 +32,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory):
-    from fanout.actors._llama import model_path
-
-    from fanout.config import load_config
-
+@contextlib.contextmanager
+def _serve(log: Path, *args: str):
+    """llama_cpp.server on a free loopback port with `args`; yields its base URL; stopped on exit."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    cmd = [sys.executable, str(ROOT / "scripts" / "llama_server.py"), "--model", str(model_path(load_config(), "embedder")),
-           "--model_alias", "embeddinggemma", "--embedding", "true", "--n_ctx", "512", "--n_batch", "512",
-           "--n_ubatch", "512", "--n_threads", "2", "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [sys.executable, str(ROOT / "scripts" / "llama_server.py"), *args, "--host", "127.0.0.1", "--port", str(port)]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
@@ -62,6 +57,18 @@ def llama_server(tmp_path_factory):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    from fanout.actors._llama import model_path
+
+    from fanout.config import load_config
+
+    with _serve(tmp_path_factory.mktemp("server") / "server.log", "--model", str(model_path(load_config(), "embedder")),
+                "--model_alias", "embeddinggemma", "--embedding", "true", "--n_ctx", "512", "--n_batch", "512",
+                "--n_ubatch", "512", "--n_threads", "2") as url:
+        yield url
 
 
 def test_served_embedder_equals_the_in_actor_one_on_the_sample_vault(tmp_path, llama_server):
@@ -105,3 +112,28 @@ def test_served_embedder_equals_the_in_actor_one_on_the_sample_vault(tmp_path, l
     assert pages == [[(r["path"], r["rank"]) for r in row["results"]] for row in res_b]
     for ra, rb in zip(res_a, res_b):
         np.testing.assert_allclose([r["score"] for r in ra["results"]], [r["score"] for r in rb["results"]], atol=1e-3)
+
+
+def test_served_expander_and_reranker_answer(tmp_path):
+    """The local profile's smallest instruct GGUF (SmolLM2-135M, chat template included) behind llama_cpp.server
+    as expander and as yes/no reranker: `structured: auto` finds that this server takes a grammar, not OpenAI's
+    json_schema (a 422), and the strict parser reads its lines; the logprobs reranker scores in 0..1."""
+    import pyarrow as pa
+    from fanout.actors.served import ServedExpander, ServedReranker
+
+    from fanout.config import load_config
+    from fanout.models.files import provision_model
+
+    path = provision_model("smollm2-135m-instruct-q4_1")
+    with _serve(tmp_path / "server.log", "--model", str(path), "--model_alias", "smollm2", "--n_ctx", "1024",
+                "--n_threads", "2") as url:
+        cfg = load_config("local").replace(models={"expander": f"openai:smollm2@{url}", "reranker": f"openai:smollm2@{url}"},
+                                           remote={"rerank_api": "logprobs", "timeout_s": 120}, expand={"max_tokens": 80})
+        exp = ServedExpander(cfg)
+        row = exp(pa.table({"qid": ["1"], "query": ["restore a file from the nightly backup"]})).to_pylist()[0]
+        assert row["error"] is None and exp.structured == "grammar" and row["raw"].startswith("lex: ")
+        assert exp.stats["queries"] == 1 and row["source"] in ("model", "fallback")
+        scores = ServedReranker(cfg)(pa.table({"query": ["nightly backup schedule"] * 2, "passage": [
+            "Restic backs up the NAS every night at 02:30.", "Borscht needs beets roasted for an hour."]}))
+        got = scores["_rerank"].to_pylist()
+        assert all(s is not None and 0.0 <= s <= 1.0 for s in got), got

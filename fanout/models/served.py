@@ -151,25 +151,27 @@ class ServedClient:
             return r.status, {k.lower(): v for k, v in r.getheaders()}, body
         raise ConnectionError("the server closed the connection twice")
 
-    def post(self, path: str, payload: dict[str, Any], what: str) -> Any:
+    def post(self, path: str, payload: dict[str, Any], what: str, retries: int | None = None) -> Any:
         """POST `payload` to `<base_url>/<path>` and return the decoded JSON answer; `what` says what was sent
-        (for messages: "POST /embeddings of 32 texts"). Retries as the module docstring says."""
+        (for messages: "POST /embeddings of 32 texts"). Retries as the module docstring says, `retries` times
+        when given (else remote.max_retries). A ModelError after an HTTP answer carries its `status`."""
         url = f"{self.spec.base_url}/{path}"
         data = json.dumps(payload).encode("utf-8")
-        attempt = 0
+        attempt, limit = 0, self.rcfg.max_retries if retries is None else retries
         while True:
-            wait = None
+            wait, status = None, None
             with self._lock:
                 self.stats["requests"] += 1
             try:
-                status, headers, body = self._send(path, data)
+                code, headers, body = self._send(path, data)
                 text = body.decode("utf-8", "replace")
-                if 200 <= status < 300:
+                status = code if not 200 <= code < 300 else None
+                if status is None:
                     try:
                         return json.loads(text)
                     except ValueError:  # cut short or not JSON: a retry may get it whole
                         problem = f"an unreadable answer ({len(body)} bytes: {self._excerpt(text)!r})"
-                elif status == 429 or status >= 500:
+                elif code == 429 or code >= 500:
                     problem = f"HTTP {status} {self._excerpt(text)!r}"
                     wait = _retry_after(headers.get("retry-after")) if status in (429, 503) else None
                 else:  # the request itself is wrong for this server: a retry gets the same answer
@@ -183,16 +185,18 @@ class ServedClient:
                 problem = f"no answer within remote.timeout_s={self.rcfg.timeout_s:g}s"
             except (OSError, http.client.HTTPException) as e:  # refused, reset, a body cut short (IncompleteRead)
                 problem = f"{type(e).__name__}: {e}"
-            if attempt >= self.rcfg.max_retries:
+            if attempt >= limit:
                 with self._lock:
                     self.stats["failed"] += 1
                 tries = f" (after {attempt + 1} tries)" if attempt else ""
-                raise self.error(f"{what} to {url}", problem + tries,
+                err = self.error(f"{what} to {url}", problem + tries,
                                  "check that the server is up and serves this model (docs/served-models.md); "
                                  "raise remote.max_retries or remote.timeout_s for a slow or busy server")
+                err.status = status  # type: ignore[attr-defined]
+                raise err
             delay = min(self.rcfg.max_backoff_s, wait if wait is not None else self.rcfg.backoff_s * 2 ** attempt)
             log.warning("%s", self.scrub(f"{self.backend}: {what}: {problem}; retry {attempt + 1} of "
-                                         f"{self.rcfg.max_retries} in {delay:.2f}s"))
+                                         f"{limit} in {delay:.2f}s"))
             with self._lock:
                 self.stats["retries"] += 1
             time.sleep(delay)
