@@ -278,7 +278,7 @@ def test_reranker_rerank_and_logprobs(srv):
     assert rr(batch)["_rerank"].to_pylist() == [None] * 3 and rr.stats["failed"] == 3
 
 
-def test_a_batch_stopped_by_an_outage_resumes_without_loss_or_repeats(srv, tmp_path):
+def test_a_batch_stopped_by_an_outage_resumes_without_loss_or_repeats(srv, tmp_path, monkeypatch):
     import json
 
     from fanout.pipelines.batch import run_batch
@@ -288,6 +288,7 @@ def test_a_batch_stopped_by_an_outage_resumes_without_loss_or_repeats(srv, tmp_p
     from fanout.errors import ModelError
     from fanout.exec.runner import Runner
 
+    monkeypatch.setenv("FANOUT_API_KEY", KEY)
     cfg = served_cfg(srv.url, max_retries=1).replace(models={"cache_dir": str(tmp_path / "cache")},
                                                       cache={"enabled": False}, runner={"slice_rows": 3})
     db, runner = tmp_path / "db", Runner(cfg)
@@ -297,10 +298,12 @@ def test_a_batch_stopped_by_an_outage_resumes_without_loss_or_repeats(srv, tmp_p
     searcher = Searcher(db, "t", cfg, runner)
     run_batch(q, tmp_path / "clean.jsonl", searcher, SearchOptions(n=3))
     srv.embedded, srv.down_after = 0, srv.count("embeddings") + 2  # two slices answered, then an outage
-    with pytest.raises(ModelError, match="HTTP 503"):
+    with pytest.raises(ModelError, match="HTTP 503") as err:
         run_batch(q, tmp_path / "out.jsonl", searcher, SearchOptions(n=3))
+    assert KEY not in str(err.value)
     assert Path(str(tmp_path / "out.jsonl") + ".parts").exists() and srv.embedded == 6
     srv.down_after = None
     run_batch(q, tmp_path / "out.jsonl", searcher, SearchOptions(n=3))  # the same command, server back
     assert srv.embedded == 12  # each query's text embedded once over the two runs
     assert (tmp_path / "out.jsonl").read_text() == (tmp_path / "clean.jsonl").read_text()
+    assert KEY not in (tmp_path / "out.jsonl").read_text()  # the batch output holds no key either
