@@ -232,10 +232,19 @@ class QueryExpander:
         # fields format: stop at a blank line, or right after the one line when only one field is asked for
         self.stop = [] if self.grammar else ["\n"] if len(cfg.expand.fields) == 1 else ["\n\n"]
 
+    def fits(self, text: str, budget: int) -> bool:
+        """Does `text` take at most `budget` tokens of the model?"""
+        return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False)) <= budget
+
     def fields_prompt(self, query: str, intent: str | None, kb_lang: str | None, titles: list[str],
                       hits: tuple[str, ...] = ()) -> str:
         """The fields-format chat prompt: system (+ titles) and the example are a prefix shared by all queries;
         `hits` (expand.ground_hits) are the query's own BM25 pages, after the question."""
+        return render_chat(self.llm, self.fields_messages(query, intent, kb_lang, titles, hits))
+
+    def fields_messages(self, query: str, intent: str | None, kb_lang: str | None, titles: list[str],
+                        hits: tuple[str, ...] = ()) -> list[dict[str, str]]:
+        """The fields-format chat messages (fields_prompt; a served expander sends them as they are)."""
         lang = kb_lang if kb_lang in FIELDS_PROMPTS else ("en" if kb_lang is None else kb_lang)
         p = FIELDS_PROMPTS.get(lang, FIELDS_PROMPTS["en"])
         fields = self.cfg.expand.fields
@@ -244,7 +253,7 @@ class QueryExpander:
             budget = self.cfg.expander.n_ctx - self.cfg.expand.max_tokens - 256
             while titles:
                 listed = system + "\n\n" + p["titles"] + "\n" + "\n".join(titles)
-                if len(self.llm.tokenize(listed.encode("utf-8"), add_bos=False)) <= budget:
+                if self.fits(listed, budget):
                     system = listed
                     break
                 titles = titles[:len(titles) // 2]
@@ -261,10 +270,14 @@ class QueryExpander:
                     {"role": "user", "content": example},
                     {"role": "assistant", "content": "".join(f"{f}: {p[f]}\n" for f in fields)},
                     {"role": "user", "content": user}]
-        return render_chat(self.llm, messages)
+        return messages
 
     def prompt(self, query: str, intent: str | None, lang: str | None) -> str:
         """The qmd-format chat prompt for one query, in its language (detected when `lang` is null)."""
+        return render_chat(self.llm, self.qmd_messages(query, intent, lang))
+
+    def qmd_messages(self, query: str, intent: str | None, lang: str | None) -> list[dict[str, str]]:
+        """The qmd-format chat messages (prompt; a served expander sends them as they are)."""
         lang = lang or detect_lang(query)
         p = PROMPTS.get(lang) or {**PROMPTS["en"], "system": PROMPTS["en"]["system"].replace(
             "Write every line in English.", "Write every line in the language of the query.")}
@@ -275,7 +288,7 @@ class QueryExpander:
                     {"role": "user", "content": p["example_q"]},
                     {"role": "assistant", "content": p["example_a"]},
                     {"role": "user", "content": user}]
-        return render_chat(self.llm, messages)
+        return messages
 
     def generate(self, query: str, intent: str | None, lang: str | None, kb_lang: str | None = None,
                  titles: tuple[str, ...] = (), hits: tuple[str, ...] = ()) -> str:

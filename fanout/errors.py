@@ -24,3 +24,9 @@ class PlacementError(FanoutError, RuntimeError):
 
 class InputMissing(UserError, FileNotFoundError):
     """A file the user named (a query file, a vault) does not exist; still a FileNotFoundError."""
+
+
+class ModelError(FanoutError, RuntimeError):
+    """A model could not be resolved, downloaded, assembled or verified, or a served model (an `openai:` spec)
+    failed to answer: the message names the backend (`openai:<model>@<host>`), what fanout sent and what came
+    back, never a key."""

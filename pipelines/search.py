@@ -116,6 +116,12 @@ def check_index_embedder(col: Collection, cfg: Config) -> dict[str, Any]:
     manifest = col.require()
     emb = manifest.get("embedder", {})
     name, sha = model_identity(cfg, "embedder")
+    if emb.get("sha256") != sha and emb.get("file") == name and cfg.served("embedder") is not None:
+        raise IndexStateError(
+            f"index {col.name!r} was embedded through {name}, but that server's vectors for fanout's probe texts "
+            f"now differ (fingerprint {str(emb.get('sha256'))[:12]} then, {sha[:12]} now): another model or other "
+            f"weights answer under that name. Re-run `fanout index` to re-embed with it, or point "
+            f"models.embedder at the server and model the index was built with")
     if emb.get("sha256") != sha or emb.get("prompt") != cfg.models.embed_prompt:
         raise IndexStateError(
             f"index {col.name!r} was embedded with {emb.get('file')} ({emb.get('prompt')} prompt) but the "

@@ -4,7 +4,8 @@
 #   2. a portable llama-cpp-python wheel, built once into $FANOUT_CACHE/wheels/llama-<hash of version+flags>/
 #      (the default -march=native build SIGILLs here: AMX is advertised but not allowed; pip's own wheel
 #      cache ignores CMAKE_ARGS, so we keep our own), then installed into .venv;
-#   3. pip install -e '.[dev]' (redone only when pyproject.toml changes), then the project's bytecode;
+#   3. pip install -e '.[dev]' (redone only when pyproject.toml changes; the dev extra holds the test tools and
+#      llama-cpp-python's server extras for the served-model tests), then the project's bytecode;
 #   4. the local profile's models (fanout.models.files install local, started in the background right after step 1
 #      so downloads and the embedder's conversion overlap the wheel's compile; skipped when present);
 #   5. a smoke test of the build on this CPU (scripts/smoke_llama.py in a subprocess: a real quantized

@@ -128,8 +128,9 @@ def fake_runner(fake_cfg):
 # -- test tiers: `make test-fast` runs `-m "not model and not ray"` with no model installed -------------------
 MODEL_FIXTURES = {"runner", "tiny_db"}  # the local profile's real models (transitively: mcp_db, served, ...)
 # modules whose tests load a real model or start Ray without going through the fixtures above
-MODEL_MODULES = {"test_models", "test_embedder", "test_expander", "test_reranker", "test_walkthrough"}
-RAY_MODULES = {"test_ray_data", "test_cluster", "test_ray_processor", "test_readme_api"}
+MODEL_MODULES = {"test_models", "test_embedder", "test_expander", "test_reranker", "test_walkthrough",
+                 "test_served_real"}
+RAY_MODULES = {"test_ray_data", "test_cluster", "test_ray_processor", "test_readme_api", "test_served_ray"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from fanout.config.remote import ROLES as MODEL_ROLES
+from fanout.config.remote import RemoteConfig, ServedSpec, is_served, served_spec
 from fanout.config.safe_yaml import YAMLLimitError, load_bounded
 from fanout.config.sections import (
     ActorConfig,
@@ -88,11 +90,16 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     gaps: GapsConfig = field(default_factory=GapsConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)  # `--watch`: file events -> index rounds
+    remote: RemoteConfig = field(default_factory=RemoteConfig)  # servers of `openai:` model specs (docs/served-models.md)
 
     def validate(self) -> Config:
         for role in ("embedder", "expander", "reranker", "retriever", "writer"):
             getattr(self, role).validate(role)
         self.models.validate()
+        self.remote.validate()
+        for role in MODEL_ROLES:
+            if is_served(getattr(self.models, role)):
+                served_spec(getattr(self.models, role), role)
         self.fake.validate()
         self.chunk.validate()
         self.index.validate()
@@ -112,6 +119,21 @@ class Config:
         self.gaps.validate()
         self.watch.validate()
         return self
+
+    def served(self, role: str) -> ServedSpec | None:
+        """The server of a model role (`models.<role>: openai:<model>@<base_url>`), or None for a local model."""
+        spec = getattr(self.models, role, "")
+        return served_spec(spec, role) if self.models.backend != "fake" and is_served(spec) else None
+
+    def pool(self, section: str) -> ActorConfig:
+        """The actor pool of a config section as the runners size it: a served role's pool is light (it holds
+        an HTTP client, no model): remote.num_cpus, no GPU, one instance, and calls of remote.batch_size x
+        remote.concurrency rows, so one call keeps every request slot busy."""
+        acfg = getattr(self, section)
+        if section not in MODEL_ROLES or self.served(section) is None:
+            return acfg
+        return dataclasses.replace(acfg, num_cpus=self.remote.num_cpus, n_gpu_layers=0, instances=1,
+                                   batch_size=self.remote.batch_size * self.remote.concurrency)
 
     def replace(self, **sections: dict[str, Any]) -> Config:
         """Return a copy with some fields of some sections changed: `cfg.replace(rerank={"enabled": True})`."""

@@ -119,7 +119,8 @@ def needs_of(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None,
 def pool_nodes(runner: RayRunner, pool: str, model: bool, nodes: list[dict]) -> list[dict]:
     """The nodes where one actor of the pool fits: its num_cpus, its GPUs when `n_gpu_layers` is set, and
     `runner.model_resource` for a model pool (the rules of fanout.exec.ray_data.placement)."""
-    acfg, res = getattr(runner.cfg, pool), runner.cfg.runner.model_resource if model else ""
+    served = runner.cfg.served(pool) is not None  # a served role's pool holds no model: any node
+    acfg, res = runner.cfg.pool(pool), runner.cfg.runner.model_resource if model and not served else ""
     gpus = acfg.num_gpus if acfg.n_gpu_layers else 0
     return [n for n in nodes if n["Resources"].get("CPU", 0) >= acfg.num_cpus
             and n["Resources"].get("GPU", 0) >= gpus and (not res or n["Resources"].get(res, 0) > 0)]

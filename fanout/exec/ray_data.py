@@ -45,7 +45,7 @@ def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | Non
     want = 0.0
     short = False  # a pool with fewer places than actors on the nodes that suit it
     for i, spec in enumerate(specs):
-        acfg = getattr(runner.cfg, spec.pool)
+        acfg = runner.cfg.pool(spec.pool)
         count = sizes[i] if sizes else 1 if spec.single else acfg.count
         suit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
         room = sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in suit)
@@ -58,7 +58,7 @@ def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | Non
         fit_pools(runner, specs, min(1.0, free / max(want - reserve, 1e-9)))
         return check_fits(runner, specs, sizes, reserve, fit=False)
     for i, spec in enumerate(specs):
-        acfg = getattr(runner.cfg, spec.pool)
+        acfg = runner.cfg.pool(spec.pool)
         count = sizes[i] if sizes else 1 if spec.single else acfg.count
         suit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
         if count > sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in suit):
@@ -86,8 +86,11 @@ def fit_pools(runner: RayRunner, specs: list[StageSpec], scale: float) -> None:
     def fitted(x: float) -> float:
         return max(MIN_POOL_CPUS, min(math.floor(x * scale * 100) / 100, node_cpus))
 
-    change = {p: {"num_cpus": fitted(getattr(runner.cfg, p).num_cpus)} for p in pools}
-    if all(change[p]["num_cpus"] == getattr(runner.cfg, p).num_cpus for p in pools):
+    cfg = runner.cfg
+    # a served role's pool takes remote.num_cpus (Config.pool): that one is scaled, once for all of them
+    change = {("remote" if cfg.pool(p) is not getattr(cfg, p) else p): {"num_cpus": fitted(cfg.pool(p).num_cpus)}
+              for p in pools}
+    if all(getattr(cfg, k).num_cpus == v["num_cpus"] for k, v in change.items()):
         return  # nothing to scale (a pool that no node suits for another reason: the check says which)
     before = _pool_list(runner.cfg, specs)
     runner.cfg = runner.cfg.replace(**change)
@@ -99,7 +102,7 @@ def fit_pools(runner: RayRunner, specs: list[StageSpec], scale: float) -> None:
 
 def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any]:
     rd = runner.ray_data()
-    acfg = getattr(runner.cfg, spec.pool)
+    acfg = runner.cfg.pool(spec.pool)
     pool: dict[str, Any] = {"size": size or (1 if spec.single else acfg.count)}
     if (n := instances(runner.cfg, spec)) > 1:  # the actor's calls run side by side, each on its own model
         pool.update(enable_true_multi_threading=True, max_concurrent_calls_per_actor=n)
@@ -193,10 +196,10 @@ def pool_sizes(cfg: Config, specs: list[StageSpec], cuts: list[int], rows: int, 
     `runner.size_pools_to_job` off: the count."""
     out = []
     for spec, cut in zip(specs, cuts, strict=True):
-        count = 1 if spec.single else getattr(cfg, spec.pool).count
+        count = 1 if spec.single else cfg.pool(spec.pool).count
         if rows and block_rows and cfg.runner.size_pools_to_job:
             block_rows = cut or block_rows
-            batch = spec.batch_rows or getattr(cfg, spec.pool).batch_size
+            batch = spec.batch_rows or cfg.pool(spec.pool).batch_size
             calls = -(-rows // max(block_rows, batch))
             count = max(1, min(count, -(-calls // instances(cfg, spec))))
         out.append(count)
@@ -210,7 +213,7 @@ def model_block_rows(cfg: Config, spec: StageSpec, rows: int, read_rows: int) ->
     per_actor = cfg.runner.model_blocks_per_actor
     if not spec.role or not per_actor or not rows or not read_rows:
         return 0
-    workers = (1 if spec.single else getattr(cfg, spec.pool).count) * instances(cfg, spec)
+    workers = (1 if spec.single else cfg.pool(spec.pool).count) * instances(cfg, spec)
     if workers == 1:  # one model takes every block whatever their sizes; the repartition's map tasks only cost
         return 0
     cut = max(1, -(-rows // (workers * per_actor)))
@@ -220,7 +223,7 @@ def model_block_rows(cfg: Config, spec: StageSpec, rows: int, read_rows: int) ->
 def read_blocks(cfg: Config, specs: list[StageSpec], rows: int, files: int, block_rows: int = 0) -> int:
     """Blocks to read `rows` queries as: one per `runner.block_rows` (each block pays Ray Data's per-block
     costs in every operator), but at least two per actor of the widest pool, at most one per row."""
-    widest = max((1 if s.single else getattr(cfg, s.pool).count for s in specs), default=1)
+    widest = max((1 if s.single else cfg.pool(s.pool).count for s in specs), default=1)
     want = max(-(-rows // (block_rows or cfg.runner.block_rows)), 2 * widest)
     return max(files, min(want, rows))
 
@@ -260,7 +263,7 @@ def display_name(spec: StageSpec) -> str:
 
 def instances(cfg: Config, spec: StageSpec) -> int:
     """Model instances per actor of `spec`'s pool (`instances` of its section; 1 for a CPU stage)."""
-    return getattr(cfg, spec.pool).instances if spec.role and not spec.single else 1
+    return cfg.pool(spec.pool).instances if spec.role and not spec.single else 1
 
 
 def _named(spec: StageSpec, n: int = 1) -> type:
@@ -373,18 +376,18 @@ def driver_tables(cfg: Config, specs: list[StageSpec], source: Source, block_row
 def _pool_list(cfg: Config, specs: list[StageSpec]) -> list[str]:
     out = []
     for spec in specs:
-        a = getattr(cfg, spec.pool)
+        a = cfg.pool(spec.pool)
         out.append(f"{display_name(spec)}: {1 if spec.single else a.count} x num_cpus={a.num_cpus:g} ({spec.pool})")
     return out
 
 
 def placement(cfg: Config, section: str, model: bool) -> dict[str, Any]:
     """Ray options that place one actor of a pool: GPUs when `n_gpu_layers` is set, the model resource."""
-    acfg = getattr(cfg, section)
+    acfg = cfg.pool(section)
     opts: dict[str, Any] = {}
     if acfg.n_gpu_layers:
         opts["num_gpus"] = acfg.num_gpus
-    if model and cfg.runner.model_resource:
+    if model and cfg.runner.model_resource and cfg.served(section) is None:  # a served role holds no model file
         opts["resources"] = {cfg.runner.model_resource: 1e-3}
     return opts
 

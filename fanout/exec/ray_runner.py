@@ -31,7 +31,7 @@ from fanout.exec.imports import warm_in_thread
 from fanout.exec.ray_data import placement
 from fanout.exec.runner import Pipeline, Runner, StageSpec
 from fanout.exec.runs import Parts, Run, Source
-from fanout.models.identity import actor_class
+from fanout.models.identity import actor_class, role_backend
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class _Host:
     """Ray actor body: builds the role's class inside the worker and forwards calls."""
 
     def __init__(self, role: str, cfg: Config):
-        self.impl = actor_class(role, cfg.models.backend)(cfg)
+        self.impl = actor_class(role, role_backend(cfg, role))(cfg)
 
     def ready(self) -> bool:
         return True
@@ -181,7 +181,7 @@ class RayRunner(Runner):
         if role in self._pools:
             return self._pools[role]
         ray = self._ray
-        acfg = getattr(self.cfg, role)
+        acfg = self.cfg.pool(role)
         opts: dict[str, Any] = {"num_cpus": acfg.num_cpus, "max_restarts": self.cfg.runner.max_retries,
                                 "max_task_retries": self.cfg.runner.max_retries}
         opts.update(placement(self.cfg, role, model=True))
@@ -204,8 +204,8 @@ class RayRunner(Runner):
 
     def placement_error(self, role: str, model: bool = True) -> PlacementError:
         """What was asked, what the cluster has, and the likely fix (Ray itself would just wait forever)."""
-        ray, rcfg, acfg = self._ray, self.cfg.runner, getattr(self.cfg, role)
-        res = rcfg.model_resource if model else ""
+        ray, rcfg, acfg = self._ray, self.cfg.runner, self.cfg.pool(role)
+        res = rcfg.model_resource if model and self.cfg.served(role) is None else ""
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         need = f"{acfg.count} x num_cpus={acfg.num_cpus:g}" + (f" on nodes with resource {res!r}" if res else "")
         fit = [n for n in nodes if n["Resources"].get("CPU", 0) >= acfg.num_cpus
@@ -423,6 +423,6 @@ def local_cpus(cfg: Config) -> float:
     (embedder 1 + expander .5 + reranker .5 + ...). A cluster (ray_address) keeps what its nodes advertise,
     and check_fits still fails fast there."""
     roles = ("embedder", "expander", "reranker")
-    want = sum(getattr(cfg, r).count * getattr(cfg, r).num_cpus for r in roles)
+    want = sum(cfg.pool(r).count * cfg.pool(r).num_cpus for r in roles)
     want += 4 * cfg.retriever.count * cfg.retriever.num_cpus + cfg.writer.num_cpus + 0.2
     return float(max(os.cpu_count() or 1, -(-want // 1)))

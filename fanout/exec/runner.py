@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from fanout.config import Config
 from fanout.exec.runs import Parts, Run, RunStats, Source, Steps, counted_call, pop_stats
-from fanout.models.identity import actor_class
+from fanout.models.identity import actor_class, role_backend
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ class Runner:
     def actor(self, role: str) -> Any:
         if role not in self._actors:
             t = time.perf_counter()
-            self._actors[role] = actor_class(role, self.cfg.models.backend)(self.cfg)
+            self._actors[role] = actor_class(role, role_backend(self.cfg, role))(self.cfg)
             self.seconds[f"load_{role}"] = time.perf_counter() - t
         return self._actors[role]
 
@@ -235,7 +235,7 @@ class Runner:
         if table.num_rows == 0:
             return self._empty_result(role, table)
         t = time.perf_counter()
-        out = self._map(role, _batches(table, getattr(self.cfg, role).batch_size))
+        out = self._map(role, _batches(table, self.cfg.pool(role).batch_size))
         self.calls[role] = self.calls.get(role, 0) + 1
         self.seconds[role] = self.seconds.get(role, 0.0) + time.perf_counter() - t
         return pa.concat_tables(out)

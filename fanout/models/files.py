@@ -28,15 +28,11 @@ from typing import Any
 import yaml
 
 from fanout.config import data_dir
-from fanout.errors import FanoutError
+from fanout.errors import ModelError  # defined there (the served client raises it too), importable from here
 
 log = logging.getLogger(__name__)
 MANIFEST = Path(os.environ.get("FANOUT_MODELS_MANIFEST")
                 or data_dir("configs") / "models.yaml")
-
-
-class ModelError(FanoutError, RuntimeError):
-    """A model could not be resolved, downloaded, assembled or verified."""
 
 
 def cache_root(cache_dir: Path | None = None) -> Path:

@@ -25,6 +25,12 @@ BACKENDS = {
         "expander": "fanout.actors.fake:FakeExpander",
         "reranker": "fanout.actors.fake:FakeReranker",
     },
+    # a role whose spec is `openai:<model>@<base_url>` (role_backend): an HTTP client of that server
+    "openai": {
+        "embedder": "fanout.actors.served:ServedEmbedder",
+        "expander": "fanout.actors.served:ServedExpander",
+        "reranker": "fanout.actors.served:ServedReranker",
+    },
 }
 ROLES = BACKENDS["llama"]
 
@@ -42,8 +48,17 @@ def actor_class(role: str, backend: str = "llama") -> type:
     return getattr(importlib.import_module(mod), name)
 
 
+def role_backend(cfg: Config, role: str) -> str:
+    """Which implementation plays `role`: `fake` (models.backend), `openai` (the role's spec names a server)
+    or `llama` (a GGUF file in-process)."""
+    if cfg.models.backend == "fake":
+        return "fake"
+    return "openai" if cfg.served(role) is not None else cfg.models.backend
+
+
 def model_identity(cfg: Config, role: str, provision: bool = True) -> tuple[str, str]:
-    """(file name, sha256) of a role's model, without loading it; the fake backend names itself.
+    """(file name, sha256) of a role's model, without loading it; the fake backend names itself, a served model
+    is `openai:<model>@<host>` with the fingerprint of its probe vectors (embedder) or of its name.
 
     `provision=False`: never download or assemble a missing model: a recipe the manifest pins is identified
     without its file (`pinned_identity`), anything else must be present (ModelError instead).
@@ -51,6 +66,10 @@ def model_identity(cfg: Config, role: str, provision: bool = True) -> tuple[str,
     if cfg.models.backend == "fake":
         dim = f"-dim{cfg.fake.dim}" if role == "embedder" else ""
         return f"fake-{role}", f"fake-{role}-v1{dim}"
+    if cfg.served(role) is not None:
+        from fanout.models.served import served_identity
+
+        return served_identity(cfg, role)
     from fanout.models.files import file_sha256, pinned_identity, resolve_model
 
     if not provision and (pin := pinned_identity(getattr(cfg.models, role))):
