@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from fanout.pipelines.check_vectors import check_vectors, embed_reusing, old_vectors, split_reused
 from fanout.pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
 from fanout.pipelines.embed_chunks import embed_groups
-from fanout.pipelines.scan_notes import IGNORED, scan_notes
+from fanout.pipelines.scan_notes import IGNORED, VaultScan, scan_key, scan_vault
 from fanout.pipelines.write_index import (
     add_filter_columns,
     add_fts_columns,
@@ -28,6 +28,7 @@ from fanout.pipelines.write_index import (
     delete_notes,
     documents_table,
     plan_changes,
+    vector_index_reason,
     write_index,
 )
 
@@ -37,11 +38,11 @@ from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import resolve_vault
 from fanout.models.identity import model_identity
-from fanout.store import exact_vectors, fts_postings, storage
+from fanout.store import exact_vectors, file_states, fts_postings, storage
 from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key, fts_columns
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
-from fanout.store.vectors import fit_vectors, rederive_vectors
+from fanout.store.vectors import fit_vectors, has_vector_index, rederive_vectors
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class IndexReport:
     rebuilt: bool = False
     reused_chunks: int = 0  # chunks whose vector was reused from the old index (identical embed_text)
     repaired: int = 0  # notes re-embedded because a stored vector was damaged
+    read_notes: int = 0  # note files read and hashed (the others' stat was the recorded one: not read)
     skipped: list[dict] = field(default_factory=list)
     ignored: int = 0  # paths excluded by .fanoutignore / Obsidian's excluded files
     seconds: float = 0.0
@@ -110,8 +112,13 @@ def _old_manifest(col: Collection) -> dict:
 
 
 def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
-                progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexReport:
+                progress: bool | Callable[[int, int], None] = False, rebuild: bool = False,
+                full_check: bool = False) -> IndexReport:
     """Index (or update) one vault into `db_dir` as `collection`; `rebuild` starts from empty tables.
+
+    Only notes whose stat (size, mtime_ns, inode, ctime_ns) differs from the one recorded at the last run are read
+    (fanout/store/file_states.py); `full_check` reads and hashes every note and reads every stored vector instead,
+    as a run does by itself when there is no record or the scan settings changed (docs/architecture.md).
 
     `progress`: True draws a tqdm bar; a callable is called as `progress(chunks_done, chunks_total)` after
     each written group of notes (fanout/exec/progress.py's reporter: a bar on a TTY, one-line updates off it).
@@ -127,7 +134,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     check_collection_name(collection)
     try:
         with collection_lock(db_dir, collection, f"fanout index {vault} -c {collection}"):
-            return _index_vault(vault, db_dir, collection, cfg, runner, progress, rebuild)
+            return _index_vault(vault, db_dir, collection, cfg, runner, progress, rebuild, full_check)
     except Exception as e:
         if isinstance(e, storage.DiskFull) or not storage.is_disk_full(e):
             raise
@@ -140,12 +147,10 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
 
 
 def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
-                 progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexReport:
+                 progress: bool | Callable[[int, int], None] = False, rebuild: bool = False,
+                 full_check: bool = False) -> IndexReport:
     t0 = time.perf_counter()
     vault = resolve_vault(vault)
-    notes, skipped = scan_notes(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
-    is_ignored = pc.equal(skipped["reason"], IGNORED)
-    ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
     col = Collection(db_dir, collection, cfg)
     col.vault_hint = str(vault)
     manifest = index_manifest(cfg, vault)
@@ -154,8 +159,8 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
            {k: v for k, v in manifest.items() if k not in DERIVED_KEYS}
     rebuild = rebuild or not (same and col.has(col.documents_name) and col.has(col.chunks_name))
     damaged: list[str] = []
-    if not rebuild and cfg.index.verify:  # unreadable tables raise (fix: --rebuild); damaged vectors re-embed
-        _, damaged = col.verify()
+    if not rebuild and full_check and cfg.index.verify:  # unreadable tables raise (fix: --rebuild); damaged
+        _, damaged = col.verify()  # vectors re-embed (an ordinary run checks the rows it writes)
         for p in damaged:
             log.warning("%s: a stored vector is damaged; re-embedding the note", p)
     rederived = ""
@@ -163,15 +168,39 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         with col.writing(col.chunks_name):
             a, b = rederive_vectors(col, cfg.index.vector_dim)
         rederived = f"{a} -> {b}" if a != b else ""
+    # the stat fast path: only notes whose stat changed since the recorded run are read (a full check reads all)
+    key = scan_key(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
+    known = None if rebuild or full_check else file_states.load(db_dir, collection, key, col.storage_cfg)
+    scan = scan_vault(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index, known=known,
+                      racy_s=cfg.index.stat_racy_s)
     existing = None
     if not rebuild:
         with col.guard(col.documents_name):
-            existing = col.table(col.documents_name).to_arrow().select(["path", "content_hash"])
-    changed, deleted, _ = plan_changes(notes, existing)
-    changed |= set(damaged) & set(notes["path"].to_pylist())
-    summary = IndexReport(notes=notes.num_rows, rebuilt=rebuild, deleted=len(deleted),
-                           skipped=skipped.to_pylist(), ignored=ignored.num_rows, repaired=len(damaged),
-                           rederived=rederived)
+            existing = col.table(col.documents_name).search().select(["path", "content_hash"]) \
+                .limit(None).to_arrow()
+    for _ in range(3):  # a note the record trusted but the index lacks (or holds another hash of) is read now
+        changed, deleted, _ = plan_changes(scan.hashes, existing)
+        changed |= set(damaged) & set(scan.hashes)
+        if not changed - set(scan.rows):
+            break
+        scan.read(changed - set(scan.rows))
+    changed &= set(scan.rows)
+    skipped = scan.skipped
+    is_ignored = pc.equal(skipped["reason"], IGNORED)
+    ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
+    summary = IndexReport(notes=len(scan.hashes), rebuilt=rebuild, deleted=len(deleted),
+                          skipped=skipped.to_pylist(), ignored=ignored.num_rows, repaired=len(damaged),
+                          rederived=rederived, read_notes=scan.read_count)
+    if not (rebuild or rederived or changed or deleted) and _current(col, old, cfg):
+        # nothing to write: the manifest already pins what the notes give (a killed round's tables would not be)
+        if scan.changed_states:
+            file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)
+        summary.chunks = int((old.get("stats") or {}).get("chunks") or 0)
+        vi = old.get("vector_index")
+        summary.vector_index = f"kept {vi['index_type']}" if vi else "none"
+        summary.seconds = time.perf_counter() - t0
+        return summary
+    notes = scan.notes
     reuse: dict[str, list[float]] = {}
     if rebuild:
         if old.get("embedder") == manifest["embedder"] and old.get("schema_version") == SCHEMA_VERSION:
@@ -204,6 +233,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         per_note[p] = per_note.get(p, 0) + 1
     i = 0
     failed: list[dict] = []
+    written: set[str] = set()
     groups = []
     while i < len(paths):  # groups of whole notes, about `group` chunks each
         sel: list[str] = []
@@ -227,6 +257,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             embedded = fit_vectors(embedded, cfg.index.vector_dim)
             write_index(col, embedded, documents_table(part_notes, embedded), set(sel))
             wrote_any = True
+            written.update(ok)
         else:  # every note of the group failed: only remove their old rows
             for name in (col.chunks_name, col.documents_name):
                 if col.has(name):
@@ -237,6 +268,13 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             report(summary.embedded_chunks, chunks_all.num_rows)
     if bar is not None:
         bar.close()
+    if written and cfg.index.verify:  # the rows written read back (a full check reads every row first)
+        _, bad_rows = col.verify(paths=written)
+        if bad_rows:
+            for name in (col.chunks_name, col.documents_name):
+                delete_notes(col, name, set(bad_rows))
+            failed += [{"path": p, "reason": "embedding_failed", "detail": "a vector read back damaged after "
+                        "the write; the note was removed and is retried on the next run"} for p in bad_rows]
     summary.skipped += failed
     summary.embed_seconds = time.perf_counter() - te
     summary.embedded_notes = len(paths) - len(failed)
@@ -254,9 +292,28 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     manifest["content"] = content_key(col)  # what answers depend on (index_stamp), not the table versions
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     col.write_manifest(manifest)
+    file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)  # after the commit it records
     if col.has(col.chunks_name):
         write_postings(db_dir, collection, cfg)
     return summary
+
+
+def _states_table(scan: VaultScan) -> pa.Table:
+    rows = [scan.states[p] for p in sorted(scan.states)]
+    names = file_states.FILE_STATES.names
+    return pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}, schema=file_states.FILE_STATES)
+
+
+def _current(col: Collection, old: dict, cfg: Config) -> bool:
+    """Whether the manifest `old` pins the latest table versions of a finished run (no rebuild in progress, no
+    vector index due): then a run that changes no note has nothing to do."""
+    if old.get("building") or not isinstance(old.get("tables"), dict):
+        return False
+    if old["tables"] != col.table_versions():
+        return False
+    chunks = col.table(col.chunks_name)
+    vi = old.get("vector_index") if has_vector_index(chunks) else None
+    return vector_index_reason(chunks, cfg.index, vi) is None
 
 
 def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str, str]:

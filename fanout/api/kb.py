@@ -137,17 +137,19 @@ class KnowledgeBase:
         return self._service
 
     # -- index --------------------------------------------------------------------------------------------------
-    def index(self, vault: str | os.PathLike, *, rebuild: bool = False,
+    def index(self, vault: str | os.PathLike, *, rebuild: bool = False, full_check: bool = False,
               progress: bool | Callable[[int, int], Any] = False) -> IndexReport:
         """Index (or bring up to date) the notes of `vault`: new and changed notes are embedded, deleted ones
-        removed, unchanged ones kept. Returns an `IndexReport` (notes, chunks, skipped notes with reasons)."""
+        removed, unchanged ones kept. Only notes whose file stat changed since the last run are read;
+        `full_check` reads and hashes every note and checks every stored vector. Returns an `IndexReport`
+        (notes, chunks, skipped notes with reasons)."""
         from fanout.exec.engines import job_mode
         from fanout.pipelines.index import index_vault
 
         vault = as_path(vault, "vault")
         with self.lock:
             rep = index_vault(vault, self.db, self.collection, self.cfg, self._runner(job_mode(self.cfg, rows=0)),
-                              progress=progress, rebuild=rebuild)
+                              progress=progress, rebuild=rebuild, full_check=full_check)
             self.forget([self.collection])  # its next search pins the new index version (others stay open)
             return rep
 

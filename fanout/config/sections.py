@@ -120,7 +120,13 @@ class IndexConfig:
     # a note's aliases, tags, description or filterable properties holding more characters than this
     # (each field counted on its own): the note is skipped (bad_front_matter); every chunk carries them
     max_field_chars: int = 10_000
-    verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
+    # the vectors a run writes are read back and checked; a full check (`fanout index --full-check`) reads
+    # every stored vector, and damaged rows are re-embedded
+    verify: bool = True
+    # the stat fast path trusts a note's recorded hash only when the record was taken this long after the
+    # file's mtime and ctime: a write in the same timestamp tick as the read keeps the stat (git's "racy"
+    # files); 2 s covers the coarsest common clocks (FAT, SMB), not only ext4's and APFS's fine ones
+    stat_racy_s: float = 2.0
     # below this vector search is brute force: exact and fast enough; at twice this the index was an order of
     # magnitude faster (bench/index_scale.py; docs/performance.md#storage-at-scale)
     vector_index_min_rows: int = 50000
@@ -184,6 +190,7 @@ class IndexConfig:
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
+        _at_least("index", self, 0, "stat_racy_s")
         _at_least("index", self, 1, "front_matter_max_depth", "front_matter_max_chars", "max_field_chars")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,

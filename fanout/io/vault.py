@@ -203,6 +203,9 @@ class Listing:
     files: list[tuple[str, str]]  # (vault-relative path, real path to open)
     skipped: list[dict[str, str]]  # SKIPPED rows: path, reason, detail
     ignored: list[str] = field(default_factory=list)  # paths excluded by ignore rules (folders end in /)
+    # vault-relative path -> (size, mtime_ns, inode, ctime_ns) of each file in `files`, from the walk's own
+    # stat (the index's stat fast path compares them with what it recorded: pipelines/scan_notes.py)
+    stats: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
 
 def _skip(out: Listing, rel: str, reason: str, detail: str) -> None:
@@ -285,6 +288,7 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
                                              "limit; raise index.max_note_mb or split the note")
             else:
                 out.files.append((rel, target))
+                out.stats[rel] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
         stack.extend(reversed(subdirs))  # depth-first, in name order
     out.files.sort(key=lambda f: f[0])
     if rules.sources:

@@ -443,23 +443,31 @@ class Collection:
         self.write_manifest(m)
         return True
 
-    def verify(self, batch_rows: int = 8192) -> tuple[int, list[str]]:
-        """Read every row of chunks and documents; returns (rows checked, paths with damaged vectors).
+    def verify(self, batch_rows: int = 8192, paths: set[str] | None = None) -> tuple[int, list[str]]:
+        """Read every row of chunks and documents (`paths`: only the rows of those notes, e.g. what a run just
+        wrote); returns (rows checked, paths with damaged vectors).
 
         An unreadable table raises IndexStateError naming it; a vector that is not finite or not unit length
         (the embedder writes unit vectors) names its note, so the next index run re-embeds it.
         """
         rows, damaged = 0, set()
+        wheres: list[str | None] = [None]
+        if paths is not None:
+            ordered = sorted(paths)
+            wheres = ["path IN (" + ", ".join("'" + p.replace("'", "''") + "'" for p in ordered[i:i + 500]) + ")"
+                      for i in range(0, len(ordered), 500)]
         for name in (self.documents_name, self.chunks_name):
             if not self.has(name):
                 continue
             with self.guard(name):
                 tbl = self.db.open_table(name)
-                for batch in tbl.search().limit(None).to_batches(batch_rows):
-                    rows += batch.num_rows
-                    if name == self.chunks_name and "vector" in batch.schema.names:
-                        for i in bad_vector_rows(batch.column("vector")):
-                            damaged.add(batch.column("path")[int(i)].as_py())
+                for where in wheres:
+                    q = tbl.search() if where is None else tbl.search().where(where)
+                    for batch in q.limit(None).to_batches(batch_rows):
+                        rows += batch.num_rows
+                        if name == self.chunks_name and "vector" in batch.schema.names:
+                            for i in bad_vector_rows(batch.column("vector")):
+                                damaged.add(batch.column("path")[int(i)].as_py())
         return rows, sorted(p for p in damaged if p is not None)
 
 
