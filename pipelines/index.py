@@ -39,7 +39,14 @@ from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import resolve_vault
 from fanout.models.identity import model_identity
 from fanout.store import exact_vectors, file_states, fts_postings, storage
-from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key, fts_columns
+from fanout.store.db import (
+    SCHEMA_VERSION,
+    Collection,
+    check_collection_name,
+    content_digest,
+    content_key,
+    fts_columns,
+)
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
 from fanout.store.vectors import fit_vectors, has_vector_index, rederive_vectors
@@ -84,8 +91,9 @@ class IndexReport:
 
 
 # manifest keys that change without re-embedding: where the vault was, run stats, how vectors are searched,
-# the table versions readers pin, the in-progress flag of a rebuild, and the notes' content hash (index_stamp)
-DERIVED_KEYS = ("vault", "stats", "vectors", "vector_index", "scalar_indexes", "tables", "building", "content")
+# the table versions readers pin, the in-progress flag of a rebuild, the notes' content hash (index_stamp), and
+# the age of Lance's full-text indexes (`fts`: rows added or deleted since their build)
+DERIVED_KEYS = ("vault", "stats", "vectors", "vector_index", "scalar_indexes", "tables", "building", "content", "fts")
 
 
 def index_manifest(cfg: Config, vault: Path) -> dict:
@@ -174,10 +182,16 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     scan = scan_vault(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index, known=known,
                       racy_s=cfg.index.stat_racy_s)
     existing = None
+    if not (rebuild or rederived or damaged) and scan.read_count == 0 and old.get("content") and \
+            old["content"] == content_digest(scan.hashes.items()) and _current(col, old, cfg):
+        # the pinned index holds exactly these notes with these hashes (the manifest's `content`): nothing to do,
+        # nothing to read
+        if scan.changed_states:
+            file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)
+        return _unchanged(summary_of(scan, rederived, damaged), old, t0)
     if not rebuild:
-        with col.guard(col.documents_name):
-            existing = col.table(col.documents_name).search().select(["path", "content_hash"]) \
-                .limit(None).to_arrow()
+        with col.guard(col.documents_name):  # (Lance directly: lancedb's query iterates ~20x slower here)
+            existing = col.open_version(col.documents_name).to_table(columns=["path", "content_hash"])
     for _ in range(3):  # a note the record trusted but the index lacks (or holds another hash of) is read now
         changed, deleted, _ = plan_changes(scan.hashes, existing)
         changed |= set(damaged) & set(scan.hashes)
@@ -185,21 +199,13 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             break
         scan.read(changed - set(scan.rows))
     changed &= set(scan.rows)
-    skipped = scan.skipped
-    is_ignored = pc.equal(skipped["reason"], IGNORED)
-    ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
-    summary = IndexReport(notes=len(scan.hashes), rebuilt=rebuild, deleted=len(deleted),
-                          skipped=skipped.to_pylist(), ignored=ignored.num_rows, repaired=len(damaged),
-                          rederived=rederived, read_notes=scan.read_count)
+    summary = summary_of(scan, rederived, damaged)
+    summary.rebuilt, summary.deleted = rebuild, len(deleted)
     if not (rebuild or rederived or changed or deleted) and _current(col, old, cfg):
         # nothing to write: the manifest already pins what the notes give (a killed round's tables would not be)
         if scan.changed_states:
             file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)
-        summary.chunks = int((old.get("stats") or {}).get("chunks") or 0)
-        vi = old.get("vector_index")
-        summary.vector_index = f"kept {vi['index_type']}" if vi else "none"
-        summary.seconds = time.perf_counter() - t0
-        return summary
+        return _unchanged(summary, old, t0)
     notes = scan.notes
     reuse: dict[str, list[float]] = {}
     if rebuild:
@@ -234,6 +240,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     i = 0
     failed: list[dict] = []
     written: set[str] = set()
+    written_rows = 0
     groups = []
     while i < len(paths):  # groups of whole notes, about `group` chunks each
         sel: list[str] = []
@@ -257,6 +264,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             embedded = fit_vectors(embedded, cfg.index.vector_dim)
             write_index(col, embedded, documents_table(part_notes, embedded), set(sel))
             wrote_any = True
+            written_rows += embedded.num_rows
             written.update(ok)
         else:  # every note of the group failed: only remove their old rows
             for name in (col.chunks_name, col.documents_name):
@@ -278,9 +286,11 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     summary.skipped += failed
     summary.embed_seconds = time.perf_counter() - te
     summary.embedded_notes = len(paths) - len(failed)
-    if (wrote_any or deleted or rebuild or rederived) and col.has(col.chunks_name):
-        build_fts(col, cfg.index.languages)
     summary.chunks = col.table(col.chunks_name).count_rows() if col.has(col.chunks_name) else 0
+    if (wrote_any or deleted or rebuild or rederived) and col.has(col.chunks_name):
+        manifest["fts"] = _lance_fts(col, cfg, old, summary, rebuild or bool(rederived), written_rows)
+    elif old.get("fts"):
+        manifest["fts"] = old["fts"]
     if col.has(col.chunks_name):
         manifest.update(build_indexes(col, cfg, old if not (rebuild or rederived) else {}))
         vi = manifest.get("vector_index")
@@ -295,6 +305,42 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)  # after the commit it records
     if col.has(col.chunks_name):
         write_postings(db_dir, collection, cfg)
+    return summary
+
+
+def _lance_fts(col: Collection, cfg: Config, old: dict, summary: IndexReport, anew: bool, added: int) -> dict:
+    """Lance's full-text indexes after a run that changed rows: rebuilt when the rows added or deleted since their
+    last build pass `index.fts_rebuild_share` of the table (or on a rebuild, or with no record of a build), else
+    left as they are: Lance searches the rows added since without the index, and the memory engine scores every
+    pinned row exactly whatever the index's age (fanout/store/fts_memory.py). Always rebuilt when searches are
+    answered by Lance (`retrieve.fts_engine` not `memory`, no postings files). Returns the manifest's `fts`."""
+    before = int((old.get("stats") or {}).get("chunks") or 0)
+    removed = max(0, before + added - summary.chunks)
+    rec = old.get("fts") if isinstance(old.get("fts"), dict) and not anew else None
+    stale = (int(rec.get("stale_rows", 0)) if rec else 0) + added + removed
+    # searches that Lance answers (another engine, or no postings file to load: an object store) want it fresh
+    memory = cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file and not storage.is_remote(col.db_dir)
+    if rec is None or not memory or stale > cfg.index.fts_rebuild_share * max(1, summary.chunks):
+        build_fts(col, cfg.index.languages)
+        return {"built_rows": summary.chunks, "stale_rows": 0}
+    return {"built_rows": rec.get("built_rows"), "stale_rows": stale}
+
+
+def summary_of(scan: VaultScan, rederived: str, damaged: list[str]) -> IndexReport:
+    """The report's counts of a scan (notes, skipped, ignored, read)."""
+    skipped = scan.skipped
+    is_ignored = pc.equal(skipped["reason"], IGNORED)
+    ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
+    return IndexReport(notes=len(scan.hashes), skipped=skipped.to_pylist(), ignored=ignored.num_rows,
+                       repaired=len(damaged), rederived=rederived, read_notes=scan.read_count)
+
+
+def _unchanged(summary: IndexReport, old: dict, t0: float) -> IndexReport:
+    """The report of a run that wrote nothing: the counts of the index the manifest `old` pins."""
+    summary.chunks = int((old.get("stats") or {}).get("chunks") or 0)
+    vi = old.get("vector_index")
+    summary.vector_index = f"kept {vi['index_type']}" if vi else "none"
+    summary.seconds = time.perf_counter() - t0
     return summary
 
 

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import re
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,6 +326,8 @@ def scan_vault(vault: str | Path, default_lang: str = "auto", max_note_mb: float
 def _distinct_paths(files: list[tuple[str, str]], skipped: list[dict[str, str]]) -> list[tuple[str, str]]:
     """(NFC path, real path) per file; of names that are equal once NFC, the NFC-named file wins (else the first
     in name order) and the others are skipped, naming the kept file."""
+    if unicodedata.is_normalized("NFC", "\n".join(rel for rel, _ in files)):  # every name NFC (the usual case):
+        return sorted(files)  # no two can be equal once NFC ("\n" never composes with its neighbours)
     by_key: dict[str, list[tuple[str, str]]] = {}
     for rel, real in files:
         by_key.setdefault(nfc(rel), []).append((rel, real))

@@ -127,6 +127,12 @@ class IndexConfig:
     # file's mtime and ctime: a write in the same timestamp tick as the read keeps the stat (git's "racy"
     # files); 2 s covers the coarsest common clocks (FAT, SMB), not only ext4's and APFS's fine ones
     stat_racy_s: float = 2.0
+    # Lance's full-text indexes are rebuilt (every row tokenized again) once the rows added or deleted since
+    # their build pass this share of the chunks; below it an index round leaves them: the memory full-text
+    # engine (the default) scores every row exactly whatever their age, and Lance searches the newer rows
+    # without the index. Lance's own incremental update (optimize) keeps the deleted rows in its statistics,
+    # so its scores would differ from a rebuild's. 0 = rebuild after every change
+    fts_rebuild_share: float = 0.1
     # below this vector search is brute force: exact and fast enough; at twice this the index was an order of
     # magnitude faster (bench/index_scale.py; docs/performance.md#storage-at-scale)
     vector_index_min_rows: int = 50000
@@ -190,7 +196,7 @@ class IndexConfig:
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
-        _at_least("index", self, 0, "stat_racy_s")
+        _at_least("index", self, 0, "stat_racy_s", "fts_rebuild_share")
         _at_least("index", self, 1, "front_matter_max_depth", "front_matter_max_chars", "max_field_chars")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,

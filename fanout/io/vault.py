@@ -182,6 +182,8 @@ class IgnoreRules:
         return rules
 
     def ignored(self, rel: str, is_dir: bool = False) -> bool:
+        if self.spec is None and not self.prefixes and not self.regexes:  # no rules (once per file of a walk)
+            return False
         p = rel + "/" if is_dir else rel
         if self.spec is not None and self.spec.match_file(p):
             return True
@@ -241,7 +243,7 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
             is_link = False
             if name.startswith("."):
                 continue
-            full = os.path.join(real_dir, name)
+            full = e.path  # os.path.join(real_dir, name), made by scandir
             try:
                 is_link = e.is_symlink()
                 target = os.path.realpath(full) if is_link else full

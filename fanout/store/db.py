@@ -145,6 +145,15 @@ class Collection:
             self._datasets[name] = ds
         return ds
 
+    def open_version(self, name: str, version: int | None = None):
+        """Table `name` as a Lance dataset at `version` (None: the latest), opened anew, not kept."""
+        return self._open(name, version)
+
+    @staticmethod
+    def take_rows(ds, row_ids, columns: list[str]) -> pa.Table:
+        """The rows of `ds` with these row ids, in that order (`columns` only)."""
+        return ds._take_rows(pa.array(row_ids, pa.uint64()), columns=columns)
+
     def _open(self, name: str, version: int | None = None):
         import lance
 
@@ -499,9 +508,17 @@ def content_key(col: Collection) -> str | None:
 
     if not col.has(col.documents_name):
         return None
-    t = col.table(col.documents_name).search().select(["path", "content_hash"]).limit(None).to_arrow()
+    t = col.open_version(col.documents_name).to_table(columns=["path", "content_hash"])
+    return content_digest(zip(t["path"].to_pylist(), t["content_hash"].to_pylist()))
+
+
+def content_digest(pairs) -> str:
+    """The `content` key of (path, content hash) pairs (`content_key`): what an index run compares its scan with
+    to see, without reading the documents table, that the pinned index holds exactly these notes."""
+    import hashlib
+
     h = hashlib.sha256()
-    for path, digest in sorted(zip(t["path"].to_pylist(), t["content_hash"].to_pylist())):
+    for path, digest in sorted(pairs):
         h.update(f"{path}\0{digest}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
