@@ -504,7 +504,6 @@ def index_stamp(name: str, manifest: dict[str, Any]) -> str:
 def content_key(col: Collection) -> str | None:
     """A hash of the indexed notes (every path and its content hash, in path order): what answers depend on,
     unchanged by `fanout optimize` (the manifest's `content`, fanout.store.db.index_stamp)."""
-    import hashlib
 
     if not col.has(col.documents_name):
         return None
