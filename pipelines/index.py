@@ -44,7 +44,6 @@ from fanout.store.db import (
     Collection,
     check_collection_name,
     content_digest,
-    content_key,
     fts_columns,
 )
 from fanout.store.integrity import IndexStateError
@@ -286,6 +285,8 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     summary.skipped += failed
     summary.embed_seconds = time.perf_counter() - te
     summary.embedded_notes = len(paths) - len(failed)
+    if wrote_any or deleted:
+        _compact(col, cfg)
     summary.chunks = col.table(col.chunks_name).count_rows() if col.has(col.chunks_name) else 0
     if (wrote_any or deleted or rebuild or rederived) and col.has(col.chunks_name):
         manifest["fts"] = _lance_fts(col, cfg, old, summary, rebuild or bool(rederived), written_rows)
@@ -299,12 +300,15 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             f"{vi['index_type']}"
     summary.seconds = time.perf_counter() - t0
     manifest["stats"] = {"notes": summary.notes, "chunks": summary.chunks, "updated": time.time()}
-    manifest["content"] = content_key(col)  # what answers depend on (index_stamp), not the table versions
+    # what answers depend on (index_stamp), not the table versions: the documents table holds every note scanned
+    # except those that failed now (content_key reads it back)
+    gone = {f["path"] for f in failed}
+    manifest["content"] = content_digest((p, h) for p, h in scan.hashes.items() if p not in gone)
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
+    if col.has(col.chunks_name):  # before the versions are published: their first search maps them
+        write_postings(db_dir, collection, cfg, manifest["tables"])
     col.write_manifest(manifest)
     file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)  # after the commit it records
-    if col.has(col.chunks_name):
-        write_postings(db_dir, collection, cfg)
     return summary
 
 
@@ -324,6 +328,22 @@ def _lance_fts(col: Collection, cfg: Config, old: dict, summary: IndexReport, an
         build_fts(col, cfg.index.languages)
         return {"built_rows": summary.chunks, "stale_rows": 0}
     return {"built_rows": rec.get("built_rows"), "stale_rows": stale}
+
+
+def _compact(col: Collection, cfg: Config) -> None:
+    """Merge the small fragments each write leaves (a first index writes one per group of notes, a round one more,
+    plus deletion files) once a table has more than `index.compact_fragments`: a round's reads cost per fragment.
+    Compaction renumbers the rows, so the next postings and vectors files are built from every row once."""
+    for name in (col.chunks_name, col.documents_name):
+        if not col.has(name):
+            continue
+        ds = col.open_version(name)
+        if len(ds.get_fragments()) <= cfg.index.compact_fragments:
+            continue
+        with col.writing(name):
+            got = ds.optimize.compact_files(materialize_deletions=True)
+        col.forget(name)
+        log.info("compacted %s: %s", name, got)
 
 
 def summary_of(scan: VaultScan, rederived: str, damaged: list[str]) -> IndexReport:
@@ -362,9 +382,10 @@ def _current(col: Collection, old: dict, cfg: Config) -> bool:
     return vector_index_reason(chunks, cfg.index, vi) is None
 
 
-def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str, str]:
+def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: dict[str, int] | None = None
+                   ) -> dict[str, str]:
     """The files searching processes map instead of each building its own copy, for the version the manifest
-    now pins (kept when already there): the memory full-text engine's postings (fanout/store/fts_postings.py,
+    now pins, or `versions` (an index run: the versions it is about to publish) (kept when already there): the memory full-text engine's postings (fanout/store/fts_postings.py,
     `retrieve.fts_postings_file`) and exact search's vectors (fanout/store/exact_file.py,
     `index.exact_vectors_file`). Local databases only; never fails the run (a warning: processes then build
     or load their own, as without the files). Returns what was done per file."""
@@ -373,9 +394,14 @@ def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str
     done: dict[str, str] = {}
     try:
         reader = Collection(str(db_dir), collection, cfg)
-        if not reader.exists():  # (`fanout optimize` over tables fanout did not make)
+        if not reader.has(reader.chunks_name):  # (`fanout optimize` over tables fanout did not make)
             return done
-        reader.refresh()
+        if versions is None and not reader.exists():
+            return done
+        if versions is not None:
+            reader.pin(versions)
+        else:
+            reader.refresh()
         t = time.process_time()
         if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
             done.update(fts_postings.ensure(reader, fts_columns(cfg.index.languages)))

@@ -133,6 +133,11 @@ class IndexConfig:
     # without the index. Lance's own incremental update (optimize) keeps the deleted rows in its statistics,
     # so its scores would differ from a rebuild's. 0 = rebuild after every change
     fts_rebuild_share: float = 0.1
+    # a table of more fragments than this is compacted at the end of an index run: every write leaves one (a
+    # first index one per group of notes, each round one more) and a round's reads and file checks cost per
+    # fragment; compaction renumbers the rows, so the round after it builds the full-text postings and the
+    # vectors file from every row once (seconds at tens of thousands of chunks). 0 = after every run
+    compact_fragments: int = 128
     # below this vector search is brute force: exact and fast enough; at twice this the index was an order of
     # magnitude faster (bench/index_scale.py; docs/performance.md#storage-at-scale)
     vector_index_min_rows: int = 50000
@@ -196,7 +201,7 @@ class IndexConfig:
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
-        _at_least("index", self, 0, "stat_racy_s", "fts_rebuild_share")
+        _at_least("index", self, 0, "stat_racy_s", "fts_rebuild_share", "compact_fragments")
         _at_least("index", self, 1, "front_matter_max_depth", "front_matter_max_chars", "max_field_chars")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,

@@ -26,6 +26,7 @@ version's postings to the next by tokenizing only the rows added (fanout/store/f
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -258,7 +259,7 @@ def _scored(args: dict[str, Any], tokens: list[str], lengths: np.ndarray, rows: 
     counts, where = np.unique(lengths, return_inverse=True)  # idf depends on a token's document count only
     idf = np.array([_idf(int(n), n_docs) for n in counts], np.float32)[where.reshape(-1)]
     contrib = (np.repeat(idf, lengths) * weight).astype(np.float32)
-    slices = {x: (int(e - n), int(e)) for x, n, e in zip(tokens, lengths.tolist(), ends.tolist())}
+    slices = dict(zip(tokens, zip((ends - lengths).tolist(), ends.tolist())))
     return MemoryColumn(args, slices, rows, contrib, n_rows, freq)
 
 
@@ -273,10 +274,12 @@ def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, adde
         return None
     import lance
 
-    order = sorted(old.slices.items(), key=lambda kv: kv[1][0])
-    tokens = [t for t, _ in order]
-    lengths = np.array([e - s for _, (s, e) in order], np.int64)
-    if int(lengths.sum()) != len(old.rows):
+    tokens = list(old.slices)  # in slice order (as built and as saved)
+    bounds = np.fromiter(itertools.chain.from_iterable(old.slices.values()), np.int64, 2 * len(tokens)
+                         ).reshape(-1, 2)
+    lengths = bounds[:, 1] - bounds[:, 0]
+    if len(bounds) and (bounds[0, 0] != 0 or (bounds[1:, 0] != bounds[:-1, 1]).any() or
+                        bounds[-1, 1] != len(old.rows)):
         return None
     at = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
     moved = np.where(ids[at] == old_ids, at, -1).astype(np.int64)  # old position -> new position (-1: gone)
@@ -284,7 +287,7 @@ def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, adde
     rows = moved[old.rows]
     keep = rows >= 0
     tok, rows, freq = tok[keep], rows[keep], old.freq[keep]
-    index = {t: i for i, t in enumerate(tokens)}
+    index = dict(zip(tokens, range(len(tokens))))
     new_tok: list[int] = []
     new_rows: list[int] = []
     new_freq: list[int] = []

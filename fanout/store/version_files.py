@@ -12,6 +12,18 @@ from typing import Any
 
 import pyarrow as pa
 
+_WRITTEN: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) of the files this process wrote
+
+
+def written_here(path: str) -> bool:
+    """Whether this process wrote the file at `path` and it is unchanged since (same size and mtime): its
+    checksum was computed from the arrays it was written from, so reading it back need not recompute it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return _WRITTEN.get(path) == (st.st_size, st.st_mtime_ns)
+
 
 def write_batch(path: str, batch: pa.RecordBatch) -> None:
     """`batch` as an Arrow IPC file at `path`, atomically: a temp file in the same folder, renamed over it (a
@@ -21,6 +33,10 @@ def write_batch(path: str, batch: pa.RecordBatch) -> None:
         with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, batch.schema) as w:
             w.write_batch(batch)
         os.replace(tmp, path)
+        st = os.stat(path)
+        _WRITTEN[path] = (st.st_size, st.st_mtime_ns)
+        while len(_WRITTEN) > 256:
+            _WRITTEN.pop(next(iter(_WRITTEN)))
     finally:
         with contextlib.suppress(OSError):
             os.remove(tmp)
