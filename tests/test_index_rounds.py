@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 import pytest
+from fanout.actors.fake import hashed_vector
 from fanout.pipelines.index import index_vault
 
 import fanout
-from fanout.actors.fake import hashed_vector
 from fanout.store.db import Collection, content_key, fts_columns
 
 WORDS = ["sync", "backup", "vault", "graph", "plugin", "canvas", "theme", "search", "links", "notes", "daily",
