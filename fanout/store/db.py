@@ -187,7 +187,7 @@ class Collection:
             return
         root = os.path.join(self.db_dir, f"{name}.lance")
         existed = os.path.isdir(root)
-        before = _tree(root)
+        before = _entries(root)
         version = self._latest_version(name) if existed else None
         try:
             yield
@@ -212,14 +212,22 @@ class Collection:
                 shutil.rmtree(root, ignore_errors=True)
                 log.warning("removed %s (%.1f MB) left by a failed create of table %s", root, size / 1e6, name)
                 return
-            new = sorted(_tree(root) - before)  # no new version was committed: none of these is referenced
-            size = 0
+            new = sorted(_entries(root) - before)  # no new version was committed: none of these is referenced
+            size = files = 0
             for f in new:
+                p = os.path.join(root, f)
                 with contextlib.suppress(OSError):
-                    size += os.path.getsize(os.path.join(root, f))
-                    os.remove(os.path.join(root, f))
+                    if os.path.isdir(p) and not os.path.islink(p):  # a whole new index folder
+                        got = [os.path.join(p, x) for x in _tree(p)]
+                        size += sum(os.path.getsize(x) for x in got)
+                        files += len(got)
+                        shutil.rmtree(p)
+                    else:
+                        size += os.path.getsize(p)
+                        files += 1
+                        os.remove(p)
             if new:
-                log.warning("removed %d files (%.1f MB) that a failed write to table %s left in %s", len(new),
+                log.warning("removed %d files (%.1f MB) that a failed write to table %s left in %s", files,
                             size / 1e6, name, root)
         except Exception as e:  # noqa: BLE001  (cleaning up must never hide the write's own error)
             log.warning("could not remove what a failed write to %s left: %s", name, e)
@@ -480,6 +488,26 @@ class Collection:
         return rows, sorted(p for p in damaged if p is not None)
 
 
+_ROW_IDS: dict[tuple[str, int], np.ndarray] = {}  # (table uri, version) -> its sorted row ids (the last few)
+_ROW_IDS_LOCK = threading.Lock()
+
+
+def sorted_row_ids(ds) -> np.ndarray:
+    """The row ids of the Lance dataset `ds` (one version: they never change), ascending (uint64); kept for the
+    last few versions this process asked for (an index round's files compare one version's with the next's)."""
+    key = (str(ds.uri), int(ds.version))
+    with _ROW_IDS_LOCK:
+        got = _ROW_IDS.get(key)
+    if got is None:
+        got = np.sort(ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy())
+        got.setflags(write=False)
+        with _ROW_IDS_LOCK:
+            _ROW_IDS[key] = got
+            while len(_ROW_IDS) > 4:
+                _ROW_IDS.pop(next(iter(_ROW_IDS)))
+    return got
+
+
 def index_stamp(name: str, manifest: dict[str, Any]) -> str:
     """`<collection>@<12 hex>`: which index answered: what the answers depend on (the embedder, its prompt,
     the chunking, the languages, the vector size, the notes' content (`content`: a hash of every indexed
@@ -520,6 +548,22 @@ def content_digest(pairs) -> str:
     for path, digest in sorted(pairs):
         h.update(f"{path}\0{digest}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
+
+
+def _entries(root: str) -> set[str]:
+    """The entries of `root` and of its folders, one level down ('data/x.lance', '_indices/<uuid>'): where a write
+    adds its files (a new index is one new folder), without walking every file of every index."""
+    out = set()
+    try:
+        top = list(os.scandir(root))
+    except OSError:
+        return out
+    for e in top:
+        out.add(e.name)
+        if e.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError), os.scandir(e.path) as it:
+                out.update(f"{e.name}/{x.name}" for x in it)
+    return out
 
 
 def _tree(root: str) -> set[str]:

@@ -176,7 +176,9 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
         dim = ds.schema.field(column).type.list_size
         if old.vectors.shape[1] != dim:
             return None
-        ids = np.sort(ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy()).astype(np.int64)
+        from fanout.store.db import sorted_row_ids
+
+        ids = sorted_row_ids(ds).astype(np.int64)
         pos = np.minimum(np.searchsorted(old.ids, ids), max(0, len(old.ids) - 1))
         found = old.ids[pos] == ids if len(old.ids) else np.zeros(len(ids), bool)
         vec = np.empty((len(ids), dim), np.float32)

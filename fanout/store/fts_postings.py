@@ -212,14 +212,16 @@ def ensure(col: Collection, columns: list[str]) -> dict[str, str]:
     """The postings files of `columns` for the collection's pinned chunks version (`col.refresh()` first): each
     kept when a valid one is there, else built and written, and every other version's files removed (what
     `fanout index` and `fanout optimize` call last). Returns column -> `kept` / `written` / why not."""
+    from fanout.store.db import sorted_row_ids
     from fanout.store.fts_memory import memory_column
 
     if folder(col) is None:
         return {c: "object store: built per process" for c in columns}
-    keys = col.row_keys(("path", "chunk_id"))
-    if keys is None:
+    ds = col.dataset(col.chunks_name)
+    limit = col.cfg.retrieve.rowid_map_rows if col.cfg is not None else 0
+    if not limit or ds.count_rows() > limit:  # (Collection.row_keys: the memory engine's row order)
         return {c: "above retrieve.rowid_map_rows: the memory engine is not used" for c in columns}
-    ds, ids = col.dataset(col.chunks_name), keys[0]
+    ids = sorted_row_ids(ds)
     out = {}
     previous: dict[str, Any] = {}  # the older version's dataset and row ids, read once for every column
     for c in columns:
@@ -242,6 +244,7 @@ def _from_previous(col: Collection, ds: Any, column: str, ids: np.ndarray, previ
     """`column`'s postings for the version `ds` from the newest older version's file (fts_memory.updated_column:
     only the rows added since are tokenized); None when there is no usable one (the caller builds from every
     row). Never raises."""
+    from fanout.store.db import sorted_row_ids
     from fanout.store.fts_memory import index_meta, updated_column
 
     try:
@@ -255,7 +258,7 @@ def _from_previous(col: Collection, ds: Any, column: str, ids: np.ndarray, previ
         version = max(older)[0]
         if previous.get("version") != version:
             old_ds = col.open_version(col.chunks_name, version)
-            old_ids = np.sort(old_ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy())
+            old_ids = sorted_row_ids(old_ds)
             gone = np.setdiff1d(old_ids, ids, assume_unique=True)
             new = np.setdiff1d(ids, old_ids, assume_unique=True)
             previous.clear()
