@@ -238,9 +238,11 @@ class VaultScan:
             if rel in self.states:
                 self.trusted -= 1
             self.states.pop(rel, None)
-            self._read_one(rel)
+            self.read_file(rel)
 
-    def _read_one(self, rel: str) -> None:
+    def read_file(self, rel: str) -> None:
+        """Read, parse and hash one listed note (`rel`), recording its state (a read error or a bad note: its
+        skip reason)."""
         real = self.files[rel]
         checked = time.time_ns()
         self.read_count += 1
@@ -315,7 +317,7 @@ def scan_vault(vault: str | Path, default_lang: str = "auto", max_note_mb: float
             else:
                 scan.skips[rel] = {"path": rel, "reason": rec[7], "detail": rec[8]}
             continue
-        scan._read_one(rel)
+        scan.read_file(rel)
     if set(old) != set(scan.states):
         scan.changed_states = True
     for s in scan.skips.values():

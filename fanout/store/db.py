@@ -149,11 +149,6 @@ class Collection:
         """Table `name` as a Lance dataset at `version` (None: the latest), opened anew, not kept."""
         return self._open(name, version)
 
-    @staticmethod
-    def take_rows(ds, row_ids, columns: list[str]) -> pa.Table:
-        """The rows of `ds` with these row ids, in that order (`columns` only)."""
-        return ds._take_rows(pa.array(row_ids, pa.uint64()), columns=columns)
-
     def _open(self, name: str, version: int | None = None):
         import lance
 
@@ -486,26 +481,6 @@ class Collection:
                             for i in bad_vector_rows(batch.column("vector")):
                                 damaged.add(batch.column("path")[int(i)].as_py())
         return rows, sorted(p for p in damaged if p is not None)
-
-
-_ROW_IDS: dict[tuple[str, int], np.ndarray] = {}  # (table uri, version) -> its sorted row ids (the last few)
-_ROW_IDS_LOCK = threading.Lock()
-
-
-def sorted_row_ids(ds) -> np.ndarray:
-    """The row ids of the Lance dataset `ds` (one version: they never change), ascending (uint64); kept for the
-    last few versions this process asked for (an index round's files compare one version's with the next's)."""
-    key = (str(ds.uri), int(ds.version))
-    with _ROW_IDS_LOCK:
-        got = _ROW_IDS.get(key)
-    if got is None:
-        got = np.sort(ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy())
-        got.setflags(write=False)
-        with _ROW_IDS_LOCK:
-            _ROW_IDS[key] = got
-            while len(_ROW_IDS) > 4:
-                _ROW_IDS.pop(next(iter(_ROW_IDS)))
-    return got
 
 
 def index_stamp(name: str, manifest: dict[str, Any]) -> str:

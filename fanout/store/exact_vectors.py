@@ -176,7 +176,7 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
         dim = ds.schema.field(column).type.list_size
         if old.vectors.shape[1] != dim:
             return None
-        from fanout.store.db import sorted_row_ids
+        from fanout.store.chunk_rows import sorted_row_ids, take_rows
 
         ids = sorted_row_ids(ds).astype(np.int64)
         pos = np.minimum(np.searchsorted(old.ids, ids), max(0, len(old.ids) - 1))
@@ -187,7 +187,7 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
         damaged[found] = old.damaged[pos[found]]
         added = ids[~found]
         if len(added):
-            t = ds._take_rows(pa.array(added, pa.uint64()), columns=[column]).combine_chunks()
+            t = take_rows(ds, added, [column]).combine_chunks()
             vec[~found], damaged[~found] = _unit(t.column(column).chunk(0), dim)
         log.info("vectors of %s version %d from version %d: %d rows added, %d gone", ds.uri, int(ds.version),
                  old.version, len(added), len(old.ids) - int(found.sum()))

@@ -212,7 +212,7 @@ def ensure(col: Collection, columns: list[str]) -> dict[str, str]:
     """The postings files of `columns` for the collection's pinned chunks version (`col.refresh()` first): each
     kept when a valid one is there, else built and written, and every other version's files removed (what
     `fanout index` and `fanout optimize` call last). Returns column -> `kept` / `written` / why not."""
-    from fanout.store.db import sorted_row_ids
+    from fanout.store.chunk_rows import sorted_row_ids
     from fanout.store.fts_memory import memory_column
 
     if folder(col) is None:
@@ -244,7 +244,7 @@ def _from_previous(col: Collection, ds: Any, column: str, ids: np.ndarray, previ
     """`column`'s postings for the version `ds` from the newest older version's file (fts_memory.updated_column:
     only the rows added since are tokenized); None when there is no usable one (the caller builds from every
     row). Never raises."""
-    from fanout.store.db import sorted_row_ids
+    from fanout.store.chunk_rows import sorted_row_ids, take_rows
     from fanout.store.fts_memory import index_meta, updated_column
 
     try:
@@ -267,7 +267,7 @@ def _from_previous(col: Collection, ds: Any, column: str, ids: np.ndarray, previ
         if old is None:
             return None
         new = previous["new"]
-        texts = col.take_rows(ds, new, [column])[column].to_pylist() if len(new) else []
+        texts = take_rows(ds, new.astype(np.int64), [column])[column].to_pylist() if len(new) else []
         mem = updated_column(old, previous["ids"], ids, list(zip(np.searchsorted(ids, new).tolist(), texts)))
         if mem is not None:
             log.info("full-text postings of %s v%d from v%d: %d rows added, %d gone", column, int(ds.version),
