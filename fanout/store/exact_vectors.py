@@ -186,6 +186,8 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
         vec[found] = old.vectors[pos[found]]
         damaged[found] = old.damaged[pos[found]]
         added = ids[~found]
+        if 2 * len(added) > len(ids):  # most rows new (a rebuild, a compaction): one scan is cheaper
+            return None
         if len(added):
             t = take_rows(ds, added, [column]).combine_chunks()
             vec[~found], damaged[~found] = _unit(t.column(column).chunk(0), dim)

@@ -267,6 +267,8 @@ def _from_previous(col: Collection, ds: Any, column: str, ids: np.ndarray, previ
         if old is None:
             return None
         new = previous["new"]
+        if 2 * len(new) > len(ids):  # most rows new (a rebuild, a compaction): one scan is cheaper
+            return None
         texts = take_rows(ds, new.astype(np.int64), [column])[column].to_pylist() if len(new) else []
         mem = updated_column(old, previous["ids"], ids, list(zip(np.searchsorted(ids, new).tolist(), texts)))
         if mem is not None:
