@@ -213,9 +213,15 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         col.drop(col.chunks_name)
         col.drop(col.documents_name)
         col.write_manifest({**manifest, "building": True})  # a killed rebuild resumes under the new manifest
-    elif deleted:
-        for name in (col.chunks_name, col.documents_name):
-            delete_notes(col, name, deleted)
+    known = set() if existing is None else set(existing["path"].to_pylist())  # notes with a documents row
+    if not rebuild:
+        # chunks of notes without a documents row (a run killed between a group's two writes) go in one delete,
+        # so each group deletes only the rows of notes it replaces (a first index or a rebuild deletes nothing)
+        orphans = changed - known
+        gone = deleted | (orphans if orphans and _has_paths(col, orphans) else set())
+        if gone:
+            for name in (col.chunks_name, col.documents_name):
+                delete_notes(col, name, gone)
     todo = notes.filter(pc.is_in(notes["path"], pa.array(sorted(changed), pa.string())))
     acfg = cfg.embedder
     group = max(64, acfg.count * acfg.batch_size * 2)
@@ -261,7 +267,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         if ok:
             embedded = add_filter_columns(add_fts_columns(vectors, part_notes, cfg.index.languages), part_notes)
             embedded = fit_vectors(embedded, cfg.index.vector_dim)
-            write_index(col, embedded, documents_table(part_notes, embedded), set(sel))
+            write_index(col, embedded, documents_table(part_notes, embedded), set(sel) & known)
             wrote_any = True
             written_rows += embedded.num_rows
             written.update(ok)
@@ -276,7 +282,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     if bar is not None:
         bar.close()
     if written and cfg.index.verify:  # the rows written read back (a full check reads every row first)
-        _, bad_rows = col.verify(paths=written)
+        _, bad_rows = col.verify(paths=None if rebuild else written)  # (a rebuild wrote every row: one scan)
         if bad_rows:
             for name in (col.chunks_name, col.documents_name):
                 delete_notes(col, name, set(bad_rows))
@@ -328,6 +334,12 @@ def _lance_fts(col: Collection, cfg: Config, old: dict, summary: IndexReport, an
         build_fts(col, cfg.index.languages)
         return {"built_rows": summary.chunks, "stale_rows": 0}
     return {"built_rows": rec.get("built_rows"), "stale_rows": stale}
+
+
+def _has_paths(col: Collection, paths: set[str]) -> bool:
+    """Whether the chunks table holds a row of any of `paths` (one read of its path column)."""
+    t = col.open_version(col.chunks_name).to_table(columns=["path"])
+    return bool(pc.any(pc.is_in(t["path"], pa.array(sorted(paths), pa.string()))).as_py())
 
 
 def _compact(col: Collection, cfg: Config) -> None:
