@@ -138,6 +138,10 @@ class IndexConfig:
     # fragment; compaction renumbers the rows, so the round after it builds the full-text postings and the
     # vectors file from every row once (seconds at tens of thousands of chunks). 0 = after every run
     compact_fragments: int = 128
+    # embedded notes are written at least this often, in one write per table: a killed run loses at most this
+    # much embedding, and a fast embedder's groups (the fake one, a GPU) do not each cost a table version and
+    # a fragment. 0 = one write per group
+    write_every_s: float = 10.0
     # below this vector search is brute force: exact and fast enough; at twice this the index was an order of
     # magnitude faster (bench/index_scale.py; docs/performance.md#storage-at-scale)
     vector_index_min_rows: int = 50000
@@ -201,7 +205,7 @@ class IndexConfig:
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
-        _at_least("index", self, 0, "stat_racy_s", "fts_rebuild_share", "compact_fragments")
+        _at_least("index", self, 0, "stat_racy_s", "fts_rebuild_share", "compact_fragments", "write_every_s")
         _at_least("index", self, 1, "front_matter_max_depth", "front_matter_max_chars", "max_field_chars")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,
