@@ -296,11 +296,10 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     summary.skipped += failed
     summary.embed_seconds = time.perf_counter() - te
     summary.embedded_notes = len(paths) - len(failed)
-    if wrote_any or deleted:
-        _compact(col, cfg)
+    compacted = _compact(col, cfg) if wrote_any or deleted else False
     summary.chunks = col.table(col.chunks_name).count_rows() if col.has(col.chunks_name) else 0
     if (wrote_any or deleted or rebuild or rederived) and col.has(col.chunks_name):
-        manifest["fts"] = _lance_fts(col, cfg, old, summary, rebuild or bool(rederived), written_rows)
+        manifest["fts"] = _lance_fts(col, cfg, old, summary, rebuild or bool(rederived) or compacted, written_rows)
     elif old.get("fts"):
         manifest["fts"] = old["fts"]
     if col.has(col.chunks_name):
@@ -358,10 +357,13 @@ def _has_paths(col: Collection, paths: set[str]) -> bool:
     return bool(pc.any(pc.is_in(t["path"], pa.array(sorted(paths), pa.string()))).as_py())
 
 
-def _compact(col: Collection, cfg: Config) -> None:
+def _compact(col: Collection, cfg: Config) -> bool:
     """Merge the small fragments each write leaves (a first index writes one per group of notes, a round one more,
     plus deletion files) once a table has more than `index.compact_fragments`: a round's reads cost per fragment.
-    Compaction renumbers the rows, so the next postings and vectors files are built from every row once."""
+    Compaction renumbers the rows, so the next postings and vectors files are built from every row once, and it
+    folds the deletion files in, after which an older full-text index no longer shows its age (fts_memory
+    `_updated`): the caller rebuilds it. Returns whether the chunks table was compacted."""
+    done = False
     for name in (col.chunks_name, col.documents_name):
         if not col.has(name):
             continue
@@ -371,7 +373,9 @@ def _compact(col: Collection, cfg: Config) -> None:
         with col.writing(name):
             got = ds.optimize.compact_files(materialize_deletions=True)
         col.forget(name)
+        done = done or name == col.chunks_name
         log.info("compacted %s: %s", name, got)
+    return done
 
 
 def summary_of(scan: VaultScan, rederived: str, damaged: list[str]) -> IndexReport:
