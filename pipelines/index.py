@@ -48,7 +48,7 @@ from fanout.store.db import (
 )
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
-from fanout.store.vectors import fit_vectors, has_vector_index, rederive_vectors
+from fanout.store.vectors import fit_vectors, has_vector_index, rederive_vectors, vector_dims
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +172,11 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             log.warning("%s: a stored vector is damaged; re-embedding the note", p)
     rederived = ""
     if not rebuild:  # a new Matryoshka size is cut from the stored full vectors, not re-embedded
-        with col.writing(col.chunks_name):
-            a, b = rederive_vectors(col, cfg.index.vector_dim)
-        rederived = f"{a} -> {b}" if a != b else ""
+        old_dim, full_dim = vector_dims(col.open_version(col.chunks_name))  # (Lance's schema: no lancedb import)
+        if (cfg.index.vector_dim or full_dim) != old_dim:
+            with col.writing(col.chunks_name):
+                a, b = rederive_vectors(col, cfg.index.vector_dim)
+            rederived = f"{a} -> {b}" if a != b else ""
     # the stat fast path: only notes whose stat changed since the recorded run are read (a full check reads all)
     key = scan_key(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
     known = None if rebuild or full_check else file_states.load(db_dir, collection, key, col.storage_cfg)
@@ -409,7 +411,7 @@ def _current(col: Collection, old: dict, cfg: Config) -> bool:
         return False
     if old["tables"] != col.table_versions():
         return False
-    chunks = col.table(col.chunks_name)
+    chunks = col.open_version(col.chunks_name)  # (Lance itself: an unchanged run never imports lancedb)
     vi = old.get("vector_index") if has_vector_index(chunks) else None
     return vector_index_reason(chunks, cfg.index, vi) is None
 
