@@ -94,21 +94,24 @@ def memory_bytes(col: Collection) -> int:
                if isinstance(k, tuple) and k[0] == "chunk_text" and v["table"] is not None)
 
 
-_ROW_IDS: dict[tuple[str, int], np.ndarray] = {}  # (table uri, version) -> its sorted row ids (the last few)
+_ROW_IDS: dict[tuple, np.ndarray] = {}  # version_key -> that version's sorted row ids (the last few)
 _ROW_IDS_LOCK = threading.Lock()
 
 
 def sorted_row_ids(ds) -> np.ndarray:
     """The row ids of the Lance dataset `ds` (one version: they never change), ascending (uint64); kept for the
     last few versions this process asked for (an index round's files compare one version's with the next's)."""
-    key = (str(ds.uri), int(ds.version))
+    from fanout.store.version_files import version_key
+
+    key = version_key(ds)
     with _ROW_IDS_LOCK:
-        got = _ROW_IDS.get(key)
+        got = _ROW_IDS.get(key) if key is not None else None
     if got is None:
         got = np.sort(ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy())
         got.setflags(write=False)
-        with _ROW_IDS_LOCK:
-            _ROW_IDS[key] = got
-            while len(_ROW_IDS) > 4:
-                _ROW_IDS.pop(next(iter(_ROW_IDS)))
+        if key is not None:
+            with _ROW_IDS_LOCK:
+                _ROW_IDS[key] = got
+                while len(_ROW_IDS) > 4:
+                    _ROW_IDS.pop(next(iter(_ROW_IDS)))
     return got

@@ -183,8 +183,16 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
         found = old.ids[pos] == ids if len(old.ids) else np.zeros(len(ids), bool)
         vec = np.empty((len(ids), dim), np.float32)
         damaged = np.zeros(len(ids), bool)
-        vec[found] = old.vectors[pos[found]]
-        damaged[found] = old.damaged[pos[found]]
+        dst = np.flatnonzero(found)
+        src = pos[dst]
+        # the kept rows as runs of consecutive rows on both sides (one per deletion or insertion): slice copies,
+        # several times faster than a gather of every row
+        cut = np.flatnonzero((np.diff(dst) != 1) | (np.diff(src) != 1)) + 1
+        for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(dst)]]).tolist()):
+            if b > a:
+                d, s_ = int(dst[a]), int(src[a])
+                vec[d:d + b - a] = old.vectors[s_:s_ + b - a]
+                damaged[d:d + b - a] = old.damaged[s_:s_ + b - a]
         added = ids[~found]
         if 2 * len(added) > len(ids):  # most rows new (a rebuild, a compaction): one scan is cheaper
             return None

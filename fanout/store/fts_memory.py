@@ -324,9 +324,32 @@ def _updated(ds: Any, st: dict[str, Any]) -> bool:
     return any(f.metadata.deletion_file is not None for f in ds.get_fragments())
 
 
+_META: dict[tuple, Any] = {}  # (*version_key, column) -> index_meta's answer (the last few)
+_META_LOCK = threading.Lock()
+
+
 def index_meta(ds: Any, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
     """(tokenize args, the index's per-segment metadata, its statistics) of `column`'s full-text index on `ds`,
-    or why this engine does not reproduce it (a string)."""
+    or why this engine does not reproduce it (a string). A version's indexes never change: kept for the last
+    few (an index round asks for each column's several times)."""
+    from fanout.store.version_files import version_key
+
+    version = version_key(ds)
+    if version is None:
+        return _index_meta(ds, column)
+    key = (*version, column)
+    with _META_LOCK:
+        if key in _META:
+            return _META[key]
+    got = _index_meta(ds, column)
+    with _META_LOCK:
+        _META[key] = got
+        while len(_META) > 64:
+            _META.pop(next(iter(_META)))
+    return got
+
+
+def _index_meta(ds: Any, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
     name = next((d.name for d in ds.describe_indices()
                  if list(d.field_names) == [column] and "Inverted" in d.type_url), None)
     if name is None:

@@ -48,3 +48,21 @@ def crc32(parts: list[Any]) -> str:
     for p in parts:
         crc = zlib.crc32(p, crc)
     return f"{crc:08x}"
+
+
+def version_key(ds: Any) -> tuple | None:
+    """What identifies the version of the local Lance dataset `ds` for a process's caches of what never changes
+    within a version (its row ids, its index statistics): the uri, the version number and its manifest file's
+    inode and mtime (a table dropped and made anew numbers its versions from 1 again). None on an object store
+    or when the manifest file is not found (then nothing is cached)."""
+    uri = str(ds.uri).removeprefix("file://")
+    if "://" in uri:
+        return None
+    v = int(ds.version)
+    for name in (f"{2**64 - 1 - v:020d}.manifest", f"{v}.manifest"):  # Lance's v2 and v1 manifest names
+        try:
+            st = os.stat(os.path.join(uri, "_versions", name))
+        except OSError:
+            continue
+        return uri, v, st.st_ino, st.st_mtime_ns
+    return None
