@@ -108,3 +108,13 @@ def test_a_skipped_note_stays_skipped_without_being_read(tmp_path, cfg0, fake_ru
     again = index_vault(vault, db, "t", cfg0, fake_runner)
     assert again.read_notes == 0 and again.skipped == first.skipped and [s["reason"] for s in again.skipped] == \
         ["bad_yaml"]
+
+
+def test_the_cli_full_check_flag_reads_every_note(tmp_path, capsys):
+    from fanout.cli.main import main
+
+    vault = write_vault(tmp_path / "v")
+    common = ["--db", str(tmp_path / "db"), "--config", "fake"]
+    assert main(["index", str(vault), *common]) == 0
+    assert main(["index", str(vault), *common, "--full-check"]) == 0
+    assert "embedded 0 notes" in capsys.readouterr().out
