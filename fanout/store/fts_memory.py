@@ -283,10 +283,15 @@ def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, adde
         return None
     at = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
     moved = np.where(ids[at] == old_ids, at, -1).astype(np.int64)  # old position -> new position (-1: gone)
-    tok = np.repeat(np.arange(len(tokens), dtype=np.int64), lengths)
     rows = moved[old.rows]
-    keep = rows >= 0
-    tok, rows, freq = tok[keep], rows[keep], old.freq[keep]
+    gone = np.flatnonzero(rows < 0)  # the postings of rows gone: few (a round's notes)
+    kept = lengths.copy()
+    freq = old.freq
+    if len(gone):
+        np.subtract.at(kept, np.searchsorted(bounds[:, 1], gone, side="right"), 1)  # their tokens lose them
+        keep = np.ones(len(rows), bool)
+        keep[gone] = False
+        rows, freq = rows[keep], freq[keep]
     index = dict(zip(tokens, range(len(tokens))))
     new_tok: list[int] = []
     new_rows: list[int] = []
@@ -304,12 +309,15 @@ def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, adde
             new_freq.append(f)
     if new_rows and len(rows) and min(new_rows) <= int(rows.max()):
         return None  # added rows are appended after every kept one (new fragments); anything else: rebuild
-    tok = np.concatenate([tok, np.array(new_tok, np.int64)])
-    rows = np.concatenate([rows, np.array(new_rows, np.int64)])
-    freq = np.concatenate([freq, np.array(new_freq, np.int32)])
-    sort = np.argsort(tok, kind="stable")  # by token; within one, the row order (kept rows, then added)
-    tok, rows, freq = tok[sort], rows[sort].astype(np.int32), freq[sort]
-    lengths = np.bincount(tok, minlength=len(tokens)).astype(np.int64)
+    lengths = np.concatenate([kept, np.zeros(len(tokens) - len(kept), np.int64)])
+    if new_rows:  # each added posting goes at the end of its token's run (rows ascending), in place of a sort
+        nt, nr, nf = np.array(new_tok, np.int64), np.array(new_rows, np.int64), np.array(new_freq, np.int32)
+        order = np.lexsort((nr, nt))
+        nt, nr, nf = nt[order], nr[order], nf[order]
+        at = np.cumsum(lengths)[nt]
+        rows, freq = np.insert(rows, at, nr), np.insert(freq, at, nf)
+        lengths += np.bincount(nt, minlength=len(tokens))
+    rows = rows.astype(np.int32)
     present = lengths > 0  # a token whose every row is gone is gone (Lance counts the tokens it holds)
     tokens = [t for t, k in zip(tokens, present.tolist()) if k]
     return _scored(old.tokenize_args, tokens, lengths[present], rows, freq, len(ids))
