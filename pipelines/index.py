@@ -359,6 +359,9 @@ def _has_paths(col: Collection, paths: set[str]) -> bool:
     return bool(pc.any(pc.is_in(t["path"], pa.array(sorted(paths), pa.string()))).as_py())
 
 
+COMPACT_KEEP_ROWS = 4096  # a fragment this large is never merged by a round's compaction (`_compact`)
+
+
 def _compact(col: Collection, cfg: Config) -> bool:
     """Merge the small fragments each write leaves (a first index writes one per group of notes, a round one more,
     plus deletion files) once a table has more than `index.compact_fragments`: a round's reads cost per fragment.
@@ -370,10 +373,17 @@ def _compact(col: Collection, cfg: Config) -> bool:
         if not col.has(name):
             continue
         ds = col.open_version(name)
-        if len(ds.get_fragments()) <= cfg.index.compact_fragments:
+        frags = ds.get_fragments()
+        if len(frags) <= cfg.index.compact_fragments:
+            continue
+        # fragments of many rows (a first index's) are left as they are: their rows keep their ids, so the next
+        # postings and vectors files still start from the previous version's; only the rounds' small fragments
+        # are merged (their rows renumbered: read again, a few hundred rows)
+        big = [f.fragment_id for f in frags if f.physical_rows >= COMPACT_KEEP_ROWS]
+        if len(frags) - len(big) < 2:
             continue
         with col.writing(name):
-            got = ds.optimize.compact_files(materialize_deletions=True)
+            got = ds.optimize.compact_files(materialize_deletions=True, excluded_fragment_ids=big)
         col.forget(name)
         done = done or name == col.chunks_name
         log.info("compacted %s: %s", name, got)

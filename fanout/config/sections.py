@@ -133,10 +133,10 @@ class IndexConfig:
     # without the index. Lance's own incremental update (optimize) keeps the deleted rows in its statistics,
     # so its scores would differ from a rebuild's. 0 = rebuild after every change
     fts_rebuild_share: float = 0.1
-    # a table of more fragments than this is compacted at the end of an index run: every write leaves one (a
-    # first index one per group of notes, each round one more) and a round's reads and file checks cost per
-    # fragment; compaction renumbers the rows, so the round after it builds the full-text postings and the
-    # vectors file from every row once (seconds at tens of thousands of chunks). 0 = after every run
+    # a table of more fragments than this has its small ones merged at the end of an index run: every write
+    # leaves one (each round one more) and a round's reads and file checks cost per fragment; the merged rows
+    # are renumbered (read again by the next files) and Lance's full-text index is rebuilt (seconds at tens
+    # of thousands of chunks, once every this many rounds). 0 = after every run
     compact_fragments: int = 128
     # embedded notes are written at least this often, in one write per table: a killed run loses at most this
     # much embedding, and a fast embedder's groups (the fake one, a GPU) do not each cost a table version and
