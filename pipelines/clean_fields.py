@@ -25,7 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
+import json
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,11 +351,28 @@ def hints(row: dict[str, Any], titles: Titles, examples: list[str]) -> list[str]
     return out
 
 
+_TITLES: OrderedDict[str, Titles] = OrderedDict()  # digest of the titles and languages -> their Titles
+_TITLES_LOCK = threading.Lock()
+
+
 def collection_titles(col: Collection) -> Titles:
-    """The collection's Titles, built once per index version."""
+    """The collection's Titles, once per index version; a version whose paths, titles, aliases and languages are
+    those of one built before in this process (an index round that edited note bodies) reuses it."""
     def build() -> Titles:
         docs = col.read(col.documents_name, ["path", "title", "aliases"]).to_pylist()
-        return Titles.build(docs, count_languages(col))
+        langs = count_languages(col)
+        key = hashlib.sha256(json.dumps([sorted(langs.items()), sorted(docs, key=lambda d: d["path"])],
+                                        ensure_ascii=False).encode("utf-8", "surrogateescape")).hexdigest()
+        with _TITLES_LOCK:
+            if key in _TITLES:
+                _TITLES.move_to_end(key)
+                return _TITLES[key]
+        got = Titles.build(docs, langs)
+        with _TITLES_LOCK:
+            _TITLES[key] = got
+            while len(_TITLES) > 4:
+                _TITLES.popitem(last=False)
+        return got
     return col.memo("clean_titles", build)
 
 

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from fanout.pipelines.check_vectors import check_vectors, embed_reusing, old_vectors, split_reused
 from fanout.pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
 from fanout.pipelines.embed_chunks import embed_groups
-from fanout.pipelines.scan_notes import IGNORED, scan_notes
+from fanout.pipelines.scan_notes import IGNORED, VaultScan, scan_key, scan_vault
 from fanout.pipelines.write_index import (
     add_filter_columns,
     add_fts_columns,
@@ -28,6 +28,7 @@ from fanout.pipelines.write_index import (
     delete_notes,
     documents_table,
     plan_changes,
+    vector_index_reason,
     write_index,
 )
 
@@ -37,11 +38,17 @@ from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import resolve_vault
 from fanout.models.identity import model_identity
-from fanout.store import exact_vectors, fts_postings, storage
-from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name, content_key, fts_columns
+from fanout.store import exact_vectors, file_states, fts_postings, storage
+from fanout.store.db import (
+    SCHEMA_VERSION,
+    Collection,
+    check_collection_name,
+    content_digest,
+    fts_columns,
+)
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
-from fanout.store.vectors import fit_vectors, rederive_vectors
+from fanout.store.vectors import fit_vectors, has_vector_index, rederive_vectors, vector_dims
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,7 @@ class IndexReport:
     rebuilt: bool = False
     reused_chunks: int = 0  # chunks whose vector was reused from the old index (identical embed_text)
     repaired: int = 0  # notes re-embedded because a stored vector was damaged
+    read_notes: int = 0  # note files read and hashed (the others' stat was the recorded one: not read)
     skipped: list[dict] = field(default_factory=list)
     ignored: int = 0  # paths excluded by .fanoutignore / Obsidian's excluded files
     seconds: float = 0.0
@@ -82,8 +90,9 @@ class IndexReport:
 
 
 # manifest keys that change without re-embedding: where the vault was, run stats, how vectors are searched,
-# the table versions readers pin, the in-progress flag of a rebuild, and the notes' content hash (index_stamp)
-DERIVED_KEYS = ("vault", "stats", "vectors", "vector_index", "scalar_indexes", "tables", "building", "content")
+# the table versions readers pin, the in-progress flag of a rebuild, the notes' content hash (index_stamp), and
+# the age of Lance's full-text indexes (`fts`: rows added or deleted since their build)
+DERIVED_KEYS = ("vault", "stats", "vectors", "vector_index", "scalar_indexes", "tables", "building", "content", "fts")
 
 
 def index_manifest(cfg: Config, vault: Path) -> dict:
@@ -110,8 +119,13 @@ def _old_manifest(col: Collection) -> dict:
 
 
 def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
-                progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexReport:
+                progress: bool | Callable[[int, int], None] = False, rebuild: bool = False,
+                full_check: bool = False) -> IndexReport:
     """Index (or update) one vault into `db_dir` as `collection`; `rebuild` starts from empty tables.
+
+    Only notes whose stat (size, mtime_ns, inode, ctime_ns) differs from the one recorded at the last run are read
+    (fanout/store/file_states.py); `full_check` reads and hashes every note and reads every stored vector instead,
+    as a run does by itself when there is no record or the scan settings changed (docs/architecture.md).
 
     `progress`: True draws a tqdm bar; a callable is called as `progress(chunks_done, chunks_total)` after
     each written group of notes (fanout/exec/progress.py's reporter: a bar on a TTY, one-line updates off it).
@@ -127,7 +141,7 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     check_collection_name(collection)
     try:
         with collection_lock(db_dir, collection, f"fanout index {vault} -c {collection}"):
-            return _index_vault(vault, db_dir, collection, cfg, runner, progress, rebuild)
+            return _index_vault(vault, db_dir, collection, cfg, runner, progress, rebuild, full_check)
     except Exception as e:
         if isinstance(e, storage.DiskFull) or not storage.is_disk_full(e):
             raise
@@ -140,12 +154,10 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
 
 
 def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
-                 progress: bool | Callable[[int, int], None] = False, rebuild: bool = False) -> IndexReport:
+                 progress: bool | Callable[[int, int], None] = False, rebuild: bool = False,
+                 full_check: bool = False) -> IndexReport:
     t0 = time.perf_counter()
     vault = resolve_vault(vault)
-    notes, skipped = scan_notes(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
-    is_ignored = pc.equal(skipped["reason"], IGNORED)
-    ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
     col = Collection(db_dir, collection, cfg)
     col.vault_hint = str(vault)
     manifest = index_manifest(cfg, vault)
@@ -154,24 +166,48 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
            {k: v for k, v in manifest.items() if k not in DERIVED_KEYS}
     rebuild = rebuild or not (same and col.has(col.documents_name) and col.has(col.chunks_name))
     damaged: list[str] = []
-    if not rebuild and cfg.index.verify:  # unreadable tables raise (fix: --rebuild); damaged vectors re-embed
-        _, damaged = col.verify()
+    if not rebuild and full_check and cfg.index.verify:  # unreadable tables raise (fix: --rebuild); damaged
+        _, damaged = col.verify()  # vectors re-embed (an ordinary run checks the rows it writes)
         for p in damaged:
             log.warning("%s: a stored vector is damaged; re-embedding the note", p)
     rederived = ""
     if not rebuild:  # a new Matryoshka size is cut from the stored full vectors, not re-embedded
-        with col.writing(col.chunks_name):
-            a, b = rederive_vectors(col, cfg.index.vector_dim)
-        rederived = f"{a} -> {b}" if a != b else ""
+        old_dim, full_dim = vector_dims(col.open_version(col.chunks_name))  # (Lance's schema: no lancedb import)
+        if (cfg.index.vector_dim or full_dim) != old_dim:
+            with col.writing(col.chunks_name):
+                a, b = rederive_vectors(col, cfg.index.vector_dim)
+            rederived = f"{a} -> {b}" if a != b else ""
+    # the stat fast path: only notes whose stat changed since the recorded run are read (a full check reads all)
+    key = scan_key(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
+    known = None if rebuild or full_check else file_states.load(db_dir, collection, key, col.storage_cfg)
+    scan = scan_vault(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index, known=known,
+                      racy_s=cfg.index.stat_racy_s)
     existing = None
+    if not (rebuild or rederived or damaged) and scan.read_count == 0 and old.get("content") and \
+            old["content"] == content_digest(scan.hashes.items()) and _current(col, old, cfg):
+        # the pinned index holds exactly these notes with these hashes (the manifest's `content`): nothing to do,
+        # nothing to read
+        if scan.changed_states:
+            file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)
+        return _unchanged(summary_of(scan, rederived, damaged), old, t0)
     if not rebuild:
-        with col.guard(col.documents_name):
-            existing = col.table(col.documents_name).to_arrow().select(["path", "content_hash"])
-    changed, deleted, _ = plan_changes(notes, existing)
-    changed |= set(damaged) & set(notes["path"].to_pylist())
-    summary = IndexReport(notes=notes.num_rows, rebuilt=rebuild, deleted=len(deleted),
-                           skipped=skipped.to_pylist(), ignored=ignored.num_rows, repaired=len(damaged),
-                           rederived=rederived)
+        with col.guard(col.documents_name):  # (Lance directly: lancedb's query iterates ~20x slower here)
+            existing = col.open_version(col.documents_name).to_table(columns=["path", "content_hash"])
+    for _ in range(3):  # a note the record trusted but the index lacks (or holds another hash of) is read now
+        changed, deleted, _ = plan_changes(scan.hashes, existing)
+        changed |= set(damaged) & set(scan.hashes)
+        if not changed - set(scan.rows):
+            break
+        scan.read(changed - set(scan.rows))
+    changed &= set(scan.rows)
+    summary = summary_of(scan, rederived, damaged)
+    summary.rebuilt, summary.deleted = rebuild, len(deleted)
+    if not (rebuild or rederived or changed or deleted) and _current(col, old, cfg):
+        # nothing to write: the manifest already pins what the notes give (a killed round's tables would not be)
+        if scan.changed_states:
+            file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)
+        return _unchanged(summary, old, t0)
+    notes = scan.notes
     reuse: dict[str, list[float]] = {}
     if rebuild:
         if old.get("embedder") == manifest["embedder"] and old.get("schema_version") == SCHEMA_VERSION:
@@ -179,9 +215,15 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         col.drop(col.chunks_name)
         col.drop(col.documents_name)
         col.write_manifest({**manifest, "building": True})  # a killed rebuild resumes under the new manifest
-    elif deleted:
-        for name in (col.chunks_name, col.documents_name):
-            delete_notes(col, name, deleted)
+    known = set() if existing is None else set(existing["path"].to_pylist())  # notes with a documents row
+    if not rebuild:
+        # chunks of notes without a documents row (a run killed between a group's two writes) go in one delete,
+        # so each group deletes only the rows of notes it replaces (a first index or a rebuild deletes nothing)
+        orphans = changed - known
+        gone = deleted | (orphans if orphans and _has_paths(col, orphans) else set())
+        if gone:
+            for name in (col.chunks_name, col.documents_name):
+                delete_notes(col, name, gone)
     todo = notes.filter(pc.is_in(notes["path"], pa.array(sorted(changed), pa.string())))
     acfg = cfg.embedder
     group = max(64, acfg.count * acfg.batch_size * 2)
@@ -205,6 +247,10 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         per_note[p] = per_note.get(p, 0) + 1
     i = 0
     failed: list[dict] = []
+    written: set[str] = set()
+    written_rows = 0
+    pending: list[tuple[pa.Table, pa.Table, set[str]]] = []  # embedded groups not written yet
+    flushed = time.perf_counter()
     groups = []
     while i < len(paths):  # groups of whole notes, about `group` chunks each
         sel: list[str] = []
@@ -226,8 +272,12 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         if ok:
             embedded = add_filter_columns(add_fts_columns(vectors, part_notes, cfg.index.languages), part_notes)
             embedded = fit_vectors(embedded, cfg.index.vector_dim)
-            write_index(col, embedded, documents_table(part_notes, embedded), set(sel))
+            pending.append((embedded, documents_table(part_notes, embedded), set(sel) & known))
             wrote_any = True
+            written_rows += embedded.num_rows
+            written.update(ok)
+            if time.perf_counter() - flushed >= cfg.index.write_every_s:
+                flushed = _flush(col, pending)
         else:  # every note of the group failed: only remove their old rows
             for name in (col.chunks_name, col.documents_name):
                 if col.has(name):
@@ -236,14 +286,25 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         summary.reused_chunks += reused
         if report is not None:
             report(summary.embedded_chunks, chunks_all.num_rows)
+    _flush(col, pending)
     if bar is not None:
         bar.close()
+    if written and cfg.index.verify:  # the rows written read back (a full check reads every row first)
+        _, bad_rows = col.verify(paths=None if rebuild else written)  # (a rebuild wrote every row: one scan)
+        if bad_rows:
+            for name in (col.chunks_name, col.documents_name):
+                delete_notes(col, name, set(bad_rows))
+            failed += [{"path": p, "reason": "embedding_failed", "detail": "a vector read back damaged after "
+                        "the write; the note was removed and is retried on the next run"} for p in bad_rows]
     summary.skipped += failed
     summary.embed_seconds = time.perf_counter() - te
     summary.embedded_notes = len(paths) - len(failed)
-    if (wrote_any or deleted or rebuild or rederived) and col.has(col.chunks_name):
-        build_fts(col, cfg.index.languages)
+    compacted = _compact(col, cfg) if wrote_any or deleted else False
     summary.chunks = col.table(col.chunks_name).count_rows() if col.has(col.chunks_name) else 0
+    if (wrote_any or deleted or rebuild or rederived) and col.has(col.chunks_name):
+        manifest["fts"] = _lance_fts(col, cfg, old, summary, rebuild or bool(rederived) or compacted, written_rows)
+    elif old.get("fts"):
+        manifest["fts"] = old["fts"]
     if col.has(col.chunks_name):
         manifest.update(build_indexes(col, cfg, old if not (rebuild or rederived) else {}))
         vi = manifest.get("vector_index")
@@ -252,17 +313,124 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             f"{vi['index_type']}"
     summary.seconds = time.perf_counter() - t0
     manifest["stats"] = {"notes": summary.notes, "chunks": summary.chunks, "updated": time.time()}
-    manifest["content"] = content_key(col)  # what answers depend on (index_stamp), not the table versions
+    # what answers depend on (index_stamp), not the table versions: the documents table holds every note scanned
+    # except those that failed now (content_key reads it back)
+    gone = {f["path"] for f in failed}
+    manifest["content"] = content_digest((p, h) for p, h in scan.hashes.items() if p not in gone)
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
+    if col.has(col.chunks_name):  # before the versions are published: their first search maps them
+        write_postings(db_dir, collection, cfg, manifest["tables"])
     col.write_manifest(manifest)
-    if col.has(col.chunks_name):
-        write_postings(db_dir, collection, cfg)
+    file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)  # after the commit it records
     return summary
 
 
-def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str, str]:
+def _lance_fts(col: Collection, cfg: Config, old: dict, summary: IndexReport, anew: bool, added: int) -> dict:
+    """Lance's full-text indexes after a run that changed rows: rebuilt when the rows added or deleted since their
+    last build pass `index.fts_rebuild_share` of the table (or on a rebuild, or with no record of a build), else
+    left as they are: Lance searches the rows added since without the index, and the memory engine scores every
+    pinned row exactly whatever the index's age (fanout/store/fts_memory.py). Always rebuilt when searches are
+    answered by Lance (`retrieve.fts_engine` not `memory`, no postings files). Returns the manifest's `fts`."""
+    before = int((old.get("stats") or {}).get("chunks") or 0)
+    removed = max(0, before + added - summary.chunks)
+    rec = old.get("fts") if isinstance(old.get("fts"), dict) and not anew else None
+    stale = (int(rec.get("stale_rows", 0)) if rec else 0) + added + removed
+    # searches that Lance answers (another engine, or no postings file to load: an object store) want it fresh
+    memory = cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file and not storage.is_remote(col.db_dir)
+    if rec is None or not memory or stale > cfg.index.fts_rebuild_share * max(1, summary.chunks):
+        build_fts(col, cfg.index.languages)
+        return {"built_rows": summary.chunks, "stale_rows": 0}
+    return {"built_rows": rec.get("built_rows"), "stale_rows": stale}
+
+
+def _flush(col: Collection, pending: list[tuple[pa.Table, pa.Table, set[str]]]) -> float:
+    """Write the embedded groups in `pending` as one write per table (write_index), and empty it; returns the
+    time. Every write is a table version and a fragment: a first index with a fast embedder wrote ~900 of
+    each at 20,000 notes, one per group."""
+    if pending:
+        write_index(col, pa.concat_tables([p[0] for p in pending]), pa.concat_tables([p[1] for p in pending]),
+                    set().union(*(p[2] for p in pending)))
+        pending.clear()
+    return time.perf_counter()
+
+
+def _has_paths(col: Collection, paths: set[str]) -> bool:
+    """Whether the chunks table holds a row of any of `paths` (one read of its path column)."""
+    t = col.open_version(col.chunks_name).to_table(columns=["path"])
+    return bool(pc.any(pc.is_in(t["path"], pa.array(sorted(paths), pa.string()))).as_py())
+
+
+COMPACT_KEEP_ROWS = 4096  # a fragment this large is never merged by a round's compaction (`_compact`)
+
+
+def _compact(col: Collection, cfg: Config) -> bool:
+    """Merge the small fragments each write leaves (a first index writes one per group of notes, a round one more,
+    plus deletion files) once a table has more than `index.compact_fragments`: a round's reads cost per fragment.
+    Compaction renumbers the rows, so the next postings and vectors files are built from every row once, and it
+    folds the deletion files in, after which an older full-text index no longer shows its age (fts_memory
+    `_updated`): the caller rebuilds it. Returns whether the chunks table was compacted."""
+    done = False
+    for name in (col.chunks_name, col.documents_name):
+        if not col.has(name):
+            continue
+        ds = col.open_version(name)
+        frags = ds.get_fragments()
+        if len(frags) <= cfg.index.compact_fragments:
+            continue
+        # fragments of many rows (a first index's) are left as they are: their rows keep their ids, so the next
+        # postings and vectors files still start from the previous version's; only the rounds' small fragments
+        # are merged (their rows renumbered: read again, a few hundred rows)
+        big = [f.fragment_id for f in frags if f.physical_rows >= COMPACT_KEEP_ROWS]
+        if len(frags) - len(big) < 2:
+            continue
+        with col.writing(name):
+            got = ds.optimize.compact_files(materialize_deletions=True, excluded_fragment_ids=big)
+        col.forget(name)
+        done = done or name == col.chunks_name
+        log.info("compacted %s: %s", name, got)
+    return done
+
+
+def summary_of(scan: VaultScan, rederived: str, damaged: list[str]) -> IndexReport:
+    """The report's counts of a scan (notes, skipped, ignored, read)."""
+    skipped = scan.skipped
+    is_ignored = pc.equal(skipped["reason"], IGNORED)
+    ignored, skipped = skipped.filter(is_ignored), skipped.filter(pc.invert(is_ignored))
+    return IndexReport(notes=len(scan.hashes), skipped=skipped.to_pylist(), ignored=ignored.num_rows,
+                       repaired=len(damaged), rederived=rederived, read_notes=scan.read_count)
+
+
+def _unchanged(summary: IndexReport, old: dict, t0: float) -> IndexReport:
+    """The report of a run that wrote nothing: the counts of the index the manifest `old` pins."""
+    summary.chunks = int((old.get("stats") or {}).get("chunks") or 0)
+    vi = old.get("vector_index")
+    summary.vector_index = f"kept {vi['index_type']}" if vi else "none"
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _states_table(scan: VaultScan) -> pa.Table:
+    rows = [scan.states[p] for p in sorted(scan.states)]
+    names = file_states.FILE_STATES.names
+    return pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}, schema=file_states.FILE_STATES)
+
+
+def _current(col: Collection, old: dict, cfg: Config) -> bool:
+    """Whether the manifest `old` pins the latest table versions of a finished run (no rebuild in progress, no
+    vector index due): then a run that changes no note has nothing to do."""
+    if old.get("building") or not isinstance(old.get("tables"), dict):
+        return False
+    if old["tables"] != col.table_versions():
+        return False
+    chunks = col.open_version(col.chunks_name)  # (Lance itself: an unchanged run never imports lancedb)
+    vi = old.get("vector_index") if has_vector_index(chunks) else None
+    return vector_index_reason(chunks, cfg.index, vi) is None
+
+
+def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: dict[str, int] | None = None
+                   ) -> dict[str, str]:
     """The files searching processes map instead of each building its own copy, for the version the manifest
-    now pins (kept when already there): the memory full-text engine's postings (fanout/store/fts_postings.py,
+    now pins, or `versions` (an index run: the versions it is about to publish) (kept when already there): the memory full-text engine's postings (fanout/store/fts_postings.py,
     `retrieve.fts_postings_file`) and exact search's vectors (fanout/store/exact_file.py,
     `index.exact_vectors_file`). Local databases only; never fails the run (a warning: processes then build
     or load their own, as without the files). Returns what was done per file."""
@@ -271,9 +439,14 @@ def write_postings(db_dir: str | Path, collection: str, cfg: Config) -> dict[str
     done: dict[str, str] = {}
     try:
         reader = Collection(str(db_dir), collection, cfg)
-        if not reader.exists():  # (`fanout optimize` over tables fanout did not make)
+        if not reader.has(reader.chunks_name):  # (`fanout optimize` over tables fanout did not make)
             return done
-        reader.refresh()
+        if versions is None and not reader.exists():
+            return done
+        if versions is not None:
+            reader.pin(versions)
+        else:
+            reader.refresh()
         t = time.process_time()
         if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
             done.update(fts_postings.ensure(reader, fts_columns(cfg.index.languages)))

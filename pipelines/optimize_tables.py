@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout.pipelines.index import write_postings
-from fanout.pipelines.write_index import vector_index_reason
+from fanout.pipelines.write_index import build_fts, vector_index_reason
 
 from fanout.config import Config, load_config
 from fanout.store.db import Collection, check_collection_name
@@ -116,7 +116,16 @@ def _optimize(col: Collection, db_dir: str | Path, names: list[str], keep_days: 
         log.info("optimized %s: %s", name, row)
         out.append(row)
     for prefix in sorted({n.rsplit("_", 1)[0] for n in names if n.endswith(("_chunks", "_documents"))}):
-        Collection(db_dir, prefix, cfg).advance_pins(versions)  # readers move to the compacted versions
+        owner = Collection(db_dir, prefix, cfg)
+        m = owner.read_manifest()
+        fts = m.get("fts")
+        if f"{prefix}_chunks" in names and isinstance(fts, dict) and fts.get("stale_rows"):
+            # Lance's optimize folded rows into a full-text index older than them (its N and avgdl still
+            # count the deleted rows) and compaction hid its age: built anew on the rows (pipelines/index.py)
+            build_fts(owner, cfg.index.languages)
+            owner.write_manifest({**m, "fts": {"built_rows": owner.table(owner.chunks_name).count_rows(),
+                                               "stale_rows": 0}})
+        owner.advance_pins(versions)  # readers move to the compacted versions
         if f"{prefix}_chunks" in names:  # compaction renumbers rows: the postings of the pinned version, the
             write_postings(db_dir, prefix, cfg)  # older versions' files removed
     return out

@@ -13,6 +13,9 @@ import errno
 import hashlib
 import logging
 import re
+import time
+import unicodedata
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -164,53 +167,169 @@ IGNORED = "ignored"  # SKIPPED reason of paths excluded by ignore rules (not a p
 
 def scan_notes(vault: str | Path, default_lang: str = "auto", max_note_mb: float = 20.0,
                limits: IndexConfig | None = None) -> tuple[pa.Table, pa.Table]:
-    """Scan a vault. Returns (notes: NOTES, skipped: SKIPPED); raises VaultError for an unusable vault path.
+    """Scan a vault, reading every note. Returns (notes: NOTES, skipped: SKIPPED); raises VaultError for an
+    unusable vault path.
 
     Paths are NFC (what macOS writes as NFD is indexed, searched and filtered in one form); a file whose
     name differs from another's only by normal form is skipped (`duplicate_name`), keeping the one whose name
     is already NFC. Skipped files are logged at DEBUG only: the caller reports them (`fanout index` prints
     each once). `limits` (the index config) bounds front matter and fields (parse_note).
     """
-    max_bytes = int(max_note_mb * 1e6)
-    listing = list_notes(vault, max_bytes=max_bytes)
-    root = str(Path(vault).expanduser().resolve())
-    rows: list[dict[str, Any]] = []
-    skipped = list(listing.skipped)
-    files = _distinct_paths(listing.files, skipped)
-    for rel, real in files:
+    scan = scan_vault(vault, default_lang, max_note_mb, limits)
+    return scan.notes, scan.skipped
+
+
+# what a file's recorded state depends on besides its bytes: bump when parse_note's result changes for the
+# same bytes (the next run then reads every note once)
+SCANNER_VERSION = 1
+
+
+def scan_key(vault: str | Path, default_lang: str, max_note_mb: float, limits: IndexConfig | None) -> str:
+    """The key of a vault's file states (fanout/store/file_states.py): the settings that decide a note's scan
+    result besides its bytes."""
+    from fanout.store import file_states
+
+    limits = limits or IndexConfig()
+    return file_states.key(scanner=SCANNER_VERSION, vault=str(Path(vault).expanduser().resolve()),
+                           default_lang=default_lang, max_note_mb=max_note_mb,
+                           front_matter=[limits.front_matter_max_depth, limits.front_matter_max_chars],
+                           max_field_chars=limits.max_field_chars)
+
+
+@dataclass
+class VaultScan:
+    """One scan of a vault (`scan_vault`): every note file's content hash, from its bytes or, where its stat is
+    the one recorded, from the record; the NOTES rows of the files read (`read` adds more)."""
+
+    root: str
+    files: dict[str, str]  # NFC path -> real path to open
+    stats: dict[str, tuple[int, int, int, int]]  # NFC path -> (size, mtime_ns, inode, ctime_ns) of the walk
+    hashes: dict[str, str] = field(default_factory=dict)  # every note that is not skipped -> its content hash
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # NOTES rows of the notes read
+    skips: dict[str, dict[str, str]] = field(default_factory=dict)  # path -> SKIPPED row (listing or parse)
+    ignored: list[str] = field(default_factory=list)
+    states: dict[str, tuple] = field(default_factory=dict)  # path -> FILE_STATES row values (read or kept)
+    read_count: int = 0  # files read and hashed by this scan
+    trusted: int = 0  # files whose hash came from the record (stat unchanged)
+    changed_states: bool = False  # the states differ from the record they were loaded from
+    max_bytes: int = 0
+    default_lang: str = "auto"
+    limits: IndexConfig | None = None
+
+    @property
+    def notes(self) -> pa.Table:
+        """NOTES rows of the notes read, in path order."""
+        return pa.Table.from_pylist([self.rows[p] for p in sorted(self.rows)], schema=NOTES)
+
+    @property
+    def skipped(self) -> pa.Table:
+        rows = [self.skips[p] for p in sorted(self.skips)]
+        rows += [{"path": p, "reason": IGNORED, "detail": "matches an ignore rule"} for p in self.ignored]
+        return pa.Table.from_pylist(rows, schema=SKIPPED)
+
+    def read(self, paths: set[str] | list[str]) -> None:
+        """Read, parse and hash `paths` (notes of this scan not read yet; others are left as they are)."""
+        for rel in sorted(paths):
+            if rel in self.rows or rel not in self.files:
+                continue
+            self.rows.pop(rel, None)
+            self.hashes.pop(rel, None)
+            self.skips.pop(rel, None)
+            if rel in self.states:
+                self.trusted -= 1
+            self.states.pop(rel, None)
+            self.read_file(rel)
+
+    def read_file(self, rel: str) -> None:
+        """Read, parse and hash one listed note (`rel`), recording its state (a read error or a bad note: its
+        skip reason)."""
+        real = self.files[rel]
+        checked = time.time_ns()
+        self.read_count += 1
+        self.changed_states = True
+        reason = None
         try:
-            raw, mtime = read_regular(real, max_bytes, root)
-            rows.append(parse_note(rel, raw, mtime, default_lang, limits))
+            raw, mtime = read_regular(real, self.max_bytes, self.root)
+            row = parse_note(rel, raw, mtime, self.default_lang, self.limits)
+            self.rows[rel], self.hashes[rel] = row, row["content_hash"]
         except (NotARegularFile, OutsideVault, TooLarge) as e:
             reason = {NotARegularFile: "not_regular_file", OutsideVault: "outside_vault", TooLarge: "too_large"}
-            skipped.append({"path": rel, "reason": reason[type(e)], "detail": str(e)})
+            self.skips[rel] = {"path": rel, "reason": reason[type(e)], "detail": str(e)}
+            return  # decided by the file's kind and place, not its bytes: not recorded
         except OSError as e:
             if e.errno == errno.ENAMETOOLONG:
-                skipped.append({"path": rel, "reason": "path_too_long", "detail": too_long(real)})
+                self.skips[rel] = {"path": rel, "reason": "path_too_long", "detail": too_long(real)}
             else:
-                skipped.append({"path": rel, "reason": "unreadable", "detail": e.strerror or str(e)})
+                self.skips[rel] = {"path": rel, "reason": "unreadable", "detail": e.strerror or str(e)}
+            return
         except ValueError as e:
             reason, detail = e.args if len(e.args) == 2 else ("bad_file", str(e))
-            skipped.append({"path": rel, "reason": reason, "detail": detail})
+            self.skips[rel] = {"path": rel, "reason": reason, "detail": detail}
         except RecursionError:  # the depth limit should prevent it; one note never stops the scan
-            skipped.append({"path": rel, "reason": "bad_yaml", "detail": "front matter is nested too deeply to "
-                            "read; simplify it (or lower index.front_matter_max_depth)"})
+            self.skips[rel] = {"path": rel, "reason": "bad_yaml", "detail": "front matter is nested too deeply "
+                               "to read; simplify it (or lower index.front_matter_max_depth)"}
         except MemoryError:
-            skipped.append({"path": rel, "reason": "too_large", "detail": "reading it ran out of memory; "
-                            "split the note or simplify its front matter"})
+            self.skips[rel] = {"path": rel, "reason": "too_large", "detail": "reading it ran out of memory; "
+                               "split the note or simplify its front matter"}
+            return
         except Exception as e:  # anything else one note's text raises: skip it, keep the rest
             log.debug("parsing %s failed", rel, exc_info=True)
-            skipped.append({"path": rel, "reason": "bad_file", "detail": f"cannot be parsed "
-                            f"({type(e).__name__}: {str(e)[:200]}); check its front matter"})
-    for s in skipped:
+            self.skips[rel] = {"path": rel, "reason": "bad_file", "detail": f"cannot be parsed "
+                               f"({type(e).__name__}: {str(e)[:200]}); check its front matter"}
+        st = self.stats.get(rel)
+        if st is not None:  # the walk's stat, taken before the read: a change during the read shows next time
+            skip = self.skips.get(rel)
+            self.states[rel] = (rel, *st, checked, self.hashes.get(rel),
+                                skip["reason"] if skip else None, skip["detail"] if skip else None)
+
+
+def scan_vault(vault: str | Path, default_lang: str = "auto", max_note_mb: float = 20.0,
+               limits: IndexConfig | None = None, known: pa.Table | None = None, racy_s: float = 2.0) -> VaultScan:
+    """List a vault's notes and read those not `known`: the stat fast path of `fanout index`.
+
+    `known` (FILE_STATES, fanout/store/file_states.py): a note whose size, mtime_ns, inode and ctime_ns are the
+    recorded ones is not read; its recorded hash (or skip reason) stands. A record taken within `racy_s` of the
+    file's own mtime or ctime is not trusted (a write in the same clock tick as the read keeps the stat: git's
+    "racy" case): the file is read again. None reads every note (a full check). Everything else as scan_notes.
+    """
+    max_bytes = int(max_note_mb * 1e6)
+    listing = list_notes(vault, max_bytes=max_bytes)
+    files = dict(_distinct_paths(listing.files, listing.skipped))  # (adds duplicate names to the skipped)
+    skips = {s["path"]: s for s in listing.skipped}
+    by_real = {real: listing.stats.get(rel) for rel, real in listing.files}
+    stats = {rel: st for rel, real in files.items() if (st := by_real.get(real)) is not None}
+    scan = VaultScan(root=str(Path(vault).expanduser().resolve()), files=files, stats=stats, skips=skips,
+                     ignored=list(listing.ignored), max_bytes=max_bytes, default_lang=default_lang, limits=limits)
+    old: dict[str, tuple] = {}
+    if known is not None and known.num_rows:
+        cols = [known[c].to_pylist() for c in known.column_names]
+        old = {r[0]: r for r in zip(*cols)}
+    racy = int(racy_s * 1e9)
+    for rel in sorted(files):
+        rec = old.get(rel)
+        st = stats.get(rel)
+        if rec is not None and st is not None and tuple(rec[1:5]) == st and \
+                rec[5] - racy > max(st[1], st[3]):
+            scan.states[rel] = rec
+            scan.trusted += 1
+            if rec[6] is not None:
+                scan.hashes[rel] = rec[6]
+            else:
+                scan.skips[rel] = {"path": rel, "reason": rec[7], "detail": rec[8]}
+            continue
+        scan.read_file(rel)
+    if set(old) != set(scan.states):
+        scan.changed_states = True
+    for s in scan.skips.values():
         log.debug("skipped %s: %s (%s)", s["path"], s["reason"], s["detail"])
-    skipped += [{"path": p, "reason": IGNORED, "detail": "matches an ignore rule"} for p in listing.ignored]
-    return pa.Table.from_pylist(rows, schema=NOTES), pa.Table.from_pylist(skipped, schema=SKIPPED)
+    return scan
 
 
 def _distinct_paths(files: list[tuple[str, str]], skipped: list[dict[str, str]]) -> list[tuple[str, str]]:
     """(NFC path, real path) per file; of names that are equal once NFC, the NFC-named file wins (else the first
     in name order) and the others are skipped, naming the kept file."""
+    if unicodedata.is_normalized("NFC", "\n".join(rel for rel, _ in files)):  # every name NFC (the usual case):
+        return sorted(files)  # no two can be equal once NFC ("\n" never composes with its neighbours)
     by_key: dict[str, list[tuple[str, str]]] = {}
     for rel, real in files:
         by_key.setdefault(nfc(rel), []).append((rel, real))

@@ -33,9 +33,11 @@ from fanout.text import nfc
 log = logging.getLogger(__name__)
 
 
-def plan_changes(notes: pa.Table, existing: pa.Table | None) -> tuple[set[str], set[str], set[str]]:
-    """Compare scanned notes with the documents table: (new_or_changed, deleted, unchanged) paths."""
-    scanned = dict(zip(notes["path"].to_pylist(), notes["content_hash"].to_pylist()))
+def plan_changes(notes: pa.Table | dict[str, str], existing: pa.Table | None) -> tuple[set[str], set[str], set[str]]:
+    """Compare scanned notes (NOTES rows, or path -> content hash) with the documents table: (new_or_changed,
+    deleted, unchanged) paths."""
+    scanned = notes if isinstance(notes, dict) else \
+        dict(zip(notes["path"].to_pylist(), notes["content_hash"].to_pylist()))
     known = {} if existing is None else dict(zip(existing["path"].to_pylist(),
                                                  existing["content_hash"].to_pylist()))
     changed = {p for p, h in scanned.items() if known.get(p) != h}

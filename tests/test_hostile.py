@@ -281,9 +281,9 @@ def test_random_bytes_in_a_data_file_are_detected_and_repaired(small_index, fake
     except IndexStateError as e:
         assert "t_chunks" in str(e) and "--rebuild" in str(e)
         with pytest.raises(IndexStateError, match="t_chunks"):
-            index_vault(vault, db, "t", fake_cfg, fake_runner)
-    else:
-        s = index_vault(vault, db, "t", fake_cfg, fake_runner)  # re-embeds exactly the damaged notes
+            index_vault(vault, db, "t", fake_cfg, fake_runner, full_check=True)
+    else:  # a full check reads every stored vector (an ordinary run checks the rows it writes)
+        s = index_vault(vault, db, "t", fake_cfg, fake_runner, full_check=True)  # re-embeds exactly the damaged notes
         assert s.repaired == len(damaged) and Collection(db, "t").verify()[1] == []
         res = Searcher(db, "t", fake_cfg, fake_runner).search([{"id": "q", "query": "sync devices"}],
                                                               SearchOptions(expand=False))
@@ -300,8 +300,8 @@ def test_a_truncated_data_file_is_named_and_rebuild_repairs_it(small_index, fake
     vault, db = small_index
     f = _data_files(db, "t_chunks")[0]
     f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
-    with pytest.raises(IndexStateError, match=r"t_chunks.*--rebuild"):
-        index_vault(vault, db, "t", fake_cfg, fake_runner)
+    with pytest.raises(IndexStateError, match=r"t_chunks.*--rebuild"):  # a full check reads every row
+        index_vault(vault, db, "t", fake_cfg, fake_runner, full_check=True)
     with pytest.raises(IndexStateError, match=r"t_chunks.*--rebuild"):
         Searcher(db, "t", fake_cfg, fake_runner).search([{"id": "q", "query": "sync"}], SearchOptions())
     s = index_vault(vault, db, "t", fake_cfg, fake_runner, rebuild=True)
@@ -413,7 +413,7 @@ def test_a_damaged_vector_row_is_found_and_the_next_index_run_re_embeds_its_note
     m = col.read_manifest()
     col.write_manifest({**m, "tables": col.table_versions()})  # damage inside the version readers pin
     assert col.verify()[1] == [victim]
-    s = index_vault(vault, db, "t", fake_cfg, fake_runner)
+    s = index_vault(vault, db, "t", fake_cfg, fake_runner, full_check=True)
     assert s.repaired == 1 and "repaired 1 notes" in s.text() and Collection(db, "t").verify()[1] == []
     res = Searcher(db, "t", fake_cfg, fake_runner).search([{"id": "q", "query": "sync your notes"}],
                                                           SearchOptions(expand=False, rerank=False))

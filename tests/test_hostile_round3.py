@@ -292,7 +292,9 @@ def test_a_full_disk_during_index_is_one_line_leaves_no_orphans_and_the_next_run
     cfg = load_config("fake")
     state = _enospc_after(monkeypatch, db, 2)  # groups of 64 notes: the second group's add fails
     capsys.readouterr()
-    assert main(_index_cli(vault, db)) == 4
+    per_group = tmp_path / "per-group.yaml"  # each group written as it is embedded (index.write_every_s 0)
+    per_group.write_text("extends: fake\nindex:\n  write_every_s: 0\n", encoding="utf-8")
+    assert main([*_index_cli(vault, db)[:-1], str(per_group)]) == 4
     err = _error_lines(capsys.readouterr().err)
     assert len(err) == 1 and "no space left" in err[0] and str(db) in err[0] and "free space" in err[0] \
         and "fanout index" in err[0]
@@ -317,7 +319,7 @@ def test_optimize_keep_days_0_after_a_failed_run_keeps_the_pinned_version(tmp_pa
     from fanout.store.db import Collection
     from fanout.store.storage import DiskFull
 
-    cfg = fake_cfg
+    cfg = fake_cfg.replace(index={"write_every_s": 0})  # each group written as it is embedded
     vault = write_vault(tmp_path / "v", GOOD)
     db = tmp_path / "db"
     with Runner(cfg) as runner:

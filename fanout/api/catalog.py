@@ -13,7 +13,7 @@ from typing import Any
 
 from fanout.agent_fields import count_languages
 from fanout.config import Config
-from fanout.store import manifest, storage
+from fanout.store import file_states, manifest, storage
 from fanout.store.db import Collection
 
 CACHE_TABLES = ("expansions", "qvec", "rerank")  # <collection>_cache_<name>, see fanout/store/caches.py
@@ -132,4 +132,6 @@ def remove_collection(db_dir: str | Path, name: str, cfg: Config | None = None) 
             dropped.append(n)
     if col.remove_manifest():
         dropped.append(col.manifest_path.rsplit("/", 1)[-1])
+    if file_states.remove(col.db_dir, name, col.storage_cfg):
+        dropped.append(file_states.path(col.db_dir, name).rsplit("/", 1)[-1])
     return dropped

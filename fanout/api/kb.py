@@ -6,7 +6,9 @@ one response; this module holds the runners, the service and the lock). One code
 `fanout expand`.
 
 Thread safety: one KnowledgeBase may be shared by threads; its calls run one at a time (a lock), because the
-in-process models (llama.cpp) are not thread-safe. For parallel throughput give many queries to one `batch`
+in-process models (llama.cpp) are not thread-safe, except `index` (and a watcher's rounds): it runs beside
+searches, which read the index version published before it, and takes the lock only to publish its own; the
+models are lent per call (one call of a model at a time). For parallel throughput give many queries to one `batch`
 call (it fans out over Ray when that pays), or open one KnowledgeBase per thread (each loads its own models).
 """
 
@@ -75,6 +77,7 @@ class KnowledgeBase:
         cfg = resolve_config(config)
         self.cfg = cfg.replace(runner={"mode": _mode(runner)}) if runner else cfg
         self.lock = threading.RLock()  # calls run one at a time (a server's own reads take it too)
+        self._indexing = threading.Lock()  # one `index` run at a time (it holds `lock` only to publish)
         self._runners: dict[str, Runner] = {}
         self._borrowed: set[str] = set()  # runners a server lent (`attach`): closing leaves them open
         if lent is not None:
@@ -96,9 +99,9 @@ class KnowledgeBase:
 
     def close(self) -> None:
         """Stop its watchers, release the models and stages; a Ray session fanout started for a job ends here."""
-        for w in self._watchers:  # before the lock: a round in progress holds it, and finishes first
+        for w in self._watchers:  # first: a round in progress finishes
             w.stop()
-        with self.lock:
+        with self._indexing, self.lock:
             for mode, r in self._runners.items():
                 if mode not in self._borrowed:
                     r.close()
@@ -138,10 +141,12 @@ class KnowledgeBase:
         return self._service
 
     # -- index --------------------------------------------------------------------------------------------------
-    def index(self, vault: str | os.PathLike, *, rebuild: bool = False,
+    def index(self, vault: str | os.PathLike, *, rebuild: bool = False, full_check: bool = False,
               progress: bool | Callable[[int, int], Any] = False) -> IndexReport:
         """Index (or bring up to date) the notes of `vault`: new and changed notes are embedded, deleted ones
-        removed, unchanged ones kept. Returns an `IndexReport` (notes, chunks, skipped notes with reasons)."""
+        removed, unchanged ones kept. Only notes whose file stat changed since the last run are read;
+        `full_check` reads and hashes every note and checks every stored vector. Returns an `IndexReport`
+        (notes, chunks, skipped notes with reasons)."""
         from fanout.exec.engines import job_mode
         from fanout.pipelines.index import index_vault
 
@@ -149,10 +154,17 @@ class KnowledgeBase:
         rebuild = check_flag(rebuild, "rebuild")
         progress = progress if callable(progress) else check_flag(progress, "progress")
         with self.lock:
-            rep = index_vault(vault, self.db, self.collection, self.cfg, self._runner(job_mode(self.cfg, rows=0)),
-                              progress=progress, rebuild=rebuild)
+            runner = self._runner(job_mode(self.cfg, rows=0))
+        # searches go on meanwhile: they read the versions the manifest pins, which the run replaces last, and
+        # an in-process runner lends its models per call (Runner.role_lock); only the swap to the new version
+        # takes the lock. A Ray runner's job holds it throughout, as before
+        shared = runner.kind == "inproc"
+        with self._indexing, (contextlib.nullcontext() if shared else self.lock):
+            rep = index_vault(vault, self.db, self.collection, self.cfg, runner, progress=progress,
+                              rebuild=rebuild, full_check=full_check)
+        with self.lock:
             self.forget([self.collection])  # its next search pins the new index version (others stay open)
-            return rep
+        return rep
 
     def watch(self, vault: str | os.PathLike, *, initial: bool = True,
               on_round: Callable[[WatchRound], Any] | None = None,

@@ -7,12 +7,11 @@ embeds it once and a `git checkout` of fifty notes is one round that embeds thos
 embedded again: its title, part of every chunk's embedded text, comes from its name). A round that fails is logged and retried (`watch.retry_s`); the watcher keeps
 going until `stop()`.
 
-The embedder is shared, not copied: a round runs under the KnowledgeBase's lock like any other call, so a
-search that arrives during a round waits for it (llama.cpp models are not thread-safe, and a second copy of the
-embedder would double its memory for a wait that lasts one round: the debounce is not in it, only the scan,
-the changed notes' embedding and the write; docs/performance.md#watch-mode has the figures). A search never
-sees half a round: the round publishes its tables by writing the manifest last (fanout/store/manifest.py), and
-searches read the versions it pins.
+The embedder is shared, not copied, and lent per call: a round runs beside searches (`KnowledgeBase.index`
+takes the KnowledgeBase's lock only to publish the new version), and its embedding batches and a search's query
+embedding take turns on the one model (llama.cpp models are not thread-safe; a second copy would double its
+memory). A search never sees half a round: the round publishes its tables by writing the manifest last
+(fanout/store/manifest.py), and searches read the versions it pins (docs/performance.md#index-rounds).
 """
 
 from __future__ import annotations

@@ -200,6 +200,9 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("vault", help="the folder that holds the notes")
         p.add_argument("--rebuild", action="store_true",
                        help="drop the collection's tables and index from scratch (repairs a damaged index)")
+        p.add_argument("--full-check", action="store_true",
+                       help="read and hash every note and check every stored vector, instead of reading only the "
+                       "notes whose size, mtime, inode or ctime changed since the last run")
         p.add_argument("--watch", action="store_true",
                        help="then keep watching VAULT: each batch of file changes runs one incremental index "
                        "round (config `watch:`) until Ctrl-C")

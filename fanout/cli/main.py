@@ -44,7 +44,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
         return index_watch(_kb(args), args)
     with _kb(args) as kb, Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
-        s = kb.index(args.vault, progress=progress, rebuild=getattr(args, "rebuild", False))
+        s = kb.index(args.vault, progress=progress, rebuild=getattr(args, "rebuild", False),
+                     full_check=getattr(args, "full_check", False))
     from fanout.safe_text import for_terminal
 
     for sk in s.skipped:  # a note's name and a parser's message may hold control characters

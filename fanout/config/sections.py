@@ -120,7 +120,28 @@ class IndexConfig:
     # a note's aliases, tags, description or filterable properties holding more characters than this
     # (each field counted on its own): the note is skipped (bad_front_matter); every chunk carries them
     max_field_chars: int = 10_000
-    verify: bool = True  # each `fanout index` reads every stored vector; damaged rows are re-embedded
+    # the vectors a run writes are read back and checked; a full check (`fanout index --full-check`) reads
+    # every stored vector, and damaged rows are re-embedded
+    verify: bool = True
+    # the stat fast path trusts a note's recorded hash only when the record was taken this long after the
+    # file's mtime and ctime: a write in the same timestamp tick as the read keeps the stat (git's "racy"
+    # files); 2 s covers the coarsest common clocks (FAT, SMB), not only ext4's and APFS's fine ones
+    stat_racy_s: float = 2.0
+    # Lance's full-text indexes are rebuilt (every row tokenized again) once the rows added or deleted since
+    # their build pass this share of the chunks; below it an index round leaves them: the memory full-text
+    # engine (the default) scores every row exactly whatever their age, and Lance searches the newer rows
+    # without the index. Lance's own incremental update (optimize) keeps the deleted rows in its statistics,
+    # so its scores would differ from a rebuild's. 0 = rebuild after every change
+    fts_rebuild_share: float = 0.1
+    # a table of more fragments than this has its small ones merged at the end of an index run: every write
+    # leaves one (each round one more) and a round's reads and file checks cost per fragment; the merged rows
+    # are renumbered (read again by the next files) and Lance's full-text index is rebuilt (seconds at tens
+    # of thousands of chunks, once every this many rounds). 0 = after every run
+    compact_fragments: int = 128
+    # embedded notes are written at least this often, in one write per table: a killed run loses at most this
+    # much embedding, and a fast embedder's groups (the fake one, a GPU) do not each cost a table version and
+    # a fragment. 0 = one write per group
+    write_every_s: float = 10.0
     # below this vector search is brute force: exact and fast enough; at twice this the index was an order of
     # magnitude faster (bench/index_scale.py; docs/performance.md#storage-at-scale)
     vector_index_min_rows: int = 50000
@@ -173,6 +194,7 @@ class IndexConfig:
         for lang in self.languages:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
+        _at_least("index", self, 0, "stat_racy_s", "fts_rebuild_share", "compact_fragments", "write_every_s")
         _at_least("index", self, 1, "front_matter_max_depth", "front_matter_max_chars", "max_field_chars")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,

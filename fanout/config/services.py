@@ -101,7 +101,8 @@ class WatchConfig:
     """`--watch` on `fanout index`, `serve` and `mcp` (fanout/api/watch.py): how file events become index rounds.
 
     Events come from watchfiles (the OS's file notifications, no polling of our own); a batch of them runs one
-    incremental round (content hashes: unchanged notes cost nothing). Figures: docs/performance.md#watch-mode.
+    incremental round (only notes whose stat changed are read; searches go on meanwhile). Figures:
+    docs/performance.md#index-rounds and #watch-mode.
     """
 
     # a batch closes once no event came for this long (watchfiles' `step`): an editor's save (write a temp file,

@@ -217,12 +217,23 @@ class Runner:
         self._actors: dict[str, Any] = {}
         self.calls: dict[str, int] = {}
         self.seconds: dict[str, float] = {}
+        # one call at a time per model (llama.cpp contexts are not thread-safe), so threads share a model per
+        # call: an index round's embedding batches and a search's query embedding take turns
+        self._locks: dict[str, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+
+    def role_lock(self, role: str) -> threading.RLock:
+        """The lock each call of `role`'s model holds (and its load)."""
+        with self._locks_guard:
+            return self._locks.setdefault(role, threading.RLock())
 
     def actor(self, role: str) -> Any:
         if role not in self._actors:
-            t = time.perf_counter()
-            self._actors[role] = actor_class(role, role_backend(self.cfg, role))(self.cfg)
-            self.seconds[f"load_{role}"] = time.perf_counter() - t
+            with self.role_lock(role):
+                if role not in self._actors:
+                    t = time.perf_counter()
+                    self._actors[role] = actor_class(role, role_backend(self.cfg, role))(self.cfg)
+                    self.seconds[f"load_{role}"] = time.perf_counter() - t
         return self._actors[role]
 
     def preload(self, role: str) -> None:
@@ -242,10 +253,16 @@ class Runner:
 
     def _map(self, role: str, batches: list[pa.Table]) -> list[pa.Table]:
         impl = self.actor(role)
-        return [impl(b) for b in batches]
+        out = []
+        for b in batches:
+            with self.role_lock(role):
+                out.append(impl(b))
+        return out
 
     def _empty_result(self, role: str, table: pa.Table) -> pa.Table:
-        return self.actor(role)(table)
+        impl = self.actor(role)
+        with self.role_lock(role):
+            return impl(table)
 
     def info(self, role: str, attr: str) -> Any:
         """An attribute of the role's actor (e.g. the embedder's model sha); loads the actor if needed."""

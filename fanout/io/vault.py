@@ -182,6 +182,8 @@ class IgnoreRules:
         return rules
 
     def ignored(self, rel: str, is_dir: bool = False) -> bool:
+        if self.spec is None and not self.prefixes and not self.regexes:  # no rules (once per file of a walk)
+            return False
         p = rel + "/" if is_dir else rel
         if self.spec is not None and self.spec.match_file(p):
             return True
@@ -203,6 +205,9 @@ class Listing:
     files: list[tuple[str, str]]  # (vault-relative path, real path to open)
     skipped: list[dict[str, str]]  # SKIPPED rows: path, reason, detail
     ignored: list[str] = field(default_factory=list)  # paths excluded by ignore rules (folders end in /)
+    # vault-relative path -> (size, mtime_ns, inode, ctime_ns) of each file in `files`, from the walk's own
+    # stat (the index's stat fast path compares them with what it recorded: pipelines/scan_notes.py)
+    stats: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
 
 def _skip(out: Listing, rel: str, reason: str, detail: str) -> None:
@@ -238,7 +243,7 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
             is_link = False
             if name.startswith("."):
                 continue
-            full = os.path.join(real_dir, name)
+            full = e.path  # os.path.join(real_dir, name), made by scandir
             try:
                 is_link = e.is_symlink()
                 target = os.path.realpath(full) if is_link else full
@@ -285,6 +290,7 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
                                              "limit; raise index.max_note_mb or split the note")
             else:
                 out.files.append((rel, target))
+                out.stats[rel] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
         stack.extend(reversed(subdirs))  # depth-first, in name order
     out.files.sort(key=lambda f: f[0])
     if rules.sources:

@@ -12,6 +12,7 @@ table costs, the whole table's are kept (ski-rental, `rows_by_chunk_id`). Above 
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -91,3 +92,26 @@ def memory_bytes(col: Collection) -> int:
     """Bytes of chunk columns this collection keeps in memory for the pinned version (`rows_by_chunk_id`)."""
     return sum(v["table"].nbytes for k, v in col.derived.items()
                if isinstance(k, tuple) and k[0] == "chunk_text" and v["table"] is not None)
+
+
+_ROW_IDS: dict[tuple, np.ndarray] = {}  # version_key -> that version's sorted row ids (the last few)
+_ROW_IDS_LOCK = threading.Lock()
+
+
+def sorted_row_ids(ds) -> np.ndarray:
+    """The row ids of the Lance dataset `ds` (one version: they never change), ascending (uint64); kept for the
+    last few versions this process asked for (an index round's files compare one version's with the next's)."""
+    from fanout.store.version_files import version_key
+
+    key = version_key(ds)
+    with _ROW_IDS_LOCK:
+        got = _ROW_IDS.get(key) if key is not None else None
+    if got is None:
+        got = np.sort(ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy())
+        got.setflags(write=False)
+        if key is not None:
+            with _ROW_IDS_LOCK:
+                _ROW_IDS[key] = got
+                while len(_ROW_IDS) > 4:
+                    _ROW_IDS.pop(next(iter(_ROW_IDS)))
+    return got

@@ -145,6 +145,10 @@ class Collection:
             self._datasets[name] = ds
         return ds
 
+    def open_version(self, name: str, version: int | None = None):
+        """Table `name` as a Lance dataset at `version` (None: the latest), opened anew, not kept."""
+        return self._open(name, version)
+
     def _open(self, name: str, version: int | None = None):
         import lance
 
@@ -178,7 +182,7 @@ class Collection:
             return
         root = os.path.join(self.db_dir, f"{name}.lance")
         existed = os.path.isdir(root)
-        before = _tree(root)
+        before = _entries(root)
         version = self._latest_version(name) if existed else None
         try:
             yield
@@ -203,14 +207,22 @@ class Collection:
                 shutil.rmtree(root, ignore_errors=True)
                 log.warning("removed %s (%.1f MB) left by a failed create of table %s", root, size / 1e6, name)
                 return
-            new = sorted(_tree(root) - before)  # no new version was committed: none of these is referenced
-            size = 0
+            new = sorted(_entries(root) - before)  # no new version was committed: none of these is referenced
+            size = files = 0
             for f in new:
+                p = os.path.join(root, f)
                 with contextlib.suppress(OSError):
-                    size += os.path.getsize(os.path.join(root, f))
-                    os.remove(os.path.join(root, f))
+                    if os.path.isdir(p) and not os.path.islink(p):  # a whole new index folder
+                        got = [os.path.join(p, x) for x in _tree(p)]
+                        size += sum(os.path.getsize(x) for x in got)
+                        files += len(got)
+                        shutil.rmtree(p)
+                    else:
+                        size += os.path.getsize(p)
+                        files += 1
+                        os.remove(p)
             if new:
-                log.warning("removed %d files (%.1f MB) that a failed write to table %s left in %s", len(new),
+                log.warning("removed %d files (%.1f MB) that a failed write to table %s left in %s", files,
                             size / 1e6, name, root)
         except Exception as e:  # noqa: BLE001  (cleaning up must never hide the write's own error)
             log.warning("could not remove what a failed write to %s left: %s", name, e)
@@ -457,23 +469,31 @@ class Collection:
         self.write_manifest(m)
         return True
 
-    def verify(self, batch_rows: int = 8192) -> tuple[int, list[str]]:
-        """Read every row of chunks and documents; returns (rows checked, paths with damaged vectors).
+    def verify(self, batch_rows: int = 8192, paths: set[str] | None = None) -> tuple[int, list[str]]:
+        """Read every row of chunks and documents (`paths`: only the rows of those notes, e.g. what a run just
+        wrote); returns (rows checked, paths with damaged vectors).
 
         An unreadable table raises IndexStateError naming it; a vector that is not finite or not unit length
         (the embedder writes unit vectors) names its note, so the next index run re-embeds it.
         """
         rows, damaged = 0, set()
+        wheres: list[str | None] = [None]
+        if paths is not None:
+            ordered = sorted(paths)
+            wheres = ["path IN (" + ", ".join("'" + p.replace("'", "''") + "'" for p in ordered[i:i + 500]) + ")"
+                      for i in range(0, len(ordered), 500)]
         for name in (self.documents_name, self.chunks_name):
             if not self.has(name):
                 continue
             with self.guard(name):
                 tbl = self.db.open_table(name)
-                for batch in tbl.search().limit(None).to_batches(batch_rows):
-                    rows += batch.num_rows
-                    if name == self.chunks_name and "vector" in batch.schema.names:
-                        for i in bad_vector_rows(batch.column("vector")):
-                            damaged.add(batch.column("path")[int(i)].as_py())
+                for where in wheres:
+                    q = tbl.search() if where is None else tbl.search().where(where)
+                    for batch in q.limit(None).to_batches(batch_rows):
+                        rows += batch.num_rows
+                        if name == self.chunks_name and "vector" in batch.schema.names:
+                            for i in bad_vector_rows(batch.column("vector")):
+                                damaged.add(batch.column("path")[int(i)].as_py())
         return rows, sorted(p for p in damaged if p is not None)
 
 
@@ -501,15 +521,38 @@ def index_stamp(name: str, manifest: dict[str, Any]) -> str:
 def content_key(col: Collection) -> str | None:
     """A hash of the indexed notes (every path and its content hash, in path order): what answers depend on,
     unchanged by `fanout optimize` (the manifest's `content`, fanout.store.db.index_stamp)."""
-    import hashlib
 
     if not col.has(col.documents_name):
         return None
-    t = col.table(col.documents_name).search().select(["path", "content_hash"]).limit(None).to_arrow()
+    t = col.open_version(col.documents_name).to_table(columns=["path", "content_hash"])
+    return content_digest(zip(t["path"].to_pylist(), t["content_hash"].to_pylist()))
+
+
+def content_digest(pairs) -> str:
+    """The `content` key of (path, content hash) pairs (`content_key`): what an index run compares its scan with
+    to see, without reading the documents table, that the pinned index holds exactly these notes."""
+    import hashlib
+
     h = hashlib.sha256()
-    for path, digest in sorted(zip(t["path"].to_pylist(), t["content_hash"].to_pylist())):
+    for path, digest in sorted(pairs):
         h.update(f"{path}\0{digest}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
+
+
+def _entries(root: str) -> set[str]:
+    """The entries of `root` and of its folders, one level down ('data/x.lance', '_indices/<uuid>'): where a write
+    adds its files (a new index is one new folder), without walking every file of every index."""
+    out = set()
+    try:
+        top = list(os.scandir(root))
+    except OSError:
+        return out
+    for e in top:
+        out.add(e.name)
+        if e.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError), os.scandir(e.path) as it:
+                out.update(f"{e.name}/{x.name}" for x in it)
+    return out
 
 
 def _tree(root: str) -> set[str]:

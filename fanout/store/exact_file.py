@@ -30,7 +30,7 @@ from fanout.store import version_files
 
 log = logging.getLogger(__name__)
 FORMAT = 1
-_NAME = re.compile(r"^(?P<column>[A-Za-z0-9_]+)\.v(?P<version>\d+)\.(?P<fp>[0-9a-f]{16})\.arrow$")
+NAME = re.compile(r"^(?P<column>[A-Za-z0-9_]+)\.v(?P<version>\d+)\.(?P<fp>[0-9a-f]{16})\.arrow$")
 
 
 def folder(ds: Any) -> str | None:
@@ -83,7 +83,7 @@ def load(ds: Any, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
             raise ValueError("null or offset arrays")
         ids, damaged = b.column(0).to_numpy(), b.column(1).to_numpy(zero_copy_only=False)
         vectors = vec.values.to_numpy().reshape(b.num_rows, dim)
-        if meta.get(b"fanout.crc", b"").decode() != _crc(ids, damaged, vectors):
+        if not version_files.written_here(path) and meta.get(b"fanout.crc", b"").decode() != _crc(ids, damaged, vectors):
             raise ValueError("a checksum differs (the file was changed or is damaged)")
         if b.num_rows != ds.count_rows() or (len(ids) > 1 and not (np.diff(ids) > 0).all()):
             raise ValueError("its row ids are not the version's, ascending")
@@ -116,7 +116,7 @@ def save(ds: Any, column: str, ids: np.ndarray, vectors: np.ndarray, damaged: np
         b = b.replace_schema_metadata({"fanout.fingerprint": fp, "fanout.crc": _crc(ids, damaged, vectors)})
         version_files.write_batch(path, b)
         for name in os.listdir(os.path.dirname(path)):
-            m = _NAME.match(name)
+            m = NAME.match(name)
             if m and m["column"] == column and name != os.path.basename(path) and int(m["version"]) <= int(ds.version):
                 with contextlib.suppress(OSError):
                     os.remove(os.path.join(os.path.dirname(path), name))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -87,6 +88,11 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -
             return m
         if not load:
             return None
+        m = _from_previous(ds, column, got if got is not None and got.version < version else None) \
+            if files else None
+        if m is not None:
+            _CACHE.pop(key, None)
+            return _keep(key, ds, column, m, files)
         _CACHE.pop(key, None)  # the old version goes before the new one loads: never two copies
         dim = ds.schema.field(column).type.list_size
         vec = np.empty((ds.count_rows(), dim), np.float32)
@@ -111,15 +117,89 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -
         if damaged.any():
             vec[damaged] = 0.0
         m = Matrix(version, ids, np.ascontiguousarray(vec), damaged)
-        if files and exact_file.save(ds, column, m.ids, m.vectors, m.damaged) and \
-                (got := exact_file.load(ds, column)) is not None:  # the next process maps this one's, and
-            m = Matrix(version, got[0], got[1], got[2])  # so does this one: the private copy is dropped
-        _CACHE[key] = m
-        while len(_CACHE) > _MAX_TABLES:
-            _CACHE.popitem(last=False)
         log.info("loaded %d x %d vectors of %s (version %d) for exact search: %.0f MB", len(vec), dim, key,
                  version, m.nbytes / 2**20)
-        return m
+        return _keep(key, ds, column, m, files)
+
+
+def _keep(key: str, ds, column: str, m: Matrix, files: bool) -> Matrix:
+    """`m` kept as the table's vectors in this process; with `files`, written to the version's file and mapped
+    from it (the next process maps this one's, and so does this one: the private copy is dropped)."""
+    if files and exact_file.save(ds, column, m.ids, m.vectors, m.damaged) and \
+            (got := exact_file.load(ds, column)) is not None:
+        m = Matrix(m.version, got[0], got[1], got[2])
+    _CACHE[key] = m
+    while len(_CACHE) > _MAX_TABLES:
+        _CACHE.popitem(last=False)
+    return m
+
+
+def _unit(arr: pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(unit vectors, damaged) of a vector column's chunk, as `matrix` makes them."""
+    n = len(arr)
+    flat = arr.values.slice(arr.offset * dim, n * dim).to_numpy(zero_copy_only=False)
+    vec = np.array(np.asarray(flat, np.float32).reshape(n, dim))
+    if arr.null_count:
+        vec[arr.is_null().to_numpy(zero_copy_only=False)] = np.nan
+    norms = np.linalg.norm(vec, axis=1)
+    damaged = ~np.isfinite(norms) | (norms == 0)
+    vec /= np.where(damaged, 1.0, norms)[:, None]
+    if damaged.any():
+        vec[damaged] = 0.0
+    return vec, damaged
+
+
+def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
+    """The vectors of the version `ds` from an older version's (this process's `held` copy, else the newest older
+    version's file): the rows kept are copied, only the rows added are read from Lance. None when there is no
+    older copy (the caller loads every row)."""
+    try:
+        old = held
+        if old is None:
+            d = exact_file.folder(ds)
+            versions = [int(m["version"]) for n in (os.listdir(d) if d and os.path.isdir(d) else [])
+                        if (m := exact_file.NAME.match(n)) and m["column"] == column and
+                        int(m["version"]) < int(ds.version)]
+            if not versions:
+                return None
+            import lance
+
+            got = exact_file.load(lance.dataset(ds.uri, version=max(versions)), column)
+            if got is None:
+                return None
+            old = Matrix(max(versions), got[0], got[1], got[2])
+        dim = ds.schema.field(column).type.list_size
+        if old.vectors.shape[1] != dim:
+            return None
+        from fanout.store.chunk_rows import sorted_row_ids, take_rows
+
+        ids = sorted_row_ids(ds).astype(np.int64)
+        pos = np.minimum(np.searchsorted(old.ids, ids), max(0, len(old.ids) - 1))
+        found = old.ids[pos] == ids if len(old.ids) else np.zeros(len(ids), bool)
+        vec = np.empty((len(ids), dim), np.float32)
+        damaged = np.zeros(len(ids), bool)
+        dst = np.flatnonzero(found)
+        src = pos[dst]
+        # the kept rows as runs of consecutive rows on both sides (one per deletion or insertion): slice copies,
+        # several times faster than a gather of every row
+        cut = np.flatnonzero((np.diff(dst) != 1) | (np.diff(src) != 1)) + 1
+        for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(dst)]]).tolist()):
+            if b > a:
+                d, s_ = int(dst[a]), int(src[a])
+                vec[d:d + b - a] = old.vectors[s_:s_ + b - a]
+                damaged[d:d + b - a] = old.damaged[s_:s_ + b - a]
+        added = ids[~found]
+        if 2 * len(added) > len(ids):  # most rows new (a rebuild, a compaction): one scan is cheaper
+            return None
+        if len(added):
+            t = take_rows(ds, added, [column]).combine_chunks()
+            vec[~found], damaged[~found] = _unit(t.column(column).chunk(0), dim)
+        log.info("vectors of %s version %d from version %d: %d rows added, %d gone", ds.uri, int(ds.version),
+                 old.version, len(added), len(old.ids) - int(found.sum()))
+        return Matrix(int(ds.version), ids, vec, damaged)
+    except Exception as e:  # noqa: BLE001  every row is read from Lance instead
+        log.warning("vectors of %s not updated from an older version (%s); read anew", ds.uri, e)
+        return None
 
 
 def top_k(m: Matrix, queries: np.ndarray, k: int, allowed: np.ndarray | None = None, threads: int = 0

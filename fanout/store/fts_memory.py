@@ -15,13 +15,18 @@ Lance's own tokenizer (`lance.tokenize`, with the parameters the column's index 
 - per column the top k (ties: lower row id first), then per row the best column's score, top k again;
 - with a prefilter, the same over the rows it keeps (N, avgdl and idf stay the whole column's).
 
-A column is served from memory only when its index matches what was rebuilt here: one segment, no
-unindexed rows, the same document and token counts (anything else, e.g. rows deleted after the index was
-built, is answered by Lance itself: `memory_column` returns None and says why at debug level).
+A column is served from memory when its index has one segment of the `text` tokenizer and, if it was built on
+exactly the pinned rows, the same document and token counts as the rows give (anything else is answered by Lance
+itself: `memory_column` returns None and says why at debug level). An index built before rows were added or
+deleted (an index round updates Lance's index only past `index.fts_rebuild_share`, pipelines/index.py) lends its
+tokenizer only: the scores are those of the pinned rows, what a rebuild of the index gives (Lance's own search
+of such an index counts the deleted rows in N and avgdl until it is rebuilt). `updated_column` brings one
+version's postings to the next by tokenizing only the rows added (fanout/store/fts_postings.py `ensure`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -67,9 +72,10 @@ class MemoryColumn:
     `contrib` (that token's float32 BM25 contribution to each of those rows)."""
 
     def __init__(self, tokenize_args: dict[str, Any], slices: dict[str, tuple[int, int]], rows: np.ndarray,
-                 contrib: np.ndarray, n_rows: int):
+                 contrib: np.ndarray, n_rows: int, freq: np.ndarray | None = None):
         self.tokenize_args, self.slices, self.rows, self.contrib, self.n_rows = \
             tokenize_args, slices, rows, contrib, n_rows
+        self.freq = freq  # each posting's term frequency (what `updated_column` recomputes the scores from)
         self.analyzer = tuple(sorted(tokenize_args.items()))  # columns with equal ones tokenize a query alike
         self._full: dict[int, np.ndarray] = {}  # slice start -> a frequent token's contributions, every row
         self._full_left = rows.nbytes + contrib.nbytes  # bytes those arrays may still take
@@ -204,7 +210,7 @@ def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> Mem
     got = index_meta(ds, column)
     if isinstance(got, str):
         return _skip(col, column, got)
-    args, meta, _ = got
+    args, meta, st = got
     t = ds.to_table(columns=[column], with_row_id=True)
     at = np.searchsorted(ids, t["_rowid"].to_numpy())
     if len(ids) != t.num_rows or not (ids[np.minimum(at, len(ids) - 1)] == t["_rowid"].to_numpy()).all():
@@ -227,33 +233,138 @@ def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> Mem
             r, fs = postings.setdefault(tok, ([], []))
             r.append(p)
             fs.append(f)
-    if n_docs != meta.get("num_docs") or len(postings) != meta.get("num_tokens"):
+    if (n_docs != meta.get("num_docs") or len(postings) != meta.get("num_tokens")) and not _updated(ds, st):
         return _skip(col, column, f"index has {meta.get('num_docs')} documents / {meta.get('num_tokens')} tokens, "
                                   f"the rows give {n_docs} / {len(postings)}")
     tokens = list(postings)
     lengths = np.fromiter((len(postings[x][0]) for x in tokens), np.int64, len(tokens))
     ends = np.cumsum(lengths)
     rows = np.fromiter((p for x in tokens for p in postings[x][0]), np.int32, int(ends[-1]) if len(ends) else 0)
-    freq = np.fromiter((f for x in tokens for f in postings[x][1]), np.float32, len(rows))
+    freq = np.fromiter((f for x in tokens for f in postings[x][1]), np.int32, len(rows))
+    return _scored(args, tokens, lengths, rows, freq, len(ids))
+
+
+def _scored(args: dict[str, Any], tokens: list[str], lengths: np.ndarray, rows: np.ndarray, freq: np.ndarray,
+            n_rows: int) -> MemoryColumn:
+    """A MemoryColumn from its postings (token i's are the next lengths[i] entries of rows/freq): BM25 over
+    exactly these rows (N and avgdl count the rows with a token), as Lance scores a freshly built index."""
+    dl = np.bincount(rows, weights=freq, minlength=n_rows) if len(rows) else np.zeros(n_rows)
+    n_docs = int(np.count_nonzero(dl))
+    total = int(freq.sum(dtype=np.int64))
+    ends = np.cumsum(lengths)
     avgdl = np.float32(total) / np.float32(n_docs) if n_docs else np.float32(1)
     norm = K1 * (np.float32(1) - B + B * dl.astype(np.float32) / avgdl)
-    weight = (K1 + np.float32(1)) * freq / (freq + norm[rows])
-    idf = np.array([_idf(int(n), n_docs) for n in lengths], np.float32)
+    f = freq.astype(np.float32)
+    weight = (K1 + np.float32(1)) * f / (f + norm[rows])
+    counts, where = np.unique(lengths, return_inverse=True)  # idf depends on a token's document count only
+    idf = np.array([_idf(int(n), n_docs) for n in counts], np.float32)[where.reshape(-1)]
     contrib = (np.repeat(idf, lengths) * weight).astype(np.float32)
-    slices = {x: (int(e - n), int(e)) for x, n, e in zip(tokens, lengths, ends)}
-    return MemoryColumn(args, slices, rows, contrib, len(ids))
+    slices = dict(zip(tokens, zip((ends - lengths).tolist(), ends.tolist())))
+    return MemoryColumn(args, slices, rows, contrib, n_rows, freq)
+
+
+def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, added: list[tuple[int, str | None]]
+                   ) -> MemoryColumn | None:
+    """`old` (the postings of the rows `old_ids`) brought to the rows `ids` of a later version: the postings of
+    rows gone are dropped, those of `added` (position in `ids`, text) tokenized and appended, and every score
+    recomputed from the new counts: what `memory_column` builds from every row, tokenizing only the added ones.
+    None when `old` has no term frequencies (an older file) or a kept row is not where it was (compaction moved
+    the row ids): the caller builds from every row."""
+    if old.freq is None or len(ids) == 0:
+        return None
+    import lance
+
+    tokens = list(old.slices)  # in slice order (as built and as saved)
+    bounds = np.fromiter(itertools.chain.from_iterable(old.slices.values()), np.int64, 2 * len(tokens)
+                         ).reshape(-1, 2)
+    lengths = bounds[:, 1] - bounds[:, 0]
+    if len(bounds) and (bounds[0, 0] != 0 or (bounds[1:, 0] != bounds[:-1, 1]).any() or
+                        bounds[-1, 1] != len(old.rows)):
+        return None
+    at = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
+    moved = np.where(ids[at] == old_ids, at, -1).astype(np.int64)  # old position -> new position (-1: gone)
+    rows = moved[old.rows]
+    gone = np.flatnonzero(rows < 0)  # the postings of rows gone: few (a round's notes)
+    kept = lengths.copy()
+    freq = old.freq
+    if len(gone):
+        np.subtract.at(kept, np.searchsorted(bounds[:, 1], gone, side="right"), 1)  # their tokens lose them
+        keep = np.ones(len(rows), bool)
+        keep[gone] = False
+        rows, freq = rows[keep], freq[keep]
+    index = dict(zip(tokens, range(len(tokens))))
+    new_tok: list[int] = []
+    new_rows: list[int] = []
+    new_freq: list[int] = []
+    for p, text in sorted(added, key=lambda x: x[0]):
+        if not text:
+            continue
+        for t, f in Counter(x.text for x in lance.tokenize(text, **old.tokenize_args)).items():
+            i = index.get(t)
+            if i is None:
+                i = index[t] = len(tokens)
+                tokens.append(t)
+            new_tok.append(i)
+            new_rows.append(p)
+            new_freq.append(f)
+    if new_rows and len(rows) and min(new_rows) <= int(rows.max()):
+        return None  # added rows are appended after every kept one (new fragments); anything else: rebuild
+    lengths = np.concatenate([kept, np.zeros(len(tokens) - len(kept), np.int64)])
+    if new_rows:  # each added posting goes at the end of its token's run (rows ascending), in place of a sort
+        nt, nr, nf = np.array(new_tok, np.int64), np.array(new_rows, np.int64), np.array(new_freq, np.int32)
+        order = np.lexsort((nr, nt))
+        nt, nr, nf = nt[order], nr[order], nf[order]
+        at = np.cumsum(lengths)[nt]
+        rows, freq = np.insert(rows, at, nr), np.insert(freq, at, nf)
+        lengths += np.bincount(nt, minlength=len(tokens))
+    rows = rows.astype(np.int32)
+    present = lengths > 0  # a token whose every row is gone is gone (Lance counts the tokens it holds)
+    tokens = [t for t, k in zip(tokens, present.tolist()) if k]
+    return _scored(old.tokenize_args, tokens, lengths[present], rows, freq, len(ids))
+
+
+def _updated(ds: Any, st: dict[str, Any]) -> bool:
+    """Whether the full-text index of `ds` was built before rows were added or deleted (fanout updates it only
+    now and then: pipelines/index.py): its counts then include rows gone and miss rows added, so they are not
+    compared with the rows'."""
+    if st.get("num_unindexed_rows"):
+        return True
+    return any(f.metadata.deletion_file is not None for f in ds.get_fragments())
+
+
+_META: dict[tuple, Any] = {}  # (*version_key, column) -> index_meta's answer (the last few)
+_META_LOCK = threading.Lock()
 
 
 def index_meta(ds: Any, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
     """(tokenize args, the index's per-segment metadata, its statistics) of `column`'s full-text index on `ds`,
-    or why this engine does not reproduce it (a string)."""
+    or why this engine does not reproduce it (a string). A version's indexes never change: kept for the last
+    few (an index round asks for each column's several times)."""
+    from fanout.store.version_files import version_key
+
+    version = version_key(ds)
+    if version is None:
+        return _index_meta(ds, column)
+    key = (*version, column)
+    with _META_LOCK:
+        if key in _META:
+            return _META[key]
+    got = _index_meta(ds, column)
+    with _META_LOCK:
+        _META[key] = got
+        while len(_META) > 64:
+            _META.pop(next(iter(_META)))
+    return got
+
+
+def _index_meta(ds: Any, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
     name = next((d.name for d in ds.describe_indices()
                  if list(d.field_names) == [column] and "Inverted" in d.type_url), None)
     if name is None:
         return "no full-text index"
     st = ds.index_statistics(name)
-    if st.get("num_segments") != 1 or len(st.get("indices", [])) != 1 or st.get("num_unindexed_rows"):
-        return f"index layout {st.get('num_segments')} segments, {st.get('num_unindexed_rows')} unindexed rows"
+    if st.get("num_segments") != 1 or len(st.get("indices", [])) != 1:
+        return f"index layout {st.get('num_segments')} segments"
     meta = st["indices"][0]
     params = meta.get("params")
     if not isinstance(params, dict):  # Lance writes none for an index of no rows (every note deleted)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from fanout.store.fts_memory import MemoryColumn
 
 log = logging.getLogger(__name__)
-FORMAT = 1  # bump when the layout changes: older files then never match a name
+FORMAT = 2  # bump when the layout changes: older files then never match a name
 _NAME = re.compile(r"^(?P<column>[A-Za-z0-9_]+)\.v(?P<version>\d+)\.(?P<fp>[0-9a-f]{16})\.arrow$")
 
 
@@ -93,8 +93,9 @@ def load(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn
         meta = batch.schema.metadata or {}
         if meta.get(b"fanout.fingerprint", b"").decode() != fp:
             raise ValueError("its recorded fingerprint differs from its name")
-        tokens, rows, contrib, offsets = _arrays(batch)
-        if meta.get(b"fanout.crc", b"").decode() != _crc(tokens, rows, contrib, offsets):
+        tokens, rows, contrib, offsets, freq = _arrays(batch)
+        if not version_files.written_here(path) and \
+                meta.get(b"fanout.crc", b"").decode() != _crc(tokens, rows, contrib, offsets, freq):
             raise ValueError("a checksum differs (the file was changed or is damaged)")
         if offsets[0] != 0 or offsets[-1] != len(rows) or (len(offsets) > 1 and (np.diff(offsets) <= 0).any()):
             raise ValueError("its offsets are not increasing from 0 to the postings' length")
@@ -108,7 +109,7 @@ def load(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn
         log.warning("full-text postings file %s is not used (%s); the postings are built instead and the file "
                     "rewritten", path, e)
         return None
-    return MemoryColumn(args, slices, rows, contrib, len(ids))
+    return MemoryColumn(args, slices, rows, contrib, len(ids), freq)
 
 
 def _read(path: str) -> pa.RecordBatch:
@@ -118,32 +119,34 @@ def _read(path: str) -> pa.RecordBatch:
         raise ValueError(f"{reader.num_record_batches} record batches, expected 1")
     batch = reader.get_batch(0)
     want = pa.schema([("token", pa.string()), ("rows", pa.large_list(pa.int32())),
-                      ("contrib", pa.large_list(pa.float32()))])
+                      ("contrib", pa.large_list(pa.float32())), ("freq", pa.large_list(pa.int32()))])
     if not batch.schema.remove_metadata().equals(want):
         raise ValueError(f"schema {batch.schema.remove_metadata()} is not {want}")
     return batch
 
 
-def _arrays(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
-    tokens, rows, contrib = batch.column(0), batch.column(1), batch.column(2)
-    if tokens.null_count or rows.null_count or contrib.null_count or rows.offset or contrib.offset:
+def _arrays(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    tokens, rows, contrib, freq = batch.column(0), batch.column(1), batch.column(2), batch.column(3)
+    if tokens.null_count or rows.null_count or contrib.null_count or freq.null_count or rows.offset or \
+            contrib.offset or freq.offset:
         raise ValueError("null or offset arrays")
     offsets = rows.offsets.to_numpy()
-    if not np.array_equal(offsets, contrib.offsets.to_numpy()):
-        raise ValueError("rows and contrib have different offsets")
-    r, c = rows.values, contrib.values
-    if r.null_count or c.null_count or len(r) != len(c):
-        raise ValueError("rows and contrib differ in length")
-    return tokens, r.to_numpy(zero_copy_only=True), c.to_numpy(zero_copy_only=True), offsets
+    if not np.array_equal(offsets, contrib.offsets.to_numpy()) or not np.array_equal(offsets, freq.offsets.to_numpy()):
+        raise ValueError("rows, contrib and freq have different offsets")
+    r, c, f = rows.values, contrib.values, freq.values
+    if r.null_count or c.null_count or f.null_count or len(r) != len(c) or len(r) != len(f):
+        raise ValueError("rows, contrib and freq differ in length")
+    return (tokens, r.to_numpy(zero_copy_only=True), c.to_numpy(zero_copy_only=True), offsets,
+            f.to_numpy(zero_copy_only=True))
 
 
-def _crc(tokens: pa.Array, rows: np.ndarray, contrib: np.ndarray, offsets: np.ndarray) -> str:
+def _crc(tokens: pa.Array, rows: np.ndarray, contrib: np.ndarray, offsets: np.ndarray, freq: np.ndarray) -> str:
     """CRC-32 of every array the postings use (the tokens' offsets and bytes included)."""
     toff = np.frombuffer(tokens.buffers()[1], np.int32, len(tokens) + 1, tokens.offset * 4)
     data = tokens.buffers()[2]
     parts = [toff.tobytes(), memoryview(data)[toff[0]:toff[-1]] if data is not None else b"",
              memoryview(np.ascontiguousarray(rows)).cast("B"), memoryview(np.ascontiguousarray(contrib)).cast("B"),
-             memoryview(np.ascontiguousarray(offsets)).cast("B")]
+             memoryview(np.ascontiguousarray(offsets)).cast("B"), memoryview(np.ascontiguousarray(freq)).cast("B")]
     return version_files.crc32(parts)
 
 
@@ -166,9 +169,13 @@ def save(col: Collection, ds: Any, column: str, ids: np.ndarray, mem: MemoryColu
         tok = pa.array(tokens, pa.string())
         rows = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.rows, np.int32)))
         contrib = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.contrib, np.float32)))
+        if mem.freq is None:
+            raise ValueError("the postings hold no term frequencies")
+        freq = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.freq, np.int32)))
         crc = _crc(tok, np.asarray(mem.rows, np.int32), np.asarray(mem.contrib, np.float32),
-                   offsets.to_numpy())
-        batch = pa.record_batch([tok, rows, contrib], names=["token", "rows", "contrib"]).replace_schema_metadata(
+                   offsets.to_numpy(), np.asarray(mem.freq, np.int32))
+        batch = pa.record_batch([tok, rows, contrib, freq], names=["token", "rows", "contrib", "freq"]
+                                ).replace_schema_metadata(
             {"fanout.fingerprint": got[0], "fanout.crc": crc, "fanout.rows": str(len(ids))})
         version_files.write_batch(path, batch)
         prune(col, column, int(ds.version), keep=os.path.basename(path))
@@ -205,22 +212,69 @@ def ensure(col: Collection, columns: list[str]) -> dict[str, str]:
     """The postings files of `columns` for the collection's pinned chunks version (`col.refresh()` first): each
     kept when a valid one is there, else built and written, and every other version's files removed (what
     `fanout index` and `fanout optimize` call last). Returns column -> `kept` / `written` / why not."""
+    from fanout.store.chunk_rows import sorted_row_ids
     from fanout.store.fts_memory import memory_column
 
     if folder(col) is None:
         return {c: "object store: built per process" for c in columns}
-    keys = col.row_keys(("path", "chunk_id"))
-    if keys is None:
+    ds = col.dataset(col.chunks_name)
+    limit = col.cfg.retrieve.rowid_map_rows if col.cfg is not None else 0
+    if not limit or ds.count_rows() > limit:  # (Collection.row_keys: the memory engine's row order)
         return {c: "above retrieve.rowid_map_rows: the memory engine is not used" for c in columns}
-    ds, ids = col.dataset(col.chunks_name), keys[0]
+    ids = sorted_row_ids(ds)
     out = {}
+    previous: dict[str, Any] = {}  # the older version's dataset and row ids, read once for every column
     for c in columns:
         if load(col, ds, c, ids) is not None:
             out[c] = "kept"
             path = _path(col, c, int(ds.version), fingerprint(ds, c, ids)[0])
         else:
-            mem = memory_column(col, ds, c, ids)
+            mem = _from_previous(col, ds, c, ids, previous)
+            how = "updated"
+            if mem is None:
+                mem, how = memory_column(col, ds, c, ids), "written"
             path = save(col, ds, c, ids, mem) if mem is not None else None
-            out[c] = "not reproduced by the memory engine" if mem is None else ("written" if path else "not written")
+            out[c] = "not reproduced by the memory engine" if mem is None else (how if path else "not written")
         prune(col, c, int(ds.version), keep=os.path.basename(path) if path else None, newer=True)
     return out
+
+
+def _from_previous(col: Collection, ds: Any, column: str, ids: np.ndarray, previous: dict[str, Any]
+                   ) -> MemoryColumn | None:
+    """`column`'s postings for the version `ds` from the newest older version's file (fts_memory.updated_column:
+    only the rows added since are tokenized); None when there is no usable one (the caller builds from every
+    row). Never raises."""
+    from fanout.store.chunk_rows import sorted_row_ids, take_rows
+    from fanout.store.fts_memory import index_meta, updated_column
+
+    try:
+        if isinstance(index_meta(ds, column), str):
+            return None
+        d = folder(col)
+        older = [(int(m["version"]), n) for n in (os.listdir(d) if d and os.path.isdir(d) else [])
+                 if (m := _NAME.match(n)) and m["column"] == column and int(m["version"]) < int(ds.version)]
+        if not older:
+            return None
+        version = max(older)[0]
+        if previous.get("version") != version:
+            old_ds = col.open_version(col.chunks_name, version)
+            old_ids = sorted_row_ids(old_ds)
+            gone = np.setdiff1d(old_ids, ids, assume_unique=True)
+            new = np.setdiff1d(ids, old_ids, assume_unique=True)
+            previous.clear()
+            previous.update(version=version, ds=old_ds, ids=old_ids, new=new, gone=len(gone))
+        old = load(col, previous["ds"], column, previous["ids"])
+        if old is None:
+            return None
+        new = previous["new"]
+        if 2 * len(new) > len(ids):  # most rows new (a rebuild, a compaction): one scan is cheaper
+            return None
+        texts = take_rows(ds, new.astype(np.int64), [column])[column].to_pylist() if len(new) else []
+        mem = updated_column(old, previous["ids"], ids, list(zip(np.searchsorted(ids, new).tolist(), texts)))
+        if mem is not None:
+            log.info("full-text postings of %s v%d from v%d: %d rows added, %d gone", column, int(ds.version),
+                     version, len(new), previous["gone"])
+        return mem
+    except Exception as e:  # noqa: BLE001  the full build remains
+        log.warning("full-text postings of %s not updated from the previous version (%s); built anew", column, e)
+        return None

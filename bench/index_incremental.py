@@ -1,0 +1,210 @@
+"""What an index round costs at the vault sizes users have: a synthetic vault (bench/synthetic_vault.py, ~3 chunks a
+note), fake models (only fanout's own work shows), this checkout against an older commit in the same run.
+
+    PYTHONPATH=. .venv/bin/python bench/index_incremental.py --scale-notes 20000 [--baseline eb4005e]
+        [--rounds 3] [--searches 200] [--round-notes 50] [--embed-sleep-s 0.002] [--dim 768] [--work DIR]
+
+Per code version, one fresh process on its own copy of the vault, running the tree of a commit (`git archive`,
+this venv): HEAD (commit first: edits not committed are not measured) and `--baseline REV`:
+- first index: `kb.index(vault)` on an empty db: seconds, ms per chunk, and the process's peak RSS (VmHWM);
+- no change: `kb.index(vault)` again, the median of `--rounds`;
+- one note: one note edited (a sentence appended), then `kb.index(vault)`: the median of `--rounds` (fake
+  embedder, no sleep: the round outside the note's embedding);
+- search p99: `kb.search(mode="search")` of `--searches` topic queries, idle, and from a second thread while a
+  round of `--round-notes` edited notes runs (that round's embedder sleeps `--embed-sleep-s` a chunk, standing in
+  for a model, so the round lasts long enough to search through).
+Prints one table. The vault is written once under `--work` (kept, reused when it holds the same size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("LANCEDB_LOG", "error")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM), MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def p99(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))] if xs else float("nan")
+
+
+def edit(path: Path, tag: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"\n\nEdited by the benchmark: {tag}.\n")
+
+
+def child(args: argparse.Namespace) -> dict:
+    """One code version's measurements (run in a process of its own, `fanout` from that version's tree)."""
+    from synthetic_vault import topic_queries
+
+    import fanout
+    from fanout.config import load_config
+
+    vault, db = Path(args.vault), Path(args.db)
+    cfg = load_config("fake").replace(fake={"dim": args.dim})
+    notes = sorted(vault.rglob("*.md"))
+    queries = [q["short_query"] for q in topic_queries(args.searches, 5, args.scale_notes)]
+    out: dict = {"code": fanout.__file__}
+    with fanout.open(db, config=cfg) as kb:
+        t = time.perf_counter()
+        rep = kb.index(vault)
+        out["first_s"] = time.perf_counter() - t
+        out["chunks"] = rep.chunks
+        out["first_rss_mb"] = peak_rss_mb()
+        times = []
+        for _ in range(args.rounds):
+            t = time.perf_counter()
+            kb.index(vault)
+            times.append(time.perf_counter() - t)
+        out["nochange_s"] = statistics.median(times)
+        times = []
+        for i in range(args.rounds):
+            edit(notes[(i * 7919) % len(notes)], f"round {i}")
+            time.sleep(0.01)
+            t = time.perf_counter()
+            kb.index(vault)
+            times.append(time.perf_counter() - t)
+        out["one_note_s"] = statistics.median(times)
+        kb.search(queries[0], mode="search")
+        idle = []
+        for q in queries:
+            t = time.perf_counter()
+            kb.search(q, mode="search")
+            idle.append(time.perf_counter() - t)
+        out["search_idle_p99_ms"] = p99(idle) * 1e3
+    slow = cfg.replace(fake={"embed_sleep_s": args.embed_sleep_s})  # the same fake model, slower
+    with fanout.open(db, config=slow) as kb:
+        kb.search(queries[0], mode="search")
+        for i in range(args.round_notes):
+            edit(notes[(i * 104729 + 13) % len(notes)], f"batch {i}")
+        done = threading.Event()
+        span = {}
+
+        def round_():
+            t = time.perf_counter()
+            kb.index(vault)
+            span["s"] = time.perf_counter() - t
+            done.set()
+
+        th = threading.Thread(target=round_)
+        th.start()
+        during = []
+        i = 0
+        while not done.is_set():
+            t = time.perf_counter()
+            kb.search(queries[i % len(queries)], mode="search")
+            if not done.is_set() or not during:
+                during.append(time.perf_counter() - t)
+            i += 1
+        th.join()
+        out["round_s"] = span["s"]
+        out["searches_during"] = len(during)
+        out["search_round_p99_ms"] = p99(during) * 1e3
+    return out
+
+
+def run_version(name: str, code: Path, vault: Path, work: Path, args: argparse.Namespace) -> dict:
+    copy, db = work / f"vault-{name}", work / f"db-{name}"
+    for p in (copy, db):
+        shutil.rmtree(p, ignore_errors=True)
+    shutil.copytree(vault, copy, copy_function=shutil.copy)  # fresh mtimes: no note is older than its copy
+    time.sleep(2.5)  # past the stat fast path's racy window: the copies' stats are trusted after the first index
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--vault", str(copy), "--db", str(db),
+           "--scale-notes", str(args.scale_notes), "--rounds", str(args.rounds), "--searches", str(args.searches),
+           "--round-notes", str(args.round_notes), "--embed-sleep-s", str(args.embed_sleep_s), "--dim", str(args.dim)]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    t = time.perf_counter()
+    res = subprocess.run(cmd, check=False, env=env, cwd=str(code), capture_output=True, text=True)
+    if res.returncode:
+        sys.stderr.write(res.stderr[-4000:])
+        raise SystemExit(f"{name}: the measuring process failed ({res.returncode})")
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    got["wall_s"] = time.perf_counter() - t
+    for p in (copy, db):
+        shutil.rmtree(p, ignore_errors=True)
+    return got
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale-notes", type=int, default=20_000)
+    ap.add_argument("--baseline", default=None, help="a commit to measure beside this checkout (e.g. eb4005e)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--searches", type=int, default=200)
+    ap.add_argument("--round-notes", type=int, default=50)
+    ap.add_argument("--embed-sleep-s", type=float, default=0.002)
+    ap.add_argument("--dim", type=int, default=768, help="fake embedder's vector size (the real model's: 768)")
+    ap.add_argument("--work", default=None, help="where the vault is kept (default: a temporary folder)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--vault", help=argparse.SUPPRESS)
+    ap.add_argument("--db", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return 0
+    from synthetic_vault import synthetic_vault
+
+    with tempfile.TemporaryDirectory(prefix="fanout-incr-") as tmp:
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        vault = work / f"vault-{args.scale_notes}"
+        if not vault.exists():
+            synthetic_vault(work / "vault-tmp", args.scale_notes).rename(vault)
+        versions = {}
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        for name, rev in ([("base", args.baseline)] if args.baseline else []) + [("this", head)]:
+            code = Path(tmp) / f"code-{name}"  # the commit's tree (this checkout's edits not committed are not in it)
+            code.mkdir()
+            arch = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(code)], input=arch, check=True)
+            versions[f"{'before' if name == 'base' else 'this'} ({rev})"] = run_version(name, code, vault, work, args)
+    rows = [("first index, s", "first_s", "{:.1f}"), ("  ms per chunk", None, "{:.2f}"),
+            ("  peak RSS, MB", "first_rss_mb", "{:.0f}"), ("no change: kb.index, s", "nochange_s", "{:.3f}"),
+            ("one note edited: round, s", "one_note_s", "{:.3f}"),
+            ("search p99 idle, ms", "search_idle_p99_ms", "{:.1f}"),
+            (f"search p99 during a {args.round_notes}-note round, ms", "search_round_p99_ms", "{:.1f}"),
+            ("  that round, s / searches in it", None, ""), ]
+    names = list(versions)
+    print(f"{args.scale_notes} notes, {next(iter(versions.values()))['chunks']} chunks, fake models (dim {args.dim}),"
+          f" {os.cpu_count()} cores, load average before {os.getloadavg()[0]:.1f}")
+    print("| what | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for label, key, fmt in rows:
+        cells = []
+        for n in names:
+            v = versions[n]
+            if label.strip() == "ms per chunk":
+                cells.append(f"{v['first_s'] * 1e3 / max(1, v['chunks']):.2f}")
+            elif key is None:
+                cells.append(f"{v['round_s']:.1f} / {v['searches_during']}")
+            else:
+                cells.append(fmt.format(v[key]))
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
