@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import pyarrow as pa
 from fanout.actors._llama import load_llama, model_path, render_chat
@@ -124,30 +125,41 @@ class Reranker:
         return [self.score_segments([system, head, self.passage_tokens(p, room) + tail]) for p in passages]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        queries = batch.column("query").to_pylist()
-        passages = [p or "" for p in batch.column("passage").to_pylist()]
-        n = len(queries)
-        intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
-        groups: dict[tuple[str, str | None], dict[str, None]] = {}  # identical pairs scored once
-        for q, p, it in zip(queries, passages, intents):
-            groups.setdefault((q, it or None), {})[p] = None
-        scores: dict[tuple[str, str | None, str], float] = {}
-        for (q, it), unique_docs in groups.items():  # rows of one query together: one prefix evaluation
-            docs = list(unique_docs)
-            try:
-                for p, s in zip(docs, self.score(q, docs, it)):
-                    scores[(q, it, p)] = s
-            except Exception as exc:  # noqa: BLE001 - one bad query never kills the batch: null scores
-                self.llm.n_tokens = 0
-                self.stats["failed"] = self.stats.get("failed", 0) + len(docs)
-                log.warning("rerank failed for query %r (%d passages): %s: %s", q, len(docs),
-                            type(exc).__name__, exc)
-        self.stats["pairs"] += n
-        unique = sum(len(docs) for docs in groups.values())
-        self.stats["scored"] += len(scores)
-        self.stats["deduped"] += n - unique
-        col = [scores.get((q, it or None, p)) for q, p, it in zip(queries, passages, intents)]
-        return batch.append_column("_rerank", pa.array(col, pa.float64()))
+        return rerank_rows(batch, self.score, self.stats, Exception, self._failed)
+
+    def _failed(self, query: str, docs: list[str], exc: BaseException) -> None:
+        self.llm.n_tokens = 0
+        log.warning("rerank failed for query %r (%d passages): %s: %s", query, len(docs), type(exc).__name__, exc)
+
+
+def rerank_rows(batch: pa.Table, score: Callable[[str, list[str], str | None], list[float]],
+                stats: dict[str, int], errors: type[BaseException] | tuple[type[BaseException], ...],
+                failed: Callable[[str, list[str], BaseException], None]) -> pa.Table:
+    """`batch` (query, passage, optional intent) + `_rerank`, each distinct (query, intent) scored once over its
+    distinct passages by `score(query, passages, intent)` (rows of one query together: one prefix evaluation
+    for a local model, one request for a served one). A query whose scoring raises one of `errors` gets null
+    scores, is counted in stats["failed"] and handed to `failed` (one bad query never kills the batch)."""
+    queries = batch.column("query").to_pylist()
+    passages = [p or "" for p in batch.column("passage").to_pylist()]
+    n = len(queries)
+    intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
+    groups: dict[tuple[str, str | None], dict[str, None]] = {}  # identical pairs scored once
+    for q, p, it in zip(queries, passages, intents):
+        groups.setdefault((q, it or None), {})[p] = None
+    scores: dict[tuple[str, str | None, str], float] = {}
+    for (q, it), unique_docs in groups.items():
+        docs = list(unique_docs)
+        try:
+            for p, s in zip(docs, score(q, docs, it)):
+                scores[(q, it, p)] = s
+        except errors as exc:
+            stats["failed"] = stats.get("failed", 0) + len(docs)
+            failed(q, docs, exc)
+    stats["pairs"] += n
+    stats["scored"] += len(scores)
+    stats["deduped"] += n - sum(len(d) for d in groups.values())
+    col = [scores.get((q, it or None, p)) for q, p, it in zip(queries, passages, intents)]
+    return batch.append_column("_rerank", pa.array(col, pa.float64()))
 
 
 def _p_yes(d: float) -> float:

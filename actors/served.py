@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from fanout.actors.embedder import Embedder
 from fanout.actors.expander import KINDS, QueryExpander
-from fanout.actors.reranker import SYSTEM, USER
+from fanout.actors.reranker import SYSTEM, USER, rerank_rows
 
 from fanout.agent_fields import FIELD_KINDS
 from fanout.config import Config
@@ -264,24 +264,7 @@ class ServedReranker:
         return self.client.map(lambda d: self._logprob(query, d, instruction), docs)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        queries = batch.column("query").to_pylist()
-        passages = [p or "" for p in batch.column("passage").to_pylist()]
-        n = len(queries)
-        intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
-        groups: dict[tuple[str, str | None], dict[str, None]] = {}  # identical pairs scored once
-        for q, p, it in zip(queries, passages, intents):
-            groups.setdefault((q, it or None), {})[p] = None
-        scores: dict[tuple[str, str | None, str], float] = {}
-        for (q, it), unique_docs in groups.items():
-            docs = list(unique_docs)
-            try:
-                for p, s in zip(docs, self.score(q, docs, it)):
-                    scores[(q, it, p)] = s
-            except ModelError as exc:  # one failed query never kills the batch: null scores, counted, logged
-                self.stats["failed"] = self.stats.get("failed", 0) + len(docs)
-                log.warning("rerank failed for a query (%d passages): %s", len(docs), exc)
-        self.stats["pairs"] += n
-        self.stats["scored"] += len(scores)
-        self.stats["deduped"] += n - sum(len(d) for d in groups.values())
-        col = [scores.get((q, it or None, p)) for q, p, it in zip(queries, passages, intents)]
-        return batch.append_column("_rerank", pa.array(col, pa.float64()))
+        # a failed query (its retries spent) never kills the batch: null scores, counted, logged
+        return rerank_rows(batch, self.score, self.stats, ModelError,
+                           lambda q, docs, exc: log.warning("rerank failed for a query (%d passages): %s",
+                                                            len(docs), exc))

@@ -89,11 +89,7 @@ def save(db: str | os.PathLike, name: str, key: str, states: pa.Table, scfg: Sto
 
 def remove(db: str | os.PathLike, name: str, scfg: StorageConfig | None = None) -> bool:
     """Delete the record; True when there was one."""
-    where = path(db, name)
-    if not storage.exists(where, scfg):
-        return False
-    storage.remove(where, scfg)
-    return True
+    return storage.remove_if_there(path(db, name), scfg)
 
 
 def _crc(t: pa.Table) -> str:

@@ -65,11 +65,7 @@ def write(db: str | os.PathLike, name: str, manifest: dict[str, Any], scfg: Stor
 
 def remove(db: str | os.PathLike, name: str, scfg: StorageConfig | None = None) -> bool:
     """Delete the manifest; True when there was one."""
-    where = path(db, name)
-    if not storage.exists(where, scfg):
-        return False
-    storage.remove(where, scfg)
-    return True
+    return storage.remove_if_there(path(db, name), scfg)
 
 
 def stamp(db: str | os.PathLike, name: str, scfg: StorageConfig | None = None) -> int | None:

@@ -315,6 +315,15 @@ def remove(uri: str | os.PathLike, cfg: StorageConfig | None = None) -> None:
         fs.delete_file(path)
 
 
+def remove_if_there(uri: str | os.PathLike, cfg: StorageConfig | None = None) -> bool:
+    """Delete the file or object at `uri`; True when there was one."""
+    if not exists(uri, cfg):
+        return False
+    fs, path = filesystem(uri, cfg)
+    fs.delete_file(path)
+    return True
+
+
 def remove_tree(uri: str | os.PathLike, cfg: StorageConfig | None = None) -> None:
     """Delete a folder (or every object under a prefix) and what it holds; nothing if it does not exist."""
     import pyarrow.fs as pafs
