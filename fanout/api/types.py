@@ -107,7 +107,7 @@ class BatchResult:
     stats: dict[str, Any] = field(default_factory=dict)
     table: pa.Table | None = None
     storage: Any = None  # the config's storage section, to read `out` back (object stores included)
-    extra: Any = None  # the caller's columns joined onto the answers (fanout/api/kb.py Extra), or None
+    extra: Any = None  # the caller's columns joined onto the answers (fanout/api/batch_rows.py Extra), or None
 
     @property
     def queries(self) -> int:
