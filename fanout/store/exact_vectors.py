@@ -81,11 +81,7 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -
             _CACHE.move_to_end(key)
             return got
         if files and (got := exact_file.load(ds, column)) is not None:
-            _CACHE.pop(key, None)
-            m = _CACHE[key] = Matrix(version, got[0], got[1], got[2])
-            while len(_CACHE) > _MAX_TABLES:
-                _CACHE.popitem(last=False)
-            return m
+            return _cache(key, Matrix(version, got[0], got[1], got[2]))
         if not load:
             return None
         m = _from_previous(ds, column, got if got is not None and got.version < version else None) \
@@ -97,25 +93,17 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -
         dim = ds.schema.field(column).type.list_size
         vec = np.empty((ds.count_rows(), dim), np.float32)
         ids = np.empty(len(vec), np.int64)
+        damaged = np.empty(len(vec), bool)
         at = 0
         for b in ds.to_batches(columns=[column], with_row_id=True, batch_size=8192):  # no second whole copy
             n = b.num_rows
-            arr = b.column(column)
-            flat = arr.values.slice(arr.offset * dim, n * dim).to_numpy(zero_copy_only=False)
-            vec[at:at + n] = np.asarray(flat, np.float32).reshape(n, dim)
-            if arr.null_count:  # a missing vector is damaged: never served
-                vec[at:at + n][arr.is_null().to_numpy(zero_copy_only=False)] = np.nan
+            vec[at:at + n], damaged[at:at + n] = _unit(b.column(column), dim)
             ids[at:at + n] = b.column("_rowid").to_numpy()
             at += n
-        vec, ids = vec[:at], ids[:at]
+        vec, ids, damaged = vec[:at], ids[:at], damaged[:at]
         if len(ids) > 1 and not (np.diff(ids) > 0).all():
             order = np.argsort(ids, kind="stable")
-            vec, ids = vec[order], ids[order]
-        norms = np.linalg.norm(vec, axis=1)
-        damaged = ~np.isfinite(norms) | (norms == 0)
-        vec /= np.where(damaged, 1.0, norms)[:, None]
-        if damaged.any():
-            vec[damaged] = 0.0
+            vec, ids, damaged = vec[order], ids[order], damaged[order]
         m = Matrix(version, ids, np.ascontiguousarray(vec), damaged)
         log.info("loaded %d x %d vectors of %s (version %d) for exact search: %.0f MB", len(vec), dim, key,
                  version, m.nbytes / 2**20)
@@ -128,6 +116,13 @@ def _keep(key: str, ds, column: str, m: Matrix, files: bool) -> Matrix:
     if files and exact_file.save(ds, column, m.ids, m.vectors, m.damaged) and \
             (got := exact_file.load(ds, column)) is not None:
         m = Matrix(m.version, got[0], got[1], got[2])
+    return _cache(key, m)
+
+
+def _cache(key: str, m: Matrix) -> Matrix:
+    """`m` as this process's copy of table `key` (replacing an older version's), the least recently used table
+    dropped past _MAX_TABLES."""
+    _CACHE.pop(key, None)
     _CACHE[key] = m
     while len(_CACHE) > _MAX_TABLES:
         _CACHE.popitem(last=False)
@@ -135,7 +130,8 @@ def _keep(key: str, ds, column: str, m: Matrix, files: bool) -> Matrix:
 
 
 def _unit(arr: pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(unit vectors, damaged) of a vector column's chunk, as `matrix` makes them."""
+    """(unit vectors, damaged) of a vector column's chunk: a missing, non-finite or zero vector is damaged (zero,
+    never served)."""
     n = len(arr)
     flat = arr.values.slice(arr.offset * dim, n * dim).to_numpy(zero_copy_only=False)
     vec = np.array(np.asarray(flat, np.float32).reshape(n, dim))
