@@ -42,26 +42,20 @@ def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | Non
     """
     nodes = runner.nodes()
     total_cpu = sum(n["Resources"].get("CPU", 0) for n in nodes)
-    want = 0.0
-    short = False  # a pool with fewer places than actors on the nodes that suit it
+    pools = []  # (spec, its actors, the places the nodes that suit it have for them)
     for i, spec in enumerate(specs):
         acfg = runner.cfg.pool(spec.pool)
-        count = sizes[i] if sizes else 1 if spec.single else acfg.count
         suit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
-        room = sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in suit)
-        short = short or count > room
-        want += count * acfg.num_cpus
-    want += reserve  # a read task (a caller's Dataset: one whole task of theirs)
+        pools.append((spec, sizes[i] if sizes else 1 if spec.single else acfg.count,
+                      sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in suit)))
+    want = reserve + sum(count * runner.cfg.pool(spec.pool).num_cpus for spec, count, _ in pools)
     free = total_cpu - reserve
-    if fit and runner.cfg.runner.fit_pools and (short or want > total_cpu + 1e-9) \
-            and free >= MIN_POOL_CPUS * len(specs):
+    if fit and runner.cfg.runner.fit_pools and free >= MIN_POOL_CPUS * len(specs) \
+            and (want > total_cpu + 1e-9 or any(count > room for _, count, room in pools)):
         fit_pools(runner, specs, min(1.0, free / max(want - reserve, 1e-9)))
         return check_fits(runner, specs, sizes, reserve, fit=False)
-    for i, spec in enumerate(specs):
-        acfg = runner.cfg.pool(spec.pool)
-        count = sizes[i] if sizes else 1 if spec.single else acfg.count
-        suit = pool_nodes(runner, spec.pool, spec.role is not None, nodes)
-        if count > sum(int(n["Resources"]["CPU"] // acfg.num_cpus) for n in suit):
+    for spec, count, room in pools:
+        if count > room:
             raise runner.placement_error(spec.pool, model=spec.role is not None)
     if want > total_cpu + 1e-9:
         theirs = (f", plus {reserve:g} for your Dataset's own tasks (a read or .filter() task asks for one CPU)"
