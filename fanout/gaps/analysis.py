@@ -34,9 +34,18 @@ import pyarrow as pa
 
 from fanout.config import Config, GapsConfig
 from fanout.errors import UserError
-from fanout.gaps.groups import Group, cluster, make_groups, mark_lacking, page_headings
+from fanout.gaps.groups import (
+    Group,
+    Query,
+    Text,
+    add_query,
+    cluster,
+    make_groups,
+    mark_lacking,
+    page_headings,
+)
 from fanout.gaps.previous import lost_pages
-from fanout.gaps.read import BANDS, READ_ROWS, ReadStats, read_answers, text_key
+from fanout.gaps.read import READ_ROWS, ReadStats, read_answers, text_key
 
 if TYPE_CHECKING:
     from fanout.exec.runner import Runner
@@ -47,15 +56,6 @@ FLAGGED = pa.schema([("qid", pa.string()), ("query", pa.string()), ("group_id", 
                      ("band", pa.string()), ("score", pa.float64())])
 
 # -- one record per query, flagged ones kept -----------------------------------------------------------
-@dataclass
-class Query:
-    qid: str
-    query: str
-    score: float  # best score of its pages (0 when none came back)
-    band: str
-    pages: list[tuple[str, str, float]]  # (path, title, score) of its top pages, best first
-
-
 def band_of(score: float, g: GapsConfig) -> str | None:
     return "unanswered" if score < g.unanswered_below else "weak" if score < g.weak_below else None
 
@@ -122,30 +122,6 @@ def flagged_queries(tables: Iterator[pa.Table], g: GapsConfig, want_index: str, 
 
 
 # -- by text, vectors, groups ------------------------------------------------------------------------------
-@dataclass
-class Text:
-    text: str  # the first spelling seen
-    asks: int = 0
-    score: float = 0.0  # best score over its asks
-    bands: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BANDS, 0))
-    pages: dict[str, tuple[str, float, int]] = field(default_factory=dict)  # path -> (title, best, asks)
-
-
-def add_query(texts: dict[str, Text], q: Query) -> str:
-    """Count one flagged query under its text; returns the text key."""
-    key = text_key(q.query)
-    t = texts.get(key)
-    if t is None:
-        t = texts[key] = Text(q.query)
-    t.asks += 1
-    t.score = max(t.score, q.score)
-    t.bands[q.band] += 1
-    for path, title, score in q.pages:
-        old = t.pages.get(path, (title, 0.0, 0))
-        t.pages[path] = (title, max(old[1], score), old[2] + 1)
-    return key
-
-
 SPOOL = pa.schema([("qid", pa.string()), ("query", pa.string()), ("key", pa.string()), ("band", pa.string()),
                    ("score", pa.float64())])
 

@@ -5,18 +5,49 @@ and bands the answers and calls these)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from fanout.config import Config, GapsConfig
-from fanout.gaps.read import BANDS
+from fanout.gaps.read import BANDS, text_key
 from fanout.text import stem_key, terms
 
-if TYPE_CHECKING:
-    from fanout.gaps.analysis import Text
+
+# -- one flagged query, and the queries of one text ---------------------------------------------------
+@dataclass
+class Query:
+    qid: str
+    query: str
+    score: float  # best score of its pages (0 when none came back)
+    band: str
+    pages: list[tuple[str, str, float]]  # (path, title, score) of its top pages, best first
+
+
+@dataclass
+class Text:
+    text: str  # the first spelling seen
+    asks: int = 0
+    score: float = 0.0  # best score over its asks
+    bands: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BANDS, 0))
+    pages: dict[str, tuple[str, float, int]] = field(default_factory=dict)  # path -> (title, best, asks)
+
+
+def add_query(texts: dict[str, Text], q: Query) -> str:
+    """Count one flagged query under its text; returns the text key."""
+    key = text_key(q.query)
+    t = texts.get(key)
+    if t is None:
+        t = texts[key] = Text(q.query)
+    t.asks += 1
+    t.score = max(t.score, q.score)
+    t.bands[q.band] += 1
+    for path, title, score in q.pages:
+        old = t.pages.get(path, (title, 0.0, 0))
+        t.pages[path] = (title, max(old[1], score), old[2] + 1)
+    return key
+
 
 GROUPS = pa.schema([("group_id", pa.int32()), ("name", pa.string()), ("asks", pa.int64()),
                     ("queries", pa.int64()), ("lost", pa.int64()), ("unanswered", pa.int64()), ("weak", pa.int64()),
