@@ -22,15 +22,25 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from fanout.api.types import as_path
 
 if TYPE_CHECKING:
-    from fanout.api.kb import KnowledgeBase
+    from fanout.config import Config
     from fanout.pipelines.index import IndexReport
 
 log = logging.getLogger(__name__)
+
+
+class Indexes(Protocol):
+    """What a watcher needs of its KnowledgeBase (a protocol, so this module does not import kb.py, which
+    imports it)."""
+
+    cfg: Config
+
+    def index(self, vault: str | os.PathLike, *, progress: bool | Callable[[int, int], Any] = False) -> IndexReport:
+        ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ class Watcher:
     resume anyway). `rounds` counts the rounds done, `last` is the latest `WatchRound`, `wait(n, timeout)`
     blocks until `n` rounds are done. `on_round` is called with each `WatchRound` from the watcher's thread."""
 
-    def __init__(self, kb: KnowledgeBase, vault: str | os.PathLike, *, initial: bool = True,
+    def __init__(self, kb: Indexes, vault: str | os.PathLike, *, initial: bool = True,
                  on_round: Callable[[WatchRound], Any] | None = None,
                  progress: bool | Callable[[int, int], Any] = False):
         from fanout.io.watch import VaultEvents
