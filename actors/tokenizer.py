@@ -13,6 +13,7 @@ from fanout.actors._llama import _quiet_stderr, load_backends, model_path
 from fanout.actors.embedder import format_prompt
 
 from fanout.config import Config
+from fanout.models.served import ServedClient, ServedTokens
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +42,48 @@ class PromptCounter:
             return len(self.llm.tokenize(prompt, add_bos=True))
 
 
-_SHARED: dict[tuple, PromptCounter] = {}
+class ServedCounter:
+    """PromptCounter's count for a served embedder, by its server's tokenizer (fanout/models/served.py
+    ServedTokens): the same chunks as the local model makes of the same notes. Built by `shared_counter` only
+    when the server has a tokenize endpoint."""
+
+    def __init__(self, cfg: Config, tokens: ServedTokens, first: int):
+        self.style, self.limit, self.tokens = cfg.models.embed_prompt, cfg.embedder.n_ctx, tokens
+        self.counted = 0
+        self.first = first  # the probe's count: proves the endpoint answers
+
+    def __call__(self, text: str, title: str | None = None) -> int:
+        prompt = format_prompt(self.style, "document", text, title)
+        size = len(prompt.encode("utf-8"))
+        if size + 1 < self.limit:
+            return size + 1
+        n = self.tokens.count(prompt)
+        self.counted += 1
+        return n if n is not None else size + 1  # the endpoint went away mid-run: the upper bound
+
+
+def _served_counter(cfg: Config) -> ServedCounter | None:
+    spec = cfg.served("embedder")
+    assert spec is not None
+    tokens = ServedTokens(ServedClient(spec, cfg.remote, "embedder"))
+    first = tokens.count(format_prompt(cfg.models.embed_prompt, "document", "fanout", None))
+    return None if first is None else ServedCounter(cfg, tokens, first)
+
+
+_SHARED: dict[tuple, PromptCounter | ServedCounter | None] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_counter(cfg: Config) -> PromptCounter:
-    """One PromptCounter per embedder and prompt format in this process: loading and freeing the tokenizer took
-    ~1.2 s of every index run, so each round of `--watch` paid it (docs/performance.md#watch-mode)."""
+def shared_counter(cfg: Config) -> PromptCounter | ServedCounter | None:
+    """One counter per embedder and prompt format in this process (loading and freeing the tokenizer took ~1.2 s
+    of every index run, so each round of `--watch` paid it): the local model's tokenizer, or a served
+    embedder's server's (`remote.tokenize: auto`); None when a served embedder's server has no tokenize endpoint
+    or `remote.tokenize: estimate` (the chunker's estimate alone)."""
+    served = cfg.served("embedder") is not None
+    if served and cfg.remote.tokenize == "estimate":
+        return None
     key = (cfg.models.embedder, cfg.models.cache_dir, cfg.models.embed_prompt, cfg.embedder.n_ctx)
     with _SHARED_LOCK:
         if key not in _SHARED:
-            _SHARED[key] = PromptCounter(cfg)
+            _SHARED[key] = _served_counter(cfg) if served else PromptCounter(cfg)
         return _SHARED[key]

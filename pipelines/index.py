@@ -228,8 +228,8 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     acfg = cfg.embedder
     group = max(64, acfg.count * acfg.batch_size * 2)
     count = None
-    # a served embedder's tokenizer is on its server: chunks keep the chunker's estimated-token budget
-    if cfg.chunk.check_context and todo.num_rows and cfg.served("embedder") is None:
+    # a served embedder's tokenizer is on its server (remote.tokenize): None there keeps the estimated budget
+    if cfg.chunk.check_context and todo.num_rows:
         from fanout.actors.tokenizer import shared_counter
 
         count = shared_counter(cfg)  # loaded once per process: a watcher's rounds reuse it

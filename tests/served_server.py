@@ -24,8 +24,9 @@ class FakeServer:
     queues faults for the next requests to that endpoint; `srv.requests` lists (path, headers, body) seen."""
 
     def __init__(self, dim: int = 32, salt: str = "", delay_s: float = 0.0, stall_s: float = 2.0,
-                 chat: str = "lines"):
+                 chat: str = "lines", tokenize: bool = False):
         self.dim, self.salt, self.delay_s, self.stall_s, self.chat = dim, salt, delay_s, stall_s, chat
+        self.tokenize = tokenize  # answer POST /tokenize (at the root, as llama-server does): words + 1 (BOS)
         self.faults: dict[str, list[str]] = {}
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.in_flight = self.max_in_flight = 0
@@ -144,6 +145,8 @@ class FakeServer:
             choice = {"index": 0, "finish_reason": "stop"}
             choice.update({"message": {"role": "assistant", "content": text}} if path.startswith("chat") else {"text": text})
             return self.send(h, 200, {"choices": [choice]})
+        if path == "/tokenize" and self.tokenize:
+            return self.send(h, 200, {"tokens": list(range(len(body["content"].split()) + 1))})
         return self.send(h, 404, {"error": f"no endpoint {path}"})
 
     def expansion(self, body: dict[str, Any], fault: str) -> str:

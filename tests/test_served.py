@@ -307,3 +307,31 @@ def test_a_batch_stopped_by_an_outage_resumes_without_loss_or_repeats(srv, tmp_p
     assert srv.embedded == 12  # each query's text embedded once over the two runs
     assert (tmp_path / "out.jsonl").read_text() == (tmp_path / "clean.jsonl").read_text()
     assert KEY not in (tmp_path / "out.jsonl").read_text()  # the batch output holds no key either
+
+
+def test_chunk_tokens_are_counted_by_the_servers_tokenizer_where_it_has_one(caplog):
+    """remote.tokenize auto: the first tokenize endpoint that answers counts a long chunk's prompt (so a served
+    embedder's chunks are the local model's); a server with none, or `estimate`, leaves the chunker's estimate."""
+    from fanout.actors.embedder import format_prompt
+    from fanout.actors.tokenizer import ServedCounter, shared_counter
+
+    from fanout.config import load_config
+
+    long = " ".join(["word"] * 300)  # over embedder.n_ctx bytes: counted by the server, not bounded by its bytes
+    with FakeServer(tokenize=True) as s:
+        cfg = load_config("local").replace(models={"embedder": f"openai:emb@{s.url}"})
+        counter = shared_counter(cfg)
+        assert isinstance(counter, ServedCounter)
+        want = len(format_prompt(cfg.models.embed_prompt, "document", long, "T").split()) + 1
+        assert counter(long, "T") == want
+        assert counter("short", "T") == len(format_prompt(cfg.models.embed_prompt, "document", "short", "T").encode()) + 1
+        paths = [p for p, _, _ in s.requests]
+        assert paths[0] == "/extras/tokenize/count" and set(paths[1:]) == {"/tokenize"}  # found once, then kept
+        assert shared_counter(cfg) is counter  # one per process and embedder
+    with FakeServer() as s, caplog.at_level(logging.WARNING):
+        cfg = load_config("local").replace(models={"embedder": f"openai:emb@{s.url}"})
+        assert shared_counter(cfg) is None
+        assert "no tokenize endpoint" in caplog.text
+        est = cfg.replace(models={"embedder": f"openai:emb2@{s.url}"}, remote={"tokenize": "estimate"})
+        before = len(s.requests)
+        assert shared_counter(est) is None and len(s.requests) == before  # estimate asks nothing

@@ -80,9 +80,9 @@ def test_served_embedder_equals_the_in_actor_one_on_the_sample_vault(tmp_path, l
     from fanout.exec.runner import Runner
     from fanout.store.db import Collection
 
-    # the same chunks both ways (a served embedder has no local tokenizer to check the context with), and the
-    # same groups of 8 texts a call as the in-actor embedder (llama.cpp's sums follow the decode's shape)
-    local = load_config("local").replace(chunk={"check_context": False}, cache={"enabled": False})
+    # the same chunks both ways (the served embedder's are counted by its server's /extras/tokenize/count), and
+    # the same groups of 8 texts a call as the in-actor embedder (llama.cpp's sums follow the decode's shape)
+    local = load_config("local").replace(cache={"enabled": False})
     served = local.replace(models={"embedder": f"openai:embeddinggemma@{llama_server}"},
                            remote={"batch_size": 8, "concurrency": 1})
     vault, q = tmp_path / "vault", tmp_path / "queries.jsonl"
@@ -112,6 +112,23 @@ def test_served_embedder_equals_the_in_actor_one_on_the_sample_vault(tmp_path, l
     assert pages == [[(r["path"], r["rank"]) for r in row["results"]] for row in res_b]
     for ra, rb in zip(res_a, res_b):
         np.testing.assert_allclose([r["score"] for r in ra["results"]], [r["score"] for r in rb["results"]], atol=1e-3)
+
+
+def test_served_token_counts_equal_the_local_tokenizer(llama_server):
+    """Every sample note's prompt (EN and RU, a title each) counted by the server's tokenizer and by the local
+    vocab-only load: the same numbers, so the chunker cuts the same chunks for both embedders."""
+    from fanout.actors.tokenizer import PromptCounter, ServedCounter, shared_counter
+
+    from fanout.config import load_config
+
+    local = load_config("local")
+    served = local.replace(models={"embedder": f"openai:embeddinggemma@{llama_server}"})
+    a, b = PromptCounter(local), shared_counter(served)
+    assert isinstance(b, ServedCounter)
+    notes = sorted((ROOT / "samples" / "vault").rglob("*.md"))
+    texts = [(p.read_text(encoding="utf-8")[:3000], p.stem) for p in notes]
+    assert sum(len(t.encode()) > local.embedder.n_ctx for t, _ in texts) >= 10  # most go to the tokenizers
+    assert [a(t, title) for t, title in texts] == [b(t, title) for t, title in texts]
 
 
 def test_served_expander_and_reranker_answer(tmp_path):

@@ -96,6 +96,10 @@ class RemoteConfig:
     # what /v1/rerank's relevance_score is: probability (0..1: TEI, vLLM cross-encoders; clamped) or logit
     # (llama-server returns the raw score: a sigmoid makes it 0..1, as fanout's blend expects)
     rerank_score: Literal["probability", "logit"] = "probability"
+    # how a served embedder's chunks are measured against embedder.n_ctx: auto asks the server's own tokenize
+    # endpoint (llama-cpp-python's /extras/tokenize/count, /tokenize of llama-server, vLLM and TEI), so the chunks
+    # are the local model's; a server without one, or estimate, cuts by the chunker's estimate (chars_per_token)
+    tokenize: Literal["auto", "estimate"] = "auto"
 
     def validate(self) -> None:
         _at_least("remote", self, 1, "concurrency", "batch_size")
@@ -104,6 +108,7 @@ class RemoteConfig:
         _check(self.num_cpus > 0, f"remote.num_cpus must be > 0 (fractional is fine), got {self.num_cpus}")
         for name, allowed in (("expand_api", ("chat", "completions")),
                               ("structured", ("auto", "grammar", "json_schema", "none")),
-                              ("rerank_api", ("logprobs", "rerank")), ("rerank_score", ("logit", "probability"))):
+                              ("rerank_api", ("logprobs", "rerank")), ("rerank_score", ("logit", "probability")),
+                              ("tokenize", ("auto", "estimate"))):
             _check(getattr(self, name) in allowed,
                    f"remote.{name} must be one of {sorted(allowed)}, got {getattr(self, name)!r}")

@@ -130,12 +130,12 @@ class ServedClient:
         if conn is not None:
             conn.close()
 
-    def _send(self, path: str, data: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _send(self, url_path: str, data: bytes) -> tuple[int, dict[str, str], bytes]:
         """One POST on this thread's connection; a kept connection the server had closed is reopened once."""
         for _ in range(2):
             conn, fresh = self._connection()
             try:
-                conn.request("POST", f"{self._prefix}/{path}", body=data, headers=self._headers)
+                conn.request("POST", url_path, body=data, headers=self._headers)
                 r = conn.getresponse()
                 body = r.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
@@ -151,11 +151,17 @@ class ServedClient:
             return r.status, {k.lower(): v for k, v in r.getheaders()}, body
         raise ConnectionError("the server closed the connection twice")
 
-    def post(self, path: str, payload: dict[str, Any], what: str, retries: int | None = None) -> Any:
+    def post(self, path: str, payload: dict[str, Any], what: str, retries: int | None = None,
+             at_root: bool = False) -> Any:
         """POST `payload` to `<base_url>/<path>` and return the decoded JSON answer; `what` says what was sent
         (for messages: "POST /embeddings of 32 texts"). Retries as the module docstring says, `retries` times
-        when given (else remote.max_retries). A ModelError after an HTTP answer carries its `status`."""
-        url = f"{self.spec.base_url}/{path}"
+        when given (else remote.max_retries). A ModelError after an HTTP answer carries its `status`.
+        `at_root`: the path is under the server's root, the base URL less a trailing /v1 (servers keep their
+        own endpoints such as /tokenize there)."""
+        prefix = self._prefix.removesuffix("/v1") if at_root else self._prefix
+        url_path = f"{prefix}/{path}"
+        base = self.spec.base_url.rstrip("/")
+        url = f"{base.removesuffix('/v1') if at_root else base}/{path}"
         data = json.dumps(payload).encode("utf-8")
         attempt, limit = 0, self.rcfg.max_retries if retries is None else retries
         while True:
@@ -163,7 +169,7 @@ class ServedClient:
             with self._lock:
                 self.stats["requests"] += 1
             try:
-                code, headers, body = self._send(path, data)
+                code, headers, body = self._send(url_path, data)
                 text = body.decode("utf-8", "replace")
                 status = code if not 200 <= code < 300 else None
                 if status is None:
@@ -256,6 +262,67 @@ class ServedClient:
             raise self.error(what, f"vectors of different sizes {sorted({len(v) for v in out})} in one answer",
                              "the server mixes models: point models.embedder at one model")
         return out
+
+
+# a text's token count on a server, per server kind: (path under the server's root, what answers there). The
+# `tokenize` body carries each kind's field names at once (llama-server: content/add_special, vLLM:
+# prompt/add_special_tokens, TEI: inputs/add_special_tokens); every kind counts with the model's BOS, as the
+# local tokenizer does (fanout/actors/tokenizer.py)
+TOKENIZE = (("extras/tokenize/count", "llama-cpp-python's server"), ("tokenize", "llama-server, vLLM or TEI"))
+
+
+class ServedTokens:
+    """`count(text)`: the tokens of `text` by the served embedder's own tokenizer, from its server's tokenize
+    endpoint (the first of TOKENIZE that answers, found on the first call); None when the server has none
+    (Ollama, a proxy that exposes /v1 only): the caller falls back to the chunker's estimate."""
+
+    def __init__(self, client: ServedClient):
+        self.client = client
+        self.path: str | None = None
+        self.tried = False
+        self.lock = threading.Lock()
+
+    def _body(self, path: str, text: str) -> dict[str, Any]:
+        model = self.client.spec.model
+        if path.startswith("extras/"):
+            return {"model": model, "input": text}
+        return {"model": model, "content": text, "add_special": True, "prompt": text, "add_special_tokens": True,
+                "inputs": text}
+
+    def _count(self, path: str, text: str) -> int:
+        what = f"POST /{path} of a {len(text)}-character text"
+        body = self.client.post(path, self._body(path, text), what, at_root=True)
+        if isinstance(body, dict) and isinstance(body.get("count"), int):
+            return body["count"]
+        if isinstance(body, dict) and isinstance(body.get("tokens"), list):
+            return len(body["tokens"])
+        if isinstance(body, list) and body and isinstance(body[0], list):  # TEI: one token list per input
+            return len(body[0])
+        raise self.client.error(what, "the answer holds no token count or token list",
+                                "set remote.tokenize: estimate to count by the chunker's estimate")
+
+    def count(self, text: str) -> int | None:
+        if self.path is not None:
+            return self._count(self.path, text)
+        with self.lock:
+            if self.tried:
+                return None if self.path is None else self._count(self.path, text)
+            self.tried = True
+            for path, kind in TOKENIZE:
+                try:
+                    n = self._count(path, text)
+                except ModelError as e:
+                    status = getattr(e, "status", None)
+                    if status is None or not 400 <= status < 500:  # down or failing, not "no such endpoint"
+                        raise
+                    continue
+                self.path = path
+                log.info("%s: chunk tokens counted by the server's /%s (%s)", self.client.backend, path, kind)
+                return n
+        log.warning("%s: the server has no tokenize endpoint (%s): chunks are cut by the chunker's estimate, "
+                    "so a chunk may exceed the server's context", self.client.backend,
+                    ", ".join(f"/{p}" for p, _ in TOKENIZE))
+        return None
 
 
 def probe_vectors(client: ServedClient) -> list[list[float]]:
