@@ -232,9 +232,7 @@ class Retrieve:
         sent = sent_rows([{"qid": q, "vid": v["vid"], "kind": v["kind"]}
                           for q, e, vs in zip(qids, errors, variants) if e is None for v in vs or []],
                          self.cfg.retrieve.lanes)
-        weights = {(q, w["vid"]): w["weight"] for q, ws in zip(qids, batch.column("_weights").to_pylist())
-                   for w in ws or []} if "_weights" in batch.column_names else None  # clean_fields
-        fused = fuse_rows(hits, self.cfg.fuse, ok_qids, sent, keep=self.keep, weights=weights)
+        fused = fuse_rows(hits, self.cfg.fuse, ok_qids, sent, keep=self.keep)
         chunks = fetch_chunks(self.col, {r["chunk_id"] for r in fused}, self.cfg.cache.memory_rows)
         qtext = {q: t for q, t, e in zip(qids, queries, errors) if e is None}  # ok qids are unique
         lex = {q: [v["text"] for v in vs or [] if v["kind"] == "lex"]  # an agent's short_query, keywords
@@ -264,5 +262,5 @@ class Retrieve:
                 by_qid[h["qid"]].append({k: v for k, v in h.items() if k != "qid"})
             batch = set_column(batch, "_hits", pa.array([by_qid.get(q, []) if e is None else None
                                                   for q, e in zip(qids, errors)], pa.list_(HIT)))
-        drop = [c for c in ("_probe", "vectors", "_where", "_title_hits", "_weights") if c in batch.column_names]
+        drop = [c for c in ("_probe", "vectors", "_where", "_title_hits") if c in batch.column_names]
         return batch.drop_columns(drop)

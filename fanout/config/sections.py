@@ -264,50 +264,24 @@ class ExpandConfig:
 
 @dataclass(frozen=True)
 class CleanConfig:
-    """Field hygiene (pipelines/clean_fields.py): repairs the shapes a weak writer gives its fields."""
+    """Field hygiene (pipelines/clean_fields.py): repairs the shapes a weak writer gives its fields. The rules
+    kept are those that helped weak fields and never hurt the strong agent's (docs/benchmark.md#weak-fields-field-
+    hygiene); the rejected opt-in rules are at the tag experiment/clean-opt-in-rules."""
 
-    # Chosen on en-base and en-tricky; the Russian sets, run afterwards, changed no value (bench/weak_fields/
-    # hygiene.yaml; docs/benchmark.md#weak-fields-field-hygiene). On: the rules that helped weak fields and
-    # never hurt the strong agent's.
     enabled: bool = True  # run the CleanFields stage at all (after ExpandQueries)
     sources: tuple[str, ...] = ("agent", "cache", "model", "fallback")  # variant sources cleaned
-    split_lists: bool = False  # a comma/semicolon short_query becomes one lex per item (off: -0.003/-0.005 weak)
-    max_list_items: int = 3  # items kept from such a list
-    lex_max_words: int = 4  # a longer lex keeps its first distinctive terms (0 = off; +0.003 weak en-base)
-    snap_titles: bool = False  # a lex naming a title/alias also searches it (off: strong -0.009/-0.005)
-    max_snaps: int = 2  # titles added per lex
-    snap_min_cover: float = 0.5  # a title's words must be at least this share of the lex's content words
-    fuzzy_cutoff: float = 0.88  # difflib ratio for a misspelt whole title (0 = off)
+    lex_max_words: int = 4  # a longer lex keeps its first distinctive terms (0 = off)
     foreign_lex_to_vec: bool = True  # a lex in no language of the notes (and no title) goes to vectors
-    question_answer: Literal["keep", "vec", "drop"] = "keep"  # a question in expected_answer (vec: -0.007 weak)
     meta_answer: Literal["keep", "strip", "drop"] = "strip"  # "the documentation should explain X" -> X
-    # titles named in rephrased_query / expected_answer become lex variants: never, only when no lex is a
-    # title already, or always
-    mine_titles: Literal["off", "weak", "always"] = "off"
-    max_mined: int = 2  # titles mined per query
-    w_mined: float = 1.0  # fusion weight multiplier of a mined title
-    max_family: int = 0  # a snapped/mined title whose words recur in more other titles is skipped (0 = off)
-    w_snap: float = 1.0  # fusion weight multiplier of a snapped title
-    w_copied_lex: float = 1.0  # ... of a lex whose words all come from the question
-    w_question_answer: float = 1.0  # ... of a question-shaped expected_answer
-    w_meta_answer: float = 1.0  # ... of an expected_answer whose "documentation" frame was stripped
-    w_foreign: float = 1.0  # ... of a field in no language of the notes
 
     def validate(self) -> None:
         srcs = ("agent", "cache", "model", "fallback")
         bad = [s for s in self.sources if s not in srcs]
         _check(not bad, f"clean.sources must be some of {sorted(srcs)}, got {list(self.sources)}")
-        for name, allowed in (("question_answer", ("drop", "keep", "vec")), ("meta_answer", ("drop", "keep", "strip")),
-                              ("mine_titles", ("always", "off", "weak"))):
-            _check(getattr(self, name) in allowed,
-                   f"clean.{name} must be one of {sorted(allowed)}, got {getattr(self, name)!r}")
-        _at_least("clean", self, 1, "max_list_items")
-        _at_least("clean", self, 0, "lex_max_words", "max_family", note=" (0 = off)")
-        _at_least("clean", self, 0, "max_snaps", "max_mined")
-        _check(0 <= self.snap_min_cover <= 1, f"clean.snap_min_cover must be in [0, 1], got {self.snap_min_cover}")
-        _check(0 <= self.fuzzy_cutoff <= 1, f"clean.fuzzy_cutoff must be in [0, 1] (0 = off), got {self.fuzzy_cutoff}")
-        _at_least("clean", self, 0, "w_mined", "w_snap", "w_copied_lex", "w_question_answer", "w_meta_answer",
-                  "w_foreign", note=" (0 drops the variant)")
+        allowed = ("drop", "keep", "strip")
+        _check(self.meta_answer in allowed,
+               f"clean.meta_answer must be one of {sorted(allowed)}, got {self.meta_answer!r}")
+        _at_least("clean", self, 0, "lex_max_words", note=" (0 = off)")
 
 
 @dataclass(frozen=True)
