@@ -2,8 +2,7 @@
 
 score(page) = sum over lists of w_list / (k + rank) + a top-rank bonus (qmd: +0.05 for a 1st place in any
 list, +0.02 for a 2nd-3rd place, counted once per page). The original query's lists weigh `w_original`,
-each variant kind its own weight, the exact alias lane `w_alias`, the title/heading vector lanes (issue 11)
-`w_title_vec` / `w_heading_vec`. Each page keeps the chunk of its best (highest-contribution) list as its
+each variant kind its own weight, the exact alias lane `w_alias`. Each page keeps the chunk of its best (highest-contribution) list as its
 best chunk.
 
 `_norm` is what `--min-score` filters on, calibrated so that it separates real matches from noise:
@@ -32,10 +31,6 @@ _ROUTES = LANE_KINDS
 def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
     if lane == "alias":
         return cfg.w_alias
-    if lane == "title_vec":
-        return cfg.w_title_vec
-    if lane == "heading_vec":
-        return cfg.w_heading_vec
     w = {"orig": cfg.w_original, "lex": cfg.w_lex, "vec": cfg.w_vec, "hyde": cfg.w_hyde}[kind]
     return w * cfg.fts_scale if lane == "fts" else w
 

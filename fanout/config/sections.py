@@ -290,14 +290,11 @@ class RetrieveConfig:
     fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, docs/benchmark.md)
     fts_boost_heading: float = 1.0  # heading path
     fts_boost_body: float = 1.0  # chunk text
-    # which lanes run (ablations turn some off); + title_vec / heading_vec (pipelines/retrieve_titles.py):
-    # off, each lowered no-agent nDCG@5 on three of the four sets (docs/benchmark.md#without-an-agent)
+    # which lanes run (ablations turn some off)
     lanes: tuple[str, ...] = ("fts", "vec", "alias")
     hyde_prompt: Literal["query", "document"] = "document"  # embed hyde lines with the document prompt
     snippet_tokens: int = 60  # a result's snippet: the ~60-token run of lines with the most query terms
     snippet_chars: int = 300  # ... cut to this many characters around its first term (display cuts further)
-    title_role: Literal["query", "document"] = "document"  # embedder prompt of title/alias/heading vectors (not tuned)
-    heading_text: Literal["heading", "breadcrumb"] = "breadcrumb"  # embed "title > heading" or the heading (not tuned)
     # full-text results as row ids, their path/chunk_id taken from the pinned version's rows in memory (built
     # once per version: ~100 MB per million chunks per retrieval process); above this many chunks each call
     # reads the two columns itself. Results are identical; the memory path costs less CPU per call
@@ -351,8 +348,6 @@ class FuseConfig:
     w_vec: float = 1.0  # weight of vec variants (paraphrases)
     w_hyde: float = 1.0  # weight of hyde variants (answer-shaped sentences)
     w_alias: float = 2.0  # weight of the exact title/alias lane
-    w_title_vec: float = 1.0  # weight of the query-vector-vs-title/alias-vectors lane (1 and 2 tried, EN sets)
-    w_heading_vec: float = 1.0  # weight of the query-vector-vs-heading-vectors lane (only 1 tried, EN sets)
     fts_scale: float = 0.5  # multiplies the weight of every full-text list (English sweep, docs/benchmark.md)
     bonus_first: float = 0.05  # added once for a page ranked 1st in any list
     bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
