@@ -62,9 +62,8 @@ MAX_MESSAGE = 1000  # a config error message is cut to this many characters
 class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     fake: FakeConfig = field(default_factory=FakeConfig)
-    # n_batch / n_ubatch: bench/kernels.py sweep (docs/performance.md has the numbers): the embedder is
-    # fastest per token at 512 with one long chunk or <= 8 short texts per decode; 1024/2048 packing was
-    # 15-25% slower. Expander/reranker: 64/64..512/512 measured equal; llama-cpp-python's 512/512 stays.
+    # n_batch / n_ubatch 512: the embedder's fastest per token; the expander and reranker did not care
+    # (docs/performance.md#model-calls-on-the-cpu)
     embedder: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=512, batch_size=8, n_batch=512,
                                                                       n_ubatch=512))
     expander: ActorConfig = field(default_factory=lambda: ActorConfig(num_cpus=0.5, n_ctx=1024, batch_size=8,
