@@ -116,6 +116,9 @@ def test_bad_config_values_name_the_key():
         load_config("fake").replace(clean={"sources": ["agent", "oracle"]})
     with pytest.raises(ConfigError, match="clean.lex_max_words must be >= 0"):
         load_config("fake").replace(clean={"lex_max_words": -1})
+    # a rule that was measured, left off and removed: the message says so and where the figures are
+    with pytest.raises(ConfigError, match=r"clean.snap_titles was removed: .*experiment/clean-opt-in-rules"):
+        load_config("fake").replace(clean={"snap_titles": True})
 
 
 def test_the_stage_cleans_a_batch_in_the_search_pipeline(tmp_path, fake_cfg, fake_runner):

@@ -160,6 +160,22 @@ RETIRED = {
 }
 
 
+# Settings of experiments that were measured, left off and removed: the message says where the figures are
+_LANES_GONE = "docs/benchmark.md#without-an-agent; git tag experiment/title-heading-lanes"
+_REMOVED = {
+    "clean": (("split_lists", "max_list_items", "snap_titles", "max_snaps", "snap_min_cover", "fuzzy_cutoff",
+               "question_answer", "mine_titles", "max_mined", "max_family", "w_mined", "w_snap", "w_copied_lex",
+               "w_question_answer", "w_meta_answer", "w_foreign"),
+              "docs/benchmark.md#weak-fields-field-hygiene; git tag experiment/clean-opt-in-rules"),
+    "retrieve": (("title_role", "heading_text"), _LANES_GONE),
+    "fuse": (("w_title_vec", "w_heading_vec"), _LANES_GONE),
+}
+for _section, (_keys, _where) in _REMOVED.items():
+    for _key in _keys:
+        RETIRED[f"{_section}.{_key}"] = (f"{_section}.{_key} was removed: the benchmark measured it and left it off "
+                                         f"({_where}). Remove it from the config")
+
+
 def _retired(name: str, value: Any) -> None:
     if name in RETIRED:
         raise ConfigError(f"{RETIRED[name]} (given {_short(value)})")
