@@ -49,7 +49,9 @@ def profile_keys() -> dict[str, int]:
 def main() -> None:
     per_class = dataclass_fields()
     leaves = list(leaf_settings())
+    sections_only = sum(n for name, n in per_class.items() if name not in ("Config", "ServedSpec"))
     report = {"dataclass_fields": per_class, "dataclass_fields_total": sum(per_class.values()),
+              "section_fields": sections_only,
               "settings": len(leaves), "profile_keys": profile_keys()}
     if "--json" in sys.argv:
         print(json.dumps(report, indent=1))
@@ -57,6 +59,7 @@ def main() -> None:
     for name, n in per_class.items():
         print(f"{name:16} {n:4}")
     print(f"{'total':16} {report['dataclass_fields_total']:4}  (fields of the dataclasses in fanout/config/)")
+    print(f"section fields {sections_only}  (the same without Config's section slots and ServedSpec, a parsed value)")
     print(f"settings {len(leaves)}  (section.field a config can set; the 5 actor sections count each)")
     for name, n in report["profile_keys"].items():
         print(f"configs/{name:20} {n:4} keys set")
