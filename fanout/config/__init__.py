@@ -169,6 +169,7 @@ _REMOVED = {
               "docs/benchmark.md#weak-fields-field-hygiene; git tag experiment/clean-opt-in-rules"),
     "retrieve": (("title_role", "heading_text"), _LANES_GONE),
     "fuse": (("w_title_vec", "w_heading_vec"), _LANES_GONE),
+    "expand": (("ground_hits", "ground_chars"), "docs/benchmark.md#without-an-agent; git tag experiment/grounded-fields"),
 }
 for _section, (_keys, _where) in _REMOVED.items():
     for _key in _keys:

@@ -209,10 +209,6 @@ class ExpandConfig:
     fields: tuple[str, ...] = ("short_query", "rephrased_query", "expected_answer")  # fields format: which to write
     titles_in_prompt: bool = False  # fields format: list the collection's page titles in the prompt
     max_titles: int = 1000  # at most this many titles in the prompt (fewer when they do not fit n_ctx)
-    # fields format: show the model the query's top BM25 pages, so its fields name this knowledge base's
-    # things. 0 = off: it helped some languages, hurt others and cost time (docs/benchmark.md#without-an-agent)
-    ground_hits: int = 0
-    ground_chars: int = 160  # each grounding snippet is cut to this many characters
     # which expansion kinds are searched (lex -> full text, vec/hyde -> vectors); the cache keeps every line,
     # so a subset is tried without generating again
     use_kinds: tuple[str, ...] = ("lex", "vec", "hyde")
@@ -228,8 +224,6 @@ class ExpandConfig:
         _check(bool(self.fields) and not bad,
                f"expand.fields must be some of {sorted(FIELD_KINDS)}, got {list(self.fields)}; fix or remove them")
         _check(self.max_titles > 0, f"expand.max_titles must be > 0, got {self.max_titles}")
-        _check(self.ground_hits >= 0, f"expand.ground_hits must be >= 0, got {self.ground_hits}")
-        _check(self.ground_chars > 0, f"expand.ground_chars must be > 0, got {self.ground_chars}")
         bad = [k for k in self.use_kinds if k not in ("lex", "vec", "hyde")]
         _check(not bad, f"expand.use_kinds must be some of ['hyde', 'lex', 'vec'], got {list(self.use_kinds)}")
 
