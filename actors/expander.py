@@ -97,10 +97,7 @@ FIELDS_PROMPTS: dict[str, dict[str, str]] = {
     "en": {
         "titles": "The knowledge base has pages with these titles (short_query is usually one of them):",
         "query": "Question: {query}", "intent": "Context: {intent}",
-        "hits": "Full-text search of the knowledge base found (these may be unrelated):",
         "example_q": "Question: how do I print only some of the pages",
-        "example_hits": ["Print > Page range: Enter the pages to print, separated by commas or as a range.",
-                         "Export to PDF: Export a note as a PDF file from the command palette."],
         "short_query": "Print range",
         "rephrased_query": "How can I print a selected range of pages instead of the whole document?",
         "expected_answer": "To print only some pages, open the Print dialog and enter a page range such as 2-5.",
@@ -108,10 +105,7 @@ FIELDS_PROMPTS: dict[str, dict[str, str]] = {
     "ru": {
         "titles": "В базе знаний есть страницы с такими заголовками (short_query обычно один из них):",
         "query": "Вопрос: {query}", "intent": "Контекст: {intent}",
-        "hits": "Полнотекстовый поиск по базе знаний нашёл (это может быть не то):",
         "example_q": "Вопрос: как напечатать только некоторые страницы",
-        "example_hits": ["Печать > Диапазон страниц: Укажите страницы через запятую или диапазоном.",
-                         "Экспорт в PDF: Экспортируйте заметку в PDF из палитры команд."],
         "short_query": "Диапазон печати",
         "rephrased_query": "Как распечатать выбранные страницы, а не весь документ?",
         "expected_answer": "Чтобы напечатать только часть страниц, откройте окно печати и укажите диапазон "
@@ -125,8 +119,7 @@ def prompt_key(cfg: ExpandConfig) -> str:
     if cfg.format == "qmd":
         return cfg.prompt_version
     titles = f"titles={cfg.max_titles}" if cfg.titles_in_prompt else "titles=0"
-    ground = f":ground={cfg.ground_hits}x{cfg.ground_chars}" if cfg.ground_hits else ""
-    return f"{cfg.prompt_version}:{cfg.format}:{','.join(cfg.fields)}:{titles}{ground}"
+    return f"{cfg.prompt_version}:{cfg.format}:{','.join(cfg.fields)}:{titles}"
 
 
 def parse_fields(raw: str, query: str, stats: dict[str, int] | None = None) -> list[tuple[str, str]]:
@@ -208,12 +201,10 @@ def fallback_variants(query: str) -> list[tuple[str, str]]:
 
 
 class QueryExpander:
-    """`__call__(batch)`: qid, query, intent, lang (+ kb_lang, titles, grounding) -> qid, raw, variants, source,
-    error.
+    """`__call__(batch)`: qid, query, intent, lang (+ kb_lang, titles) -> qid, raw, variants, source, error.
 
     The fields format writes in `kb_lang` (the knowledge base's language; else the query's) and lists `titles`
-    (the index's page titles); `grounding` are the query's BM25 pages, shown after the question
-    (expand.ground_hits). All three are optional columns, filled in by the CPU pool
+    (the index's page titles). Both are optional columns, filled in by the CPU pool
     (pipelines/expand_queries.py LookupExpansions): this actor holds the model and never opens the index.
     """
 
@@ -236,14 +227,12 @@ class QueryExpander:
         """Does `text` take at most `budget` tokens of the model?"""
         return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False)) <= budget
 
-    def fields_prompt(self, query: str, intent: str | None, kb_lang: str | None, titles: list[str],
-                      hits: tuple[str, ...] = ()) -> str:
-        """The fields-format chat prompt: system (+ titles) and the example are a prefix shared by all queries;
-        `hits` (expand.ground_hits) are the query's own BM25 pages, after the question."""
-        return render_chat(self.llm, self.fields_messages(query, intent, kb_lang, titles, hits))
+    def fields_prompt(self, query: str, intent: str | None, kb_lang: str | None, titles: list[str]) -> str:
+        """The fields-format chat prompt: system (+ titles) and the example are a prefix shared by all queries."""
+        return render_chat(self.llm, self.fields_messages(query, intent, kb_lang, titles))
 
-    def fields_messages(self, query: str, intent: str | None, kb_lang: str | None, titles: list[str],
-                        hits: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    def fields_messages(self, query: str, intent: str | None, kb_lang: str | None,
+                        titles: list[str]) -> list[dict[str, str]]:
         """The fields-format chat messages (fields_prompt; a served expander sends them as they are)."""
         lang = kb_lang if kb_lang in FIELDS_PROMPTS else ("en" if kb_lang is None else kb_lang)
         p = FIELDS_PROMPTS.get(lang, FIELDS_PROMPTS["en"])
@@ -262,12 +251,8 @@ class QueryExpander:
         user = p["query"].format(query=query)
         if intent:
             user += "\n" + p["intent"].format(intent=intent)
-        example = p["example_q"]
-        if self.cfg.expand.ground_hits:  # the example shows hits too, so the format is the same every turn
-            example += "\n" + p["hits"] + "".join(f"\n- {h}" for h in p["example_hits"])
-            user += "\n" + p["hits"] + ("".join(f"\n- {h}" for h in hits) if hits else "\n-")
         messages = [{"role": "system", "content": system},
-                    {"role": "user", "content": example},
+                    {"role": "user", "content": p["example_q"]},
                     {"role": "assistant", "content": "".join(f"{f}: {p[f]}\n" for f in fields)},
                     {"role": "user", "content": user}]
         return messages
@@ -291,14 +276,14 @@ class QueryExpander:
         return messages
 
     def generate(self, query: str, intent: str | None, lang: str | None, kb_lang: str | None = None,
-                 titles: tuple[str, ...] = (), hits: tuple[str, ...] = ()) -> str:
+                 titles: tuple[str, ...] = ()) -> str:
         """Model text for one query (greedy when expand.temperature is 0); qmd format under its grammar.
 
         When the model stopped on its own (not at max_tokens) its last line is complete: a newline is
         added so that the parser, which drops an unterminated last line, keeps it.
         """
         if self.cfg.expand.format == "fields":
-            prompt = self.fields_prompt(query, intent, kb_lang or lang or detect_lang(query), list(titles), hits)
+            prompt = self.fields_prompt(query, intent, kb_lang or lang or detect_lang(query), list(titles))
         else:
             prompt = self.prompt(query, intent, lang)
         out = self.llm.create_completion(
@@ -312,14 +297,14 @@ class QueryExpander:
         return text
 
     def expand_one(self, query: str, intent: str | None, lang: str | None, kb_lang: str | None = None,
-                   titles: tuple[str, ...] = (), hits: tuple[str, ...] = ()) -> dict[str, object]:
+                   titles: tuple[str, ...] = ()) -> dict[str, object]:
         """One output row (without qid); a model error gives the fallback and an error message."""
         self.stats["queries"] += 1
         raw, error = "", None
         try:
             if not query.strip():
                 raise ValueError("empty query: nothing to expand")
-            raw = self.generate(query, intent, lang, kb_lang, titles, hits)
+            raw = self.generate(query, intent, lang, kb_lang, titles)
             if self.cfg.expand.format == "fields":
                 variants = parse_fields(raw, query, self.stats)
             else:
@@ -346,10 +331,10 @@ class QueryExpander:
         n = len(queries)
         intents = batch.column("intent").to_pylist() if "intent" in batch.column_names else [None] * n
         langs = batch.column("lang").to_pylist() if "lang" in batch.column_names else [None] * n
-        kbs, titles, grounds = ((batch.column(c).to_pylist() if c in batch.column_names else [None] * n)
-                                for c in ("kb_lang", "titles", "grounding"))
-        keys = [(q or "", it or None, lg or detect_lang(q or ""), kb, tuple(t or ()), tuple(g or ()))
-                for q, it, lg, kb, t, g in zip(queries, intents, langs, kbs, titles, grounds)]
+        kbs, titles = ((batch.column(c).to_pylist() if c in batch.column_names else [None] * n)
+                       for c in ("kb_lang", "titles"))
+        keys = [(q or "", it or None, lg or detect_lang(q or ""), kb, tuple(t or ()))
+                for q, it, lg, kb, t in zip(queries, intents, langs, kbs, titles)]
         done: dict[tuple, dict[str, object]] = {}
         # identical queries are generated once; one prompt prefix at a time (knowledge base, language), so
         # llama-cpp-python keeps the KV cache of the system prompt and example between queries

@@ -139,10 +139,10 @@ class ServedExpander(QueryExpander):
         return "completions", {**body, "prompt": prompt}
 
     def generate(self, query: str, intent: str | None, lang: str | None, kb_lang: str | None = None,
-                 titles: tuple[str, ...] = (), hits: tuple[str, ...] = ()) -> str:
+                 titles: tuple[str, ...] = ()) -> str:
         """The server's text for one query, as `kind: text` lines (a JSON answer is turned into them)."""
         if self.cfg.expand.format == "fields":
-            messages = self.fields_messages(query, intent, kb_lang or lang or detect_lang(query), list(titles), hits)
+            messages = self.fields_messages(query, intent, kb_lang or lang or detect_lang(query), list(titles))
         else:
             messages = self.qmd_messages(query, intent, lang)
         # auto: a server that refuses this kind of structured output (400 or 422) gets the next kind; until a kind

@@ -137,12 +137,9 @@ ANSWERS_SECTIONS = ANSWERS.set(ANSWERS.get_field_index("results"), pa.field("res
 # Routing (qmd): which variant kinds each lane searches. lex -> full text only; vec/hyde -> vectors only; the
 # original query -> both; the exact title/alias lane takes the original and lex. One place, read by
 # retrieval (what is searched) and fusion (what a query was sent to).
-# title_vec / heading_vec (issue 11, pipelines/retrieve_titles.py; off by default) take the original query's
-# vector only, against page title/alias vectors and heading vectors.
 LANE_KINDS: dict[str, tuple[str, ...]] = {"fts": ("orig", "lex"), "vec": ("orig", "vec", "hyde"),
-                                          "alias": ("orig", "lex"), "title_vec": ("orig",),
-                                          "heading_vec": ("orig",)}
-VECTOR_LANES = ("vec", "title_vec", "heading_vec")  # the lanes that search with a query vector
+                                          "alias": ("orig", "lex")}
+VECTOR_LANES = ("vec",)  # the lanes that search with a query vector
 
 
 # batch columns that pass between stages (engine columns start with `_`)

@@ -7,24 +7,19 @@ rule below is one switch in `CleanConfig` (`clean:`), costs a few set and regex 
 (no model call) and applies to every variant of a cleaned source: the caller's fields, qmd `searches`, OHS
 `queries`, and the local expander's lines (cached or fresh).
 
-- split_lists: a `lex` comma/semicolon list becomes one `lex` per item (at most `max_list_items`);
 - lex_max_words: an over-long `lex` keeps its first distinctive terms (stopwords and question words out);
-- snap_titles: a `lex` that names a page title or alias (all the title's words, crudely stemmed, in it, or a
-  close spelling of a whole title) adds that title as one more `lex` (which also hits the exact alias lane);
 - foreign_lex_to_vec: a `lex` in a language no note of the knowledge base is in (and no title) -> `vec`;
-- question_answer / meta_answer: a `hyde` that is a question is searched as a question (`vec`), one that
-  talks about "the documentation" loses that frame (`strip`), or either is dropped;
-- mine_titles: page titles that the rephrased_query / expected_answer name ("The Workspaces plugin lets
-  you ...") become `lex` variants too, when no `lex` is a title already ("weak") or always;
-- w_*: the fusion weight of a variant of each shape (`_weights`, read by fuse_rrf).
+- meta_answer: a `hyde` that talks about "the documentation" loses that frame (`strip`) or is dropped.
+
+The rules the benchmark measured and left off (split lists, snap or mine titles, a question-shaped answer
+searched as a question, per-shape fusion weights) are kept at the tag `experiment/clean-opt-in-rules`
+(docs/benchmark.md#weak-fields-field-hygiene has their figures).
 
 `diagnose` names what looks weak in an agent's fields; the MCP server turns it into hints for the agent.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import hashlib
 import json
 import re
@@ -43,7 +38,6 @@ from fanout.text import STOPWORDS, detect_lang, nfc
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _LIST_SEP = re.compile(r"\s*[,;]\s*")
-_QUOTES = "«\"'*`[„“"  # a one-word title right after one of these is marked as a name
 # question openers (en, ru); a text starting with one of these or ending with "?" is a question
 QUESTION_WORDS = frozenset(
     ["how", "what", "why", "when", "where", "which", "who", "whom", "whose", "can", "could", "do", "does", "did", "is", "are", "was", "were", "should", "would", "will", "shall", "may", "might", "must", "как", "что", "почему", "зачем", "когда", "где", "какой", "какая", "какие", "каком", "какую", "сколько", "кто", "можно", "ли", "чем", "куда", "откуда", "нужно", "ли"])
@@ -69,7 +63,7 @@ def words(text: str) -> list[str]:
 
 
 def stem(word: str) -> str:
-    """A crude stem for matching a title's words inside a field (en and ru inflection: drop up to 2 letters)."""
+    """A crude stem for comparing a field's words with the question's (en and ru inflection: drop up to 2 letters)."""
     return word if len(word) <= 4 else word[:max(4, len(word) - 2)]
 
 
@@ -109,10 +103,7 @@ class Titles:
     """The knowledge base's titles and aliases (display form by key) and the languages its notes are in."""
 
     display: dict[str, str]  # title_key -> the title or alias as written
-    stems: tuple[tuple[frozenset[str], str], ...]  # (stems of the key's words, key)
     langs: frozenset[str]
-    ngrams: dict[tuple[str, ...], str] = dataclasses.field(default_factory=dict)  # stemmed words -> key
-    family: dict[str, int] = dataclasses.field(default_factory=dict)  # key -> other keys holding all its words
 
     @classmethod
     def build(cls, docs: list[dict[str, Any]], langs: dict[str, int], min_share: float = 0.1) -> Titles:
@@ -125,60 +116,9 @@ class Titles:
                 k = title_key(n)
                 if k:
                     display.setdefault(k, n.rsplit("/", 1)[-1].removesuffix(".md").strip())
-        stems = tuple((frozenset(stem(w) for w in k.split()), k) for k in display)
         total = sum(langs.values()) or 1
         keep = frozenset(lg for lg, n in langs.items() if lg != "unknown" and n / total >= min_share)
-        ngrams: dict[tuple[str, ...], str] = {}
-        for k in display:
-            ngrams.setdefault(tuple(stem(w) for w in k.split()), k)
-        return cls(display, stems, keep, ngrams, _families(stems))
-
-    def specific(self, title: str, cfg: CleanConfig) -> bool:
-        """False for an umbrella name ("Obsidian Sync") whose words recur in more than `max_family` other
-        titles: it names a product area, not the page that answers."""
-        return not cfg.max_family or self.family.get(title_key(title), 0) <= cfg.max_family
-
-    def mentioned(self, text: str, limit: int) -> list[str]:
-        """Titles a sentence mentions, in order: a title of two or more words anywhere (crudely stemmed), a
-        one-word title only where it is marked as a name (capitalised inside the sentence, or quoted)."""
-        toks = [(m.group(0), m.start()) for m in _WORD.finditer(nfc(text))]
-        st = [stem(t.casefold()) for t, _ in toks]
-        longest = max((len(k) for k in self.ngrams), default=0)
-        out: list[str] = []
-        i = 0
-        while i < len(toks) and len(out) < limit:
-            for n in range(min(longest, len(toks) - i), 0, -1):
-                key = self.ngrams.get(tuple(st[i:i + n]))
-                if key is None:
-                    continue
-                word, pos = toks[i]
-                before = text[max(0, pos - 1):pos]
-                quoted = before != "" and before in _QUOTES
-                capital = word[:1].isupper() and i > 0 and text[:pos].rstrip()[-1:] not in ".!?:"
-                named = n > 1 or quoted or capital
-                if named and self.display[key] not in out:
-                    out.append(self.display[key])
-                    i += n - 1
-                    break
-            i += 1
-        return out
-
-    def named(self, text: str, cfg: CleanConfig) -> list[str]:
-        """Titles `text` names, best first: those all of whose words are in it (the longer, the better;
-        covering at least `snap_min_cover` of its content words), else the closest whole-title spelling."""
-        key = title_key(text)
-        if not key or key in self.display:
-            return []
-        ws = [w for w in key.split() if w not in STOPWORDS]
-        have = {stem(w) for w in ws}
-        found = []
-        for st, k in self.stems:
-            if st and st <= have and len(st) / max(1, len(have)) >= cfg.snap_min_cover:
-                found.append((-len(st), k))
-        out = [k for _, k in sorted(found)]
-        if not out and cfg.fuzzy_cutoff > 0:
-            out = difflib.get_close_matches(key, list(self.display), n=1, cutoff=cfg.fuzzy_cutoff)
-        return [self.display[k] for k in out if self.specific(k, cfg)][:cfg.max_snaps]
+        return cls(display, keep)
 
     def is_title(self, text: str) -> bool:
         return title_key(text) in self.display
@@ -188,107 +128,46 @@ class Titles:
         return bool(self.langs) and bool(words(text)) and detect_lang(text) not in self.langs
 
 
-def _families(stems: tuple[tuple[frozenset[str], str], ...]) -> dict[str, int]:
-    """key -> how many other keys hold all its words and more (their stem sets are strict supersets of its).
-
-    Through an inverted index (stem -> keys holding it): a key's candidates are the intersection of its
-    stems' postings, so the build grows with the postings, not with keys x keys (the pairwise comparison took
-    11 CPU-s at 20,000 notes, once per index version in every retrieval process; bench/query_cost.py
-    --scale-notes 20000)."""
-    postings: dict[str, set[int]] = {}
-    for i, (st, _) in enumerate(stems):
-        for w in st:
-            postings.setdefault(w, set()).add(i)
-    out: dict[str, int] = {}
-    for st, k in stems:
-        holders = set.intersection(*sorted((postings[w] for w in st), key=len)) if st else range(len(stems))
-        out[k] = sum(1 for j in holders if len(stems[j][0]) > len(st))  # a superset that is not equal
-    return out
-
-
 def clean_variants(query: str, variants: list[dict], titles: Titles, cfg: CleanConfig
                    ) -> tuple[list[dict], dict[str, int]]:
-    """One query's variants (kind, text, source; the original first) -> cleaned variants, each with a
-    `weight` (fusion multiplier), and counts of the rules that fired."""
+    """One query's variants (kind, text, source; the original first) -> cleaned variants and counts of the
+    rules that fired."""
     fired: dict[str, int] = {}
 
     def hit(rule: str) -> None:
         fired[rule] = fired.get(rule, 0) + 1
 
-    qwords = {stem(w) for w in words(query)}
     out: list[dict] = []
     for v in variants:
         kind, text, src = v["kind"], v["text"], v.get("source")
-        if kind == "orig" or src not in cfg.sources:
-            out.append({**v, "weight": 1.0})
+        if kind == "orig" or src not in cfg.sources or kind == "vec":
+            out.append(v)
             continue
         if kind == "hyde":
             inner = strip_meta(text) if cfg.meta_answer != "keep" else None
-            w = 1.0
             if inner is not None:
                 hit("meta_answer")
                 if cfg.meta_answer == "drop" or not inner:
                     continue
-                text, w = inner, cfg.w_meta_answer
-            if is_question(text) and cfg.question_answer != "keep":
-                hit("question_answer")
-                if cfg.question_answer == "drop":
-                    continue
-                kind, w = "vec", w * cfg.w_question_answer
-            if titles.foreign(text):
-                hit("foreign_vec")
-                w *= cfg.w_foreign
-            out.append({**v, "kind": kind, "text": text, "weight": w})
-            continue
-        if kind == "vec":
-            w = cfg.w_foreign if titles.foreign(text) else 1.0
-            if w != 1.0:
-                hit("foreign_vec")
-            out.append({**v, "weight": w})
+                text = inner
+            out.append({**v, "text": text})
             continue
         # lex
-        items = split_list(text) if cfg.split_lists else [text]
-        if len(items) > 1 and cfg.foreign_lex_to_vec and titles.foreign(text):
-            items = [" ".join(items)]  # a list in another language goes to vectors as one text
-        if len(items) > 1:
-            hit("split_list")
-            items = items[:cfg.max_list_items]
-        for item in items:
-            if cfg.lex_max_words and len(words(item)) > cfg.lex_max_words and not titles.is_title(item):
-                short = distinctive(item, cfg.lex_max_words)
-                if short:
-                    hit("long_lex")
-                    item = short
-            named = titles.named(item, cfg) if cfg.snap_titles else []
-            if named:
-                hit("snap_title")
-            if cfg.foreign_lex_to_vec and titles.foreign(item) and not titles.is_title(item):
-                hit("foreign_lex")
-                out.append({**v, "kind": "vec", "text": item, "weight": cfg.w_foreign})
-            else:
-                copied = not titles.is_title(item) and {stem(w) for w in words(item)} <= qwords
-                if copied:
-                    hit("copied_lex")
-                out.append({**v, "text": item, "weight": cfg.w_copied_lex if copied else 1.0})
-            out += [{**v, "text": t, "weight": cfg.w_snap} for t in named]
-    if cfg.mine_titles != "off" and cfg.max_mined:
-        src = next((v for v in variants if v["kind"] != "orig" and v.get("source") in cfg.sources), None)
-        good_lex = any(v["kind"] == "lex" and v.get("weight") in (1.0, cfg.w_snap) and titles.is_title(v["text"])
-                       for v in out[1:])
-        if src is not None and (cfg.mine_titles == "always" or not good_lex):
-            mined: list[str] = []
-            for v in out:
-                if v["kind"] in ("vec", "hyde") and v is not out[0]:
-                    mined += [t for t in titles.mentioned(v["text"], 2 * cfg.max_mined)
-                              if t not in mined and titles.specific(t, cfg)]
-            if mined:
-                hit("mined_title")
-                out += [{**src, "kind": "lex", "text": t, "weight": cfg.w_mined} for t in mined[:cfg.max_mined]]
+        if cfg.lex_max_words and len(words(text)) > cfg.lex_max_words and not titles.is_title(text):
+            short = distinctive(text, cfg.lex_max_words)
+            if short:
+                hit("long_lex")
+                text = short
+        if cfg.foreign_lex_to_vec and titles.foreign(text) and not titles.is_title(text):
+            hit("foreign_lex")
+            out.append({**v, "kind": "vec", "text": text})
+        else:
+            out.append({**v, "text": text})
     seen: set[tuple[str, str]] = set()
     uniq = []
     for v in out:
         key = (v["kind"], v["text"].casefold())
-        if v["kind"] != "orig" and (key in seen or v["text"].casefold() == query.casefold() or v["weight"] <= 0):
+        if v["kind"] != "orig" and (key in seen or v["text"].casefold() == query.casefold()):
             continue
         seen.add(key)
         uniq.append(v)
@@ -376,12 +255,9 @@ def collection_titles(col: Collection) -> Titles:
     return col.memo("clean_titles", build)
 
 
-WEIGHT = pa.struct([("vid", pa.int32()), ("weight", pa.float64())])
-
-
 class CleanFields:
-    """Stage: `variants` cleaned (rules above), renumbered from 0 (the original), + `_weights` (vid, weight)
-    for variants whose fusion weight is not 1. Runs after ExpandQueries, so it sees every source."""
+    """Stage: `variants` cleaned (rules above), renumbered from 0 (the original). Runs after ExpandQueries, so
+    it sees every source."""
 
     def __init__(self, cfg: Config, db: str, collection: str):
         self.cfg = cfg.clean
@@ -392,11 +268,10 @@ class CleanFields:
         titles = collection_titles(self.col)
         errors = batch.column("error").to_pylist()
         queries = batch.column("query").to_pylist()
-        new_vs, weights = [], []
+        new_vs = []
         for err, q, vs in zip(errors, queries, batch.column("variants").to_pylist()):
             if err is not None or not vs:
                 new_vs.append(vs)
-                weights.append([])
                 continue
             cleaned, fired = clean_variants(q, vs, titles, self.cfg)
             for k, n in fired.items():
@@ -406,10 +281,5 @@ class CleanFields:
             self.stats["variants_out"] += len(cleaned)
             new_vs.append([{"vid": i, "kind": v["kind"], "text": v["text"], "source": v.get("source")}
                            for i, v in enumerate(cleaned)])
-            weights.append([{"vid": i, "weight": v["weight"]} for i, v in enumerate(cleaned) if v["weight"] != 1.0])
-        batch = batch.set_column(batch.schema.get_field_index("variants"), "variants",
-                                 pa.array(new_vs, pa.list_(VARIANT)))
-        arr = pa.array(weights, pa.list_(WEIGHT))
-        if "_weights" in batch.column_names:
-            return batch.set_column(batch.schema.get_field_index("_weights"), "_weights", arr)
-        return batch.append_column("_weights", arr)
+        return batch.set_column(batch.schema.get_field_index("variants"), "variants",
+                                pa.array(new_vs, pa.list_(VARIANT)))

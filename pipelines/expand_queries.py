@@ -9,7 +9,7 @@ Workers never write the cache: new expansions leave as `_new_exp` rows for the o
 Two stages, so that the process holding the model never opens the index (nor imports lancedb):
 LookupExpansions (CPU pool) does everything but the model call: agent variants, the probe's skip, the cache,
 and for the queries left to generate the prompt's inputs as columns (`_kb_lang`, `_titles`: the knowledge
-base's language and page titles; `_grounding`: the query's BM25 pages). ExpandQueries (expander pool, only
+base's language and page titles). ExpandQueries (expander pool, only
 when missing expansions are generated) sends those rows to the expander and fills in their variants.
 """
 
@@ -20,8 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 from fanout.actors.expander import prompt_key
-from fanout.pipelines.lanes import fetch_chunks, fts_page_lists
-from fanout.pipelines.passages import query_keys, snippet
 
 from fanout.agent_fields import count_languages, language_code
 from fanout.config import Config
@@ -35,7 +33,7 @@ from fanout.text import detect_lang
 log = logging.getLogger(__name__)
 SOURCES = ("agent", "probe_skip", "cache", "model", "fallback", "none")
 # what LookupExpansions hands the model stage for a query left to generate (null on every other row)
-PROMPT_COLUMNS = {"_kb_lang": pa.string(), "_titles": pa.list_(pa.string()), "_grounding": pa.list_(pa.string())}
+PROMPT_COLUMNS = {"_kb_lang": pa.string(), "_titles": pa.list_(pa.string())}
 
 
 def expand_context(col: Collection, cfg: Config) -> tuple[str | None, list[str]]:
@@ -52,29 +50,6 @@ def expand_context(col: Collection, cfg: Config) -> tuple[str | None, list[str]]
                                 key=str.casefold)[:cfg.expand.max_titles]
         return (langs[0] if langs else None), titles
     return col.memo(("expand_context", cfg.expand.titles_in_prompt, cfg.expand.max_titles), build)
-
-
-def grounding(col: Collection, cfg: Config, queries: list[str], probe: list[list[dict] | None] | None
-              ) -> list[list[str]]:
-    """expand.ground_hits: each query's top BM25 pages as `title > heading: snippet` lines (the probe's lists
-    when the search ran one, else a BM25 search here), for the fields prompt."""
-    n, chars = cfg.expand.ground_hits, cfg.expand.ground_chars
-    if probe is None:
-        probe = fts_page_lists(col, queries, cfg)
-    tops = [[p["chunk_id"] for p in (pages or [])[:n]] for pages in probe]
-    rows = fetch_chunks(col, {c for ids in tops for c in ids})
-    out = []
-    for q, ids in zip(queries, tops):
-        keys = query_keys(q)
-        lines = []
-        for c in ids:
-            r = rows.get(c)
-            if r is None:
-                continue
-            head = " > ".join(x for x in (r["title"], r["heading"]) if x)
-            lines.append(f"{head}: {snippet(r['text'] or '', keys, 60, chars)}")
-        out.append(lines)
-    return out
 
 
 class LookupExpansions:
@@ -146,18 +121,11 @@ class LookupExpansions:
         n = len(rows)
         kb: list[str | None] = [None] * n
         titles: list[list[str] | None] = [None] * n
-        ground: list[list[str] | None] = [None] * n
         if todo and self.cfg.expand.format == "fields":
             kb_lang, tl = expand_context(self.col, self.cfg)
-            if self.cfg.expand.ground_hits:
-                probe = batch.column("_probe").to_pylist() if "_probe" in batch.column_names else None
-                lines = grounding(self.col, self.cfg, [rows[i]["query"] for i in todo],
-                                  [probe[i] for i in todo] if probe is not None else None)
-            for k, i in enumerate(todo):
+            for i in todo:
                 kb[i], titles[i] = kb_lang, tl
-                if self.cfg.expand.ground_hits:
-                    ground[i] = lines[k]
-        return {name: pa.array(v, typ) for (name, typ), v in zip(PROMPT_COLUMNS.items(), (kb, titles, ground))}
+        return {name: pa.array(v, typ) for (name, typ), v in zip(PROMPT_COLUMNS.items(), (kb, titles))}
 
 
 class ExpandQueries:

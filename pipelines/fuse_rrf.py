@@ -2,8 +2,7 @@
 
 score(page) = sum over lists of w_list / (k + rank) + a top-rank bonus (qmd: +0.05 for a 1st place in any
 list, +0.02 for a 2nd-3rd place, counted once per page). The original query's lists weigh `w_original`,
-each variant kind its own weight, the exact alias lane `w_alias`, the title/heading vector lanes (issue 11)
-`w_title_vec` / `w_heading_vec`. Each page keeps the chunk of its best (highest-contribution) list as its
+each variant kind its own weight, the exact alias lane `w_alias`. Each page keeps the chunk of its best (highest-contribution) list as its
 best chunk.
 
 `_norm` is what `--min-score` filters on, calibrated so that it separates real matches from noise:
@@ -32,10 +31,6 @@ _ROUTES = LANE_KINDS
 def list_weight(kind: str, lane: str, cfg: FuseConfig) -> float:
     if lane == "alias":
         return cfg.w_alias
-    if lane == "title_vec":
-        return cfg.w_title_vec
-    if lane == "heading_vec":
-        return cfg.w_heading_vec
     w = {"orig": cfg.w_original, "lex": cfg.w_lex, "vec": cfg.w_vec, "hyde": cfg.w_hyde}[kind]
     return w * cfg.fts_scale if lane == "fts" else w
 
@@ -63,24 +58,21 @@ def evidence(cos_top: float, bm25_top: float, alias: bool, cfg: FuseConfig) -> f
 
 
 def fuse_rrf(hits: pa.Table, cfg: FuseConfig, qids: list[str] | None = None,
-             sent: pa.Table | None = None, weights: dict[tuple[str, int], float] | None = None) -> pa.Table:
+             sent: pa.Table | None = None) -> pa.Table:
     """HITS -> FUSED rows, best first per query (ties broken by path for determinism).
 
     `sent` (from `sent_lists`) names every list each query was sent to; without it the rank part is
     normalised by the lists that returned something (the old behaviour: a lone vector hit scores 1.0).
-    `weights` multiplies the weight of one variant's lists, keyed (qid, vid) (field hygiene, clean_fields).
     """
     return pa.Table.from_pylist(fuse_rows(hits.to_pylist(), cfg, qids,
-                                          sent.to_pylist() if sent is not None else None, weights=weights),
+                                          sent.to_pylist() if sent is not None else None),
                                 schema=FUSED)
 
 
 def fuse_rows(hits: list[dict], cfg: FuseConfig, qids: list[str] | None = None, sent: list[dict] | None = None,
-              keep: int | None = None, weights: dict[tuple[str, int], float] | None = None) -> list[dict]:
+              keep: int | None = None) -> list[dict]:
     """`fuse_rrf` over plain rows (HITS and SENT as dicts, FUSED rows back): what Retrieve calls, with no Arrow
-    round trip per batch; `keep` returns only each query's top `keep` pages (the same rows, cut); `weights` as
-    in `fuse_rrf`."""
-    vw = weights or {}
+    round trip per batch; `keep` returns only each query's top `keep` pages (the same rows, cut)."""
     score: dict[tuple[str, str], float] = defaultdict(float)
     best: dict[tuple[str, str], tuple[float, str]] = {}
     top: dict[tuple[str, str], int] = {}
@@ -95,8 +87,6 @@ def fuse_rows(hits: list[dict], cfg: FuseConfig, qids: list[str] | None = None, 
         w = kind_w.get(kl)
         if w is None:
             w = kind_w[kl] = list_weight(h["kind"], h["lane"], cfg)
-        if vw:
-            w *= vw.get((h["qid"], h["vid"]), 1.0)
         contrib = w / (cfg.k + h["_rank"])
         score[key] += contrib
         if key not in best or contrib > best[key][0]:
@@ -113,8 +103,7 @@ def fuse_rows(hits: list[dict], cfg: FuseConfig, qids: list[str] | None = None, 
     if sent is not None:
         for s in sent:
             if s["lane"] != "alias":
-                lists[(s["qid"], s["vid"], s["lane"])] = (list_weight(s["kind"], s["lane"], cfg)
-                                                          * vw.get((s["qid"], s["vid"]), 1.0))
+                lists[(s["qid"], s["vid"], s["lane"])] = list_weight(s["kind"], s["lane"], cfg)
     max_score: dict[str, float] = defaultdict(float)
     for (qid, _, _), w in lists.items():
         max_score[qid] += w / (cfg.k + 1)

@@ -1,5 +1,5 @@
 """The full-text and alias lanes' helpers, shared by ProbeBM25 (the original query's BM25 list), Retrieve
-(keyword variants, the alias lane), RetrieveTitles (the alias lane's filter) and the grounded expansion
+(keyword variants, the alias lane) and the grounded expansion
 prompt: BM25 page lists over the per-language columns, the title/alias map, hit rows."""
 
 from __future__ import annotations

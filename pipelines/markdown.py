@@ -1,4 +1,4 @@
-"""Markdown line scanning shared by chunking (chunk_notes), the heading lane (retrieve_titles) and `fanout get`
+"""Markdown line scanning shared by chunking (chunk_notes) and `fanout get`
 (fanout/api/notes.py): lines with their code-fence state, and the heading sections of a note body."""
 
 from __future__ import annotations

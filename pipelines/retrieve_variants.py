@@ -61,7 +61,7 @@ class LookupVectors:
         variants = batch.column("variants").to_pylist()
         role_of = {"hyde": self.cfg.retrieve.hyde_prompt}
         wanted: list[list[tuple[int, str, str]]] = [[] for _ in range(n)]
-        # the kinds some vector lane searches (vec; title_vec / heading_vec: pipelines/retrieve_titles.py)
+        # the kinds the vector lane searches
         kinds = {k for ln in self.cfg.retrieve.lanes if ln in VECTOR_LANES for k in LANE_KINDS[ln]}
         if kinds:
             for i, vs in enumerate(variants):
@@ -204,10 +204,6 @@ class Retrieve:
             for qi_, (qid, v) in enumerate(order):
                 out.extend(hit_rows(qid, v["vid"], v["kind"], "vec", by_q.get(qi_, [])))
             self.stats["vec_lists"] += len(at)
-        if "_title_hits" in batch.column_names:  # title_vec / heading_vec lists (RetrieveTitles)
-            for i, hs in enumerate(batch.column("_title_hits").to_pylist()):
-                if rows[i]["error"] is None:
-                    out.extend({"qid": rows[i]["qid"], **h} for h in hs or [])
         if "alias" in lanes:
             amap = alias_map(self.col)
             for i in ok:
@@ -232,9 +228,7 @@ class Retrieve:
         sent = sent_rows([{"qid": q, "vid": v["vid"], "kind": v["kind"]}
                           for q, e, vs in zip(qids, errors, variants) if e is None for v in vs or []],
                          self.cfg.retrieve.lanes)
-        weights = {(q, w["vid"]): w["weight"] for q, ws in zip(qids, batch.column("_weights").to_pylist())
-                   for w in ws or []} if "_weights" in batch.column_names else None  # clean_fields
-        fused = fuse_rows(hits, self.cfg.fuse, ok_qids, sent, keep=self.keep, weights=weights)
+        fused = fuse_rows(hits, self.cfg.fuse, ok_qids, sent, keep=self.keep)
         chunks = fetch_chunks(self.col, {r["chunk_id"] for r in fused}, self.cfg.cache.memory_rows)
         qtext = {q: t for q, t, e in zip(qids, queries, errors) if e is None}  # ok qids are unique
         lex = {q: [v["text"] for v in vs or [] if v["kind"] == "lex"]  # an agent's short_query, keywords
@@ -264,5 +258,5 @@ class Retrieve:
                 by_qid[h["qid"]].append({k: v for k, v in h.items() if k != "qid"})
             batch = set_column(batch, "_hits", pa.array([by_qid.get(q, []) if e is None else None
                                                   for q, e in zip(qids, errors)], pa.list_(HIT)))
-        drop = [c for c in ("_probe", "vectors", "_where", "_title_hits", "_weights") if c in batch.column_names]
+        drop = [c for c in ("_probe", "vectors", "_where") if c in batch.column_names]
         return batch.drop_columns(drop)

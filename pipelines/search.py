@@ -1,7 +1,7 @@
 """Composition: a batch of queries -> ranked pages, as an ordered list of stages (data, not logic).
 
     ParseQueries -> ProbeBM25 -> LookupExpansions [-> ExpandQueries] [-> CleanFields] -> LookupVectors
-    -> EmbedVariants [-> RetrieveTitles] -> Retrieve [-> LookupRerank -> RerankCandidates] -> FormatResults
+    -> EmbedVariants -> Retrieve [-> LookupRerank -> RerankCandidates] -> FormatResults
     -> WriteCaches
 
 Model stages (ExpandQueries, EmbedVariants, RerankCandidates) hold only their model: the caches and the index
@@ -28,7 +28,6 @@ from fanout.pipelines.parse_queries import ParseQueries
 from fanout.pipelines.pick_sections import PickSections
 from fanout.pipelines.probe_bm25 import ProbeBM25
 from fanout.pipelines.rerank_candidates import LookupRerank, RerankCandidates
-from fanout.pipelines.retrieve_titles import TITLE_LANES, RetrieveTitles
 from fanout.pipelines.retrieve_variants import EmbedVariants, LookupVectors, Retrieve
 from fanout.pipelines.write_caches import writer_spec
 
@@ -92,8 +91,6 @@ def search_stages(cfg: Config, db: str | Path, collection: str, opts: SearchOpti
         StageSpec(LookupVectors, {**ix, "embed_model": sha}),
         StageSpec(EmbedVariants, {"cfg": cfg, "embed_model": sha}, pool="embedder", role="embedder"),
     ]
-    if set(cfg.retrieve.lanes) & set(TITLE_LANES):  # title_vec / heading_vec (off by default)
-        specs.append(StageSpec(RetrieveTitles, ix, pool="embedder", role="embedder"))
     specs += [
         # `_hits` (every list's entries) is kept for --explain and for --sections (each list's chunk per page)
         StageSpec(Retrieve, {**ix, "keep": keep, "rerank": rerank, "explain": opts.explain or opts.sections > 0}),

@@ -92,7 +92,7 @@ def test_parse_fields_is_strict_and_keeps_the_first_of_each_field() -> None:
 def test_prompt_key_changes_with_what_the_prompt_contains() -> None:
     assert prompt_key(ExpandConfig()) == "v1"  # the qmd format keeps the caches written before
     keys = {prompt_key(ExpandConfig(format="fields")), prompt_key(ExpandConfig(format="fields", titles_in_prompt=True)),
-            prompt_key(ExpandConfig(format="fields", ground_hits=3))}
+            prompt_key(ExpandConfig(format="fields", fields=("short_query",)))}
     assert len(keys) == 3 and "v1" not in keys
 
 
@@ -164,7 +164,7 @@ def test_prompt_is_written_in_the_query_language(expander: QueryExpander) -> Non
 def test_model_error_gives_fallback_and_error(expander: QueryExpander,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(query: str, intent: str | None, lang: str | None, kb_lang: str | None = None,
-               titles: tuple[str, ...] = (), hits: tuple[str, ...] = ()) -> str:
+               titles: tuple[str, ...] = ()) -> str:
         raise RuntimeError("llama_decode returned 1")
 
     monkeypatch.setattr(expander, "generate", broken)
@@ -200,12 +200,6 @@ def test_fields_prompt_uses_the_mcp_descriptions_titles_and_the_kb_language(tiny
     # the prefix before the question is the same for every query: llama.cpp reuses its KV state
     other = ex.fields_prompt("sync", None, kb_lang, titles)
     assert en[:en.index("Question: starred")] == other[:other.index("Question: sync")]
-    # expand.ground_hits: the query's BM25 pages follow the question; the example shows hits too
-    ex.cfg = cfg.replace(expand={"ground_hits": 2})
-    g = ex.fields_prompt("starred notes", None, kb_lang, titles, ("Starred > Add: star a note from its menu.",))
-    assert g.endswith("Question: starred notes\nFull-text search of the knowledge base found (these may be "
-                      "unrelated):\n- Starred > Add: star a note from its menu.<|im_end|>\n<|im_start|>assistant\n")
-    assert g.count("Full-text search of the knowledge base found") == 2  # the example's and the query's
 
 
 def test_the_fields_prompt_and_the_mcp_server_share_one_set_of_descriptions() -> None:

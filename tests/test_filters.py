@@ -116,23 +116,6 @@ def test_each_filter_kind_narrows_every_lane(searcher):
     assert out.errors.num_rows == 0
 
 
-def test_title_lanes_are_filtered_too(fdb, tmp_path, fake_cfg, fake_runner):
-    import shutil
-
-    from fanout.pipelines.search import Searcher, SearchOptions
-
-    db = shutil.copytree(fdb, tmp_path / "db")  # the titles table is written into the index
-    cfg = fake_cfg.replace(retrieve={"lanes": ["title_vec", "heading_vec"]}, probe={"enabled": False})
-    s = Searcher(db, "t", cfg, fake_runner)
-    rows = [{"id": "all", "query": "sync notes"},
-            {"id": "folder", "query": "sync notes", "filter": {"folder": "Projects"}},
-            {"id": "prop", "query": "sync notes", "filter": {"property": "status=open"}}]
-    out = s.search(rows, SearchOptions(n=10))
-    assert len(_paths(out, "all")) > 2
-    assert set(_paths(out, "folder")) == {"Projects/Alpha.md", "Projects/Beta.md"}
-    assert _paths(out, "prop") == ["Projects/Beta.md"]
-
-
 def test_job_filter_and_row_filter_both_apply_and_a_bad_row_loses_nothing(searcher):
     from fanout.pipelines.search import SearchOptions
 

@@ -258,33 +258,6 @@ def test_two_concurrent_batch_jobs_leave_no_duplicate_cache_keys(tmp_path, fake_
     assert len(keys) == len(set(keys)) == 30 * 2 + 2 * 20  # shared texts once, each job's own once
 
 
-def test_grounded_expansion_shows_the_expander_the_querys_bm25_pages(fake_db, fake_cfg, fake_runner):
-    from fanout.pipelines.expand_queries import grounding
-    from fanout.pipelines.search import Searcher, SearchOptions
-
-    from fanout.store.db import Collection
-
-    cfg = fake_cfg.replace(probe={"enabled": False}, expand={"enabled": True, "format": "fields", "ground_hits": 2})
-    seen: list[pa.Table] = []
-    real_map = fake_runner.map
-
-    def spy(role, table, *a, **kw):
-        if role == "expander":
-            seen.append(table)
-        return real_map(role, table, *a, **kw)
-
-    fake_runner.map = spy
-    try:
-        res = Searcher(fake_db, "t", cfg, fake_runner).search([{"id": "g", "query": "sync settings"}], SearchOptions())
-    finally:
-        fake_runner.map = real_map
-    assert res.stats["expansion"]["model"] == 1 and len(seen) == 1
-    lines = seen[0].column("grounding").to_pylist()[0]
-    assert 1 <= len(lines) <= 2 and lines[0].startswith("Sync") and ": " in lines[0]  # title > heading: snippet
-    # the precompute job has no probe: the stage runs the same BM25 search itself
-    assert grounding(Collection(str(fake_db), "t", cfg), cfg, ["sync settings"], None) == [lines]
-
-
 def test_the_query_path_never_imports_lancedb(fake_db):
     """Searching (full text, vectors, titles, filters, the caches read and written) goes through Lance itself:
     a process that only answers queries (the CLI's search, a Ray Data retrieval actor, the batch driver) does

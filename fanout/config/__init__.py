@@ -62,9 +62,8 @@ MAX_MESSAGE = 1000  # a config error message is cut to this many characters
 class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     fake: FakeConfig = field(default_factory=FakeConfig)
-    # n_batch / n_ubatch: bench/kernels.py sweep (docs/performance.md has the numbers): the embedder is
-    # fastest per token at 512 with one long chunk or <= 8 short texts per decode; 1024/2048 packing was
-    # 15-25% slower. Expander/reranker: 64/64..512/512 measured equal; llama-cpp-python's 512/512 stays.
+    # n_batch / n_ubatch 512: the embedder's fastest per token; the expander and reranker did not care
+    # (docs/performance.md#model-calls-on-the-cpu)
     embedder: ActorConfig = field(default_factory=lambda: ActorConfig(n_ctx=512, batch_size=8, n_batch=512,
                                                                       n_ubatch=512))
     expander: ActorConfig = field(default_factory=lambda: ActorConfig(num_cpus=0.5, n_ctx=1024, batch_size=8,
@@ -159,6 +158,23 @@ RETIRED = {
                      "`--runner` on the command line); a Ray job always runs as one Ray Data Dataset and an "
                      "in-process job as the loop. Remove runner.engine from the config",
 }
+
+
+# Settings of experiments that were measured, left off and removed: the message says where the figures are
+_LANES_GONE = "docs/benchmark.md#without-an-agent; git tag experiment/title-heading-lanes"
+_REMOVED = {
+    "clean": (("split_lists", "max_list_items", "snap_titles", "max_snaps", "snap_min_cover", "fuzzy_cutoff",
+               "question_answer", "mine_titles", "max_mined", "max_family", "w_mined", "w_snap", "w_copied_lex",
+               "w_question_answer", "w_meta_answer", "w_foreign"),
+              "docs/benchmark.md#weak-fields-field-hygiene; git tag experiment/clean-opt-in-rules"),
+    "retrieve": (("title_role", "heading_text"), _LANES_GONE),
+    "fuse": (("w_title_vec", "w_heading_vec"), _LANES_GONE),
+    "expand": (("ground_hits", "ground_chars"), "docs/benchmark.md#without-an-agent; git tag experiment/grounded-fields"),
+}
+for _section, (_keys, _where) in _REMOVED.items():
+    for _key in _keys:
+        RETIRED[f"{_section}.{_key}"] = (f"{_section}.{_key} was removed: the benchmark measured it and left it off "
+                                         f"({_where}). Remove it from the config")
 
 
 def _retired(name: str, value: Any) -> None:

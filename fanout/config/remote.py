@@ -67,8 +67,8 @@ class RemoteConfig:
     # unset or empty and no api_key_file: no Authorization header (a local llama-server needs none)
     api_key_env: str = "FANOUT_API_KEY"
     api_key_file: str = ""  # a file whose first line is the key (a mounted secret); wins over api_key_env
-    # seconds fanout waits for a connection or the server's next bytes: a 32-text embedding batch or one
-    # expansion on a busy CPU server takes seconds, not minutes; a stalled server then costs a retry, not a hung job
+    # seconds fanout waits for a connection or the server's next bytes: a stalled server costs a retry, not a
+    # hung job
     timeout_s: float = 60.0
     # requests in flight per pool actor (threads, one kept-alive connection each): a served model's throughput grows with
     # concurrent requests until the server's slots are full; llama-server's default is 4 slots (-np)

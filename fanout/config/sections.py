@@ -1,7 +1,7 @@
 """The sections of a fanout config: one frozen dataclass per stage or actor, each with its checks.
 
-Every field has a default (the value the benchmark chose; the comments say why and point to the figures in
-docs/benchmark.md and docs/performance.md) and is checked on load with a message that names the field, the
+Every field has a default (the value the benchmark chose; the comments say why, and the figures are in
+docs/benchmark.md and docs/performance.md under the topic named) and is checked on load with a message that names the field, the
 value and what is allowed. `fanout/config/__init__.py` puts them together (`Config`) and loads YAML profiles.
 """
 
@@ -67,12 +67,10 @@ class ActorConfig:
     n_ubatch: int = 0  # tokens per compute ubatch (0 = n_batch); embedding models need n_ubatch >= n_batch
     n_gpu_layers: int = 0  # -1 = offload all layers; != 0 also makes each Ray actor ask for num_gpus
     num_gpus: float = 1.0  # GPUs each Ray actor reserves when n_gpu_layers != 0 (fractional shares a GPU)
-    # models per Ray Data actor, each taking one of its calls at a time (fanout/exec/runner.py Instances; GPU: production)
-    instances: int = 1
-    # the embedder: texts per embed() call for a search's query vectors (0 = batch_size). 1: a query's vectors
-    # do not depend on which texts share its call (llama.cpp's sums follow the decode's shape; packed, the two
-    # engines' vectors differ by ~1e-3). Packed by default: one a call cost 30% more CPU a text on 2 threads
-    # (bench/query_embed_calls.py; docs/performance.md#model-calls-on-the-cpu)
+    instances: int = 1  # models per Ray Data actor, each taking one call at a time (a GPU's share: production)
+    # the embedder: texts per embed() call for a search's query vectors (0 = batch_size). 1 makes a query's
+    # vectors independent of its call-mates (llama.cpp's sums follow the decode's shape) at more CPU a text
+    # (docs/performance.md#model-calls-on-the-cpu)
     query_batch_size: int = 0
 
     def validate(self, role: str) -> None:
@@ -94,7 +92,7 @@ class ActorConfig:
 
 @dataclass(frozen=True)
 class ChunkConfig:
-    max_tokens: int = 450  # token budget per chunk (ties 900, fits one ubatch: docs/benchmark.md#chunk-size)
+    max_tokens: int = 450  # token budget per chunk (as good as larger, fits one ubatch: docs/benchmark.md#chunk-size)
     overlap: float = 0.15  # fraction of max_tokens repeated at a forced (non-heading) split
     min_tokens: int = 40  # a trailing piece smaller than this is merged into the previous chunk
     breadcrumb: bool = True  # prefix the embedded text with "title > h1 > h2"
@@ -114,78 +112,59 @@ class IndexConfig:
     default_lang: str = "auto"  # "auto" detects per note (Cyrillic share), or force a language
     max_note_mb: float = 20.0  # a note file larger than this is skipped (reason too_large)
     front_matter_max_depth: int = 32  # front matter nested deeper than this: the note is skipped (bad_yaml)
-    # front matter larger than this (characters, with every YAML alias expanded): skipped (bad_yaml); this
-    # is what refuses an alias bomb, a few hundred bytes that expand to gigabytes, before anything expands
+    # front matter larger than this (characters, YAML aliases expanded): skipped (bad_yaml); refuses an
+    # alias bomb before anything expands
     front_matter_max_chars: int = 1_000_000
-    # a note's aliases, tags, description or filterable properties holding more characters than this
-    # (each field counted on its own): the note is skipped (bad_front_matter); every chunk carries them
+    # a note whose aliases, tags, description or a filterable property (each on its own) is longer than this
+    # is skipped (bad_front_matter): every chunk carries them
     max_field_chars: int = 10_000
-    # the vectors a run writes are read back and checked; a full check (`fanout index --full-check`) reads
-    # every stored vector, and damaged rows are re-embedded
+    # read back and check the vectors a run writes (`fanout index --full-check`: every stored vector; damaged
+    # rows are re-embedded)
     verify: bool = True
-    # the stat fast path trusts a note's recorded hash only when the record was taken this long after the
-    # file's mtime and ctime: a write in the same timestamp tick as the read keeps the stat (git's "racy"
-    # files); 2 s covers the coarsest common clocks (FAT, SMB), not only ext4's and APFS's fine ones
+    # the stat fast path trusts a recorded hash only when it was taken this long after the file's mtime/ctime
+    # (git's "racy" files): a write in the same clock tick as the read is not missed, on coarse clocks too
     stat_racy_s: float = 2.0
-    # Lance's full-text indexes are rebuilt (every row tokenized again) once the rows added or deleted since
-    # their build pass this share of the chunks; below it an index round leaves them: the memory full-text
-    # engine (the default) scores every row exactly whatever their age, and Lance searches the newer rows
-    # without the index. Lance's own incremental update (optimize) keeps the deleted rows in its statistics,
-    # so its scores would differ from a rebuild's. 0 = rebuild after every change
+    # rebuild Lance's full-text indexes once the rows changed since their build pass this share of the chunks
+    # (Lance's own incremental update keeps deleted rows in its statistics, so its scores would drift); below
+    # it the newer rows are searched without the index. 0 = after every change
     fts_rebuild_share: float = 0.1
-    # a table of more fragments than this has its small ones merged at the end of an index run: every write
-    # leaves one (each round one more) and a round's reads and file checks cost per fragment; the merged rows
-    # are renumbered (read again by the next files) and Lance's full-text index is rebuilt (seconds at tens
-    # of thousands of chunks, once every this many rounds). 0 = after every run
+    # merge a table's small fragments at the end of an index run once it has more than this: every write
+    # leaves one and reads cost per fragment, while a merge renumbers rows and rebuilds the full-text index.
+    # 0 = after every run (docs/performance.md#index-rounds)
     compact_fragments: int = 128
-    # embedded notes are written at least this often, in one write per table: a killed run loses at most this
-    # much embedding, and a fast embedder's groups (the fake one, a GPU) do not each cost a table version and
-    # a fragment. 0 = one write per group
+    # write embedded notes at least this often, one write per table: a killed run loses at most this much
+    # work, and a fast embedder's groups do not each cost a version and a fragment. 0 = one write per group
     write_every_s: float = 10.0
-    # below this vector search is brute force: exact and fast enough; at twice this the index was an order of
-    # magnitude faster (bench/index_scale.py; docs/performance.md#storage-at-scale)
+    # below this many rows no vector index is built: brute force is exact and fast enough
+    # (docs/performance.md#storage-at-scale)
     vector_index_min_rows: int = 50000
-    # up to this many chunks a vector search is exact: the batch's query vectors against every chunk vector as
-    # one matrix product (numpy/BLAS) over a copy of the pinned version's vectors that each retrieval process
-    # loads once (rows x dim x 4 bytes: 184 MB at 60,000 x 768); above it LanceDB's vector index answers. Exact
-    # CPU grows with the rows: at 150,000 it is 6.9 ms a query against 5.6 for the index with re-scoring
-    # (ann_rescore), but the index costs 7.4 CPU-s more to start per process (loading it; 2.3 GB RSS against
-    # 1.0), repaid after ~5,700 queries, and below this the lists are exact (docs/performance.md#query-cost-
-    # at-scale; bench/query_cost.py, bench/vector_cost.py). 0 = always Lance.
+    # up to this many chunks a vector search is exact (one matrix product over the pinned version's vectors,
+    # loaded once per process); above it the vector index, whose start-up cost per process only pays back on
+    # long runs (docs/performance.md#query-cost-at-scale). 0 = always Lance
     exact_search_rows: int = 150_000
-    # BLAS threads of the exact search's products on a large table; 1: a second thread halves the wall of a
-    # lone batch but costs ~20% more CPU (it spins; docs/performance.md#query-cost-at-scale), and batch jobs
-    # run several retrieval processes anyway. 0 = the library's default (all cores)
+    # BLAS threads of the exact search: more cut a lone batch's wall but cost CPU (they spin), and batch jobs
+    # run several retrieval processes anyway (docs/performance.md#query-cost-at-scale). 0 = all cores
     exact_threads: int = 1
-    # keep those vectors in a file per chunks version next to a local index (fanout/store/exact_file.py;
-    # written by `fanout index` and by the first process that loads them): every process (each Ray retrieval
-    # actor) memory-maps one copy shared through the page cache instead of reading and normalising its own
-    # (docs/performance.md#query-cost-at-scale). Object stores: a copy per process as without it
+    # keep those vectors in a file per chunks version next to a local index, so every retrieval process
+    # memory-maps one shared copy instead of loading its own (docs/performance.md#query-cost-at-scale)
     exact_vectors_file: bool = True
-    # IVF_HNSW_SQ: with the query settings below it keeps recall@10 near 1.0 at a fraction of brute force's
-    # time; IVF_RQ stopped at a lower recall, IVF_PQ built many times slower (bench/index_scale.py;
-    # docs/performance.md#storage-at-scale)
+    # IVF_HNSW_SQ kept recall@10 near 1.0 at a fraction of brute force's time; the others lost recall or
+    # built much slower (docs/performance.md#storage-at-scale)
     vector_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ", "IVF_HNSW_PQ", "IVF_FLAT"] = "IVF_HNSW_SQ"
     vector_partitions: int = 0  # IVF partitions; 0 = sqrt(rows)
     vector_sub_vectors: int = 0  # PQ sub-vectors; 0 = dim / 16
     hnsw_m: int = 20  # HNSW graph degree
     hnsw_ef_construction: int = 300  # HNSW build beam width
-    # query time, above index.exact_search_rows; bench/vector_cost.py at 400,000 clustered 768-d rows, k=60
-    # (docs/performance.md): refine 2 -> 1 halves the CPU (Lance's re-rank reads each candidate's full vector)
-    # at recall@10 0.985-0.99; nprobes 3-10 and ef 40-60 find the same there, 10 costing ~10-40% more than 5;
-    # without refine (SQ distances only) recall is 0.955. Larger tables (more partitions) may want more probes
-    nprobes: int = 5  # IVF partitions searched per query (50 gave no more recall at 100k)
-    refine_factor: int = 1  # without a vectors file: Lance re-ranks k x this exactly (SQ alone: 0.92-0.96)
-    # on a local index, the index's k x this best by SQ distance re-scored exactly from the version's vectors
-    # file instead of Lance's refine (which reads each candidate from the table): at 400,000 rows recall@10
-    # 1.000 against 0.989, 2.0-2.8 ms a query vector against 5.5-6.0 (3: 2.9; bench/vector_cost.py;
-    # docs/performance.md#query-cost-at-scale). 0 = Lance's refine_factor
+    # query time, above index.exact_search_rows: the smallest settings that kept recall (more cost CPU for
+    # nothing on the measured tables; larger tables may want more probes; docs/performance.md#vector-search)
+    nprobes: int = 5  # IVF partitions searched per query
+    refine_factor: int = 1  # without a vectors file: Lance re-ranks k x this exactly (SQ distances alone lose recall)
+    # on a local index, the index's k x this best re-scored exactly from the vectors file instead of Lance's
+    # refine: more recall for less CPU (docs/performance.md#query-cost-at-scale). 0 = Lance's refine_factor
     ann_rescore: int = 2
     ef: int = 60  # HNSW beam width, at least k x refine_factor; 0 = Lance's default
-    # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = the embedder's full size.
-    # Full it is: every smaller size loses nDCG@5 on at least 3 of the 4 benchmark sets (bench/matryoshka.py;
-    # docs/benchmark.md#matryoshka-sizes), and search cost does not matter below the vector index threshold.
-    # A smaller size only pays where index memory does (1M rows: 3 GB at 768).
+    # Matryoshka size of the searched vectors (embeddinggemma: 512/256/128); 0 = full. Full, as smaller sizes
+    # lose nDCG@5 (docs/benchmark.md#matryoshka-sizes); a smaller one only pays where index memory does
     vector_dim: int = 0
 
     def validate(self) -> None:
@@ -224,27 +203,16 @@ class ExpandConfig:
     temperature: float = 0.0  # 0 = greedy, deterministic (so caches and tests are stable)
     prompt_version: str = "v1"  # part of the cache key: bump when the prompt or grammar changes
     max_variants: int = 6  # lines kept after filtering (qmd format)
-    # qmd: lex/vec/hyde lines under a grammar; fields: the agent's three fields from the MCP descriptions
-    # (fanout/agent_fields.py). qmd stays the local default because expansion is off there (the 0.5B's qmd
-    # lines did not help); local-1.5b uses fields, which with the 1.5B (precomputed) scored above hybrid on
-    # three of the four benchmark sets (docs/benchmark.md#without-an-agent).
+    # qmd: lex/vec/hyde lines under a grammar; fields: the agent's three fields (fanout/agent_fields.py).
+    # local-1.5b uses fields (docs/benchmark.md#without-an-agent); qmd stays where expansion is off anyway
     format: Literal["qmd", "fields"] = "qmd"
     fields: tuple[str, ...] = ("short_query", "rephrased_query", "expected_answer")  # fields format: which to write
     titles_in_prompt: bool = False  # fields format: list the collection's page titles in the prompt
     max_titles: int = 1000  # at most this many titles in the prompt (fewer when they do not fit n_ctx)
-    # fields format: show the model the original query's top BM25 pages (title > heading: snippet), so it
-    # writes fields grounded in this knowledge base rather than in what it guesses the words mean (the 1.5B
-    # read `корзина` as a shopping cart). 0 = off; the probe's lists are reused when the search ran one.
-    # Off: grounding helped Russian keyword queries, hurt English paraphrases and doubled the seconds
-    # (bench/no_agent/ground_screen.yaml; docs/benchmark.md#without-an-agent).
-    ground_hits: int = 0
-    ground_chars: int = 160  # each grounding snippet is cut to this many characters
     # which expansion kinds are searched (lex -> full text, vec/hyde -> vectors); the cache keeps every line,
-    # so a subset is tried without generating again (bench/no_agent/full.yaml)
+    # so a subset is tried without generating again
     use_kinds: tuple[str, ...] = ("lex", "vec", "hyde")
-    # `fanout expand` also embeds each query's vector-lane variants into the query-vector cache, so a later
-    # search of a precomputed query calls no model at all (its embedding moves offline:
-    # docs/benchmark.md#without-an-agent)
+    # `fanout expand` also caches the variants' query vectors, so a precomputed query calls no model at all
     precompute_vectors: bool = True
 
     def validate(self) -> None:
@@ -256,58 +224,30 @@ class ExpandConfig:
         _check(bool(self.fields) and not bad,
                f"expand.fields must be some of {sorted(FIELD_KINDS)}, got {list(self.fields)}; fix or remove them")
         _check(self.max_titles > 0, f"expand.max_titles must be > 0, got {self.max_titles}")
-        _check(self.ground_hits >= 0, f"expand.ground_hits must be >= 0, got {self.ground_hits}")
-        _check(self.ground_chars > 0, f"expand.ground_chars must be > 0, got {self.ground_chars}")
         bad = [k for k in self.use_kinds if k not in ("lex", "vec", "hyde")]
         _check(not bad, f"expand.use_kinds must be some of ['hyde', 'lex', 'vec'], got {list(self.use_kinds)}")
 
 
 @dataclass(frozen=True)
 class CleanConfig:
-    """Field hygiene (pipelines/clean_fields.py): repairs the shapes a weak writer gives its fields."""
+    """Field hygiene (pipelines/clean_fields.py): repairs the shapes a weak writer gives its fields. The rules
+    kept are those that helped weak fields and never hurt the strong agent's (docs/benchmark.md#weak-fields-field-
+    hygiene); the rejected opt-in rules are at the tag experiment/clean-opt-in-rules."""
 
-    # Chosen on en-base and en-tricky; the Russian sets, run afterwards, changed no value (bench/weak_fields/
-    # hygiene.yaml; docs/benchmark.md#weak-fields-field-hygiene). On: the rules that helped weak fields and
-    # never hurt the strong agent's.
     enabled: bool = True  # run the CleanFields stage at all (after ExpandQueries)
     sources: tuple[str, ...] = ("agent", "cache", "model", "fallback")  # variant sources cleaned
-    split_lists: bool = False  # a comma/semicolon short_query becomes one lex per item (off: -0.003/-0.005 weak)
-    max_list_items: int = 3  # items kept from such a list
-    lex_max_words: int = 4  # a longer lex keeps its first distinctive terms (0 = off; +0.003 weak en-base)
-    snap_titles: bool = False  # a lex naming a title/alias also searches it (off: strong -0.009/-0.005)
-    max_snaps: int = 2  # titles added per lex
-    snap_min_cover: float = 0.5  # a title's words must be at least this share of the lex's content words
-    fuzzy_cutoff: float = 0.88  # difflib ratio for a misspelt whole title (0 = off)
+    lex_max_words: int = 4  # a longer lex keeps its first distinctive terms (0 = off)
     foreign_lex_to_vec: bool = True  # a lex in no language of the notes (and no title) goes to vectors
-    question_answer: Literal["keep", "vec", "drop"] = "keep"  # a question in expected_answer (vec: -0.007 weak)
     meta_answer: Literal["keep", "strip", "drop"] = "strip"  # "the documentation should explain X" -> X
-    # titles named in rephrased_query / expected_answer become lex variants: never, only when no lex is a
-    # title already, or always
-    mine_titles: Literal["off", "weak", "always"] = "off"
-    max_mined: int = 2  # titles mined per query
-    w_mined: float = 1.0  # fusion weight multiplier of a mined title
-    max_family: int = 0  # a snapped/mined title whose words recur in more other titles is skipped (0 = off)
-    w_snap: float = 1.0  # fusion weight multiplier of a snapped title
-    w_copied_lex: float = 1.0  # ... of a lex whose words all come from the question
-    w_question_answer: float = 1.0  # ... of a question-shaped expected_answer
-    w_meta_answer: float = 1.0  # ... of an expected_answer whose "documentation" frame was stripped
-    w_foreign: float = 1.0  # ... of a field in no language of the notes
 
     def validate(self) -> None:
         srcs = ("agent", "cache", "model", "fallback")
         bad = [s for s in self.sources if s not in srcs]
         _check(not bad, f"clean.sources must be some of {sorted(srcs)}, got {list(self.sources)}")
-        for name, allowed in (("question_answer", ("drop", "keep", "vec")), ("meta_answer", ("drop", "keep", "strip")),
-                              ("mine_titles", ("always", "off", "weak"))):
-            _check(getattr(self, name) in allowed,
-                   f"clean.{name} must be one of {sorted(allowed)}, got {getattr(self, name)!r}")
-        _at_least("clean", self, 1, "max_list_items")
-        _at_least("clean", self, 0, "lex_max_words", "max_family", note=" (0 = off)")
-        _at_least("clean", self, 0, "max_snaps", "max_mined")
-        _check(0 <= self.snap_min_cover <= 1, f"clean.snap_min_cover must be in [0, 1], got {self.snap_min_cover}")
-        _check(0 <= self.fuzzy_cutoff <= 1, f"clean.fuzzy_cutoff must be in [0, 1] (0 = off), got {self.fuzzy_cutoff}")
-        _at_least("clean", self, 0, "w_mined", "w_snap", "w_copied_lex", "w_question_answer", "w_meta_answer",
-                  "w_foreign", note=" (0 drops the variant)")
+        allowed = ("drop", "keep", "strip")
+        _check(self.meta_answer in allowed,
+               f"clean.meta_answer must be one of {sorted(allowed)}, got {self.meta_answer!r}")
+        _at_least("clean", self, 0, "lex_max_words", note=" (0 = off)")
 
 
 @dataclass(frozen=True)
@@ -316,18 +256,13 @@ class RetrieveConfig:
     fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, docs/benchmark.md)
     fts_boost_heading: float = 1.0  # heading path
     fts_boost_body: float = 1.0  # chunk text
-    # which lanes run (ablations turn some off); + title_vec / heading_vec (pipelines/retrieve_titles.py):
-    # off, each lowered no-agent nDCG@5 on three of the four sets (docs/benchmark.md#without-an-agent)
+    # which lanes run (ablations turn some off)
     lanes: tuple[str, ...] = ("fts", "vec", "alias")
     hyde_prompt: Literal["query", "document"] = "document"  # embed hyde lines with the document prompt
     snippet_tokens: int = 60  # a result's snippet: the ~60-token run of lines with the most query terms
     snippet_chars: int = 300  # ... cut to this many characters around its first term (display cuts further)
-    title_role: Literal["query", "document"] = "document"  # embedder prompt of title/alias/heading vectors (not tuned)
-    heading_text: Literal["heading", "breadcrumb"] = "breadcrumb"  # embed "title > heading" or the heading (not tuned)
-    # full-text results as row ids, their path/chunk_id taken from the pinned version's rows in memory (built
-    # once per version: ~100 MB per million chunks per retrieval process); above this many chunks each call
-    # reads the two columns itself. Results are identical; the memory path costs less CPU per call
-    # (bench/query_cost.py; docs/performance.md#query-cost). 0 turns it off.
+    # up to this many chunks, full-text row ids map to path/chunk_id through a per-version map in memory:
+    # identical results for less CPU a call (docs/performance.md#query-cost). 0 = off
     rowid_map_rows: int = 2_000_000
     # who runs a full-text call: `memory` computes Lance's BM25 in numpy over postings built once per index
     # version with Lance's tokenizer (fanout/store/fts_memory.py: the same lists and scores, bit for bit, prefiltered
@@ -336,27 +271,18 @@ class RetrieveConfig:
     # its asyncio loop. memory costs about a tenth of Lance's CPU a call (bench/fts_engines.py;
     # docs/performance.md#full-text-engines)
     fts_engine: Literal["memory", "lance", "lancedb"] = "memory"
-    # the memory engine's postings are built per process and index version once its Lance calls on that version
-    # have cost this many times the build's estimated CPU (per chunk and column; the figures:
-    # docs/performance.md#query-cost): a batch builds after its first call, a one-off search of a large index
-    # is not held up, and 1.0 never spends more than twice the cheaper choice (the ski-rental rule; 0 builds
-    # at the first call). fanout/store/fts.py memory_columns
+    # build the memory engine's postings once Lance calls on a version have cost this many times the build
+    # (the ski-rental rule: 1.0 never spends more than twice the cheaper choice; 0 = at the first call)
     fts_memory_after: float = 1.0
-    # keep the memory engine's postings in a file per index version and column next to a local index
-    # (fanout/store/fts_postings.py; written by `fanout index`/`fanout optimize` and by a process that built
-    # them): every process (each Ray retrieval actor) memory-maps them at its first call, tens of ms instead of a
-    # 10-12 CPU-s build at 60,000 chunks, the pages shared (docs/performance.md#query-cost-at-scale). Object stores:
-    # built per process as without it. false: never read or written
+    # keep the memory engine's postings in a file per index version next to a local index, so every process
+    # maps them instead of building its own (docs/performance.md#query-cost-at-scale)
     fts_postings_file: bool = True
-    # the largest --sections N (sections per returned page, pipelines/pick_sections.py): pages of the benchmark
-    # corpus have a median of a few sections and rarely over 20 (docs/benchmark.md#sections); a cap keeps one
-    # request's answer bounded
+    # the largest --sections N (sections per returned page): bounds one answer; benchmark pages rarely have
+    # more (docs/benchmark.md#sections)
     max_sections: int = 20
-    # result chunks' title/heading/text are read by row id; once those reads have cost this many times what
-    # reading the three columns of every row once costs (the ski-rental rule, as fts_memory_after), a table
-    # of at most text_memory_rows rows keeps them in memory for its pinned version (~0.7 KB a chunk: 43 MB at
-    # 60,000; a read by row id costs ~0.11 ms a chunk on an index of many fragments, docs/performance.md
-    # #query-cost-at-scale). 0 rows: always by row id
+    # result chunks' texts are read by row id until those reads have cost text_memory_after times one read of
+    # every row (the ski-rental rule), then a table of at most text_memory_rows keeps them in memory for its
+    # version (docs/performance.md#query-cost-at-scale). 0 rows: always by row id
     text_memory_rows: int = 200_000
     text_memory_after: float = 1.0
 
@@ -377,8 +303,6 @@ class FuseConfig:
     w_vec: float = 1.0  # weight of vec variants (paraphrases)
     w_hyde: float = 1.0  # weight of hyde variants (answer-shaped sentences)
     w_alias: float = 2.0  # weight of the exact title/alias lane
-    w_title_vec: float = 1.0  # weight of the query-vector-vs-title/alias-vectors lane (1 and 2 tried, EN sets)
-    w_heading_vec: float = 1.0  # weight of the query-vector-vs-heading-vectors lane (only 1 tried, EN sets)
     fts_scale: float = 0.5  # multiplies the weight of every full-text list (English sweep, docs/benchmark.md)
     bonus_first: float = 0.05  # added once for a page ranked 1st in any list
     bonus_top3: float = 0.02  # added once for a page ranked 2nd-3rd in any list (not with bonus_first)
@@ -403,9 +327,8 @@ class RerankConfig:
     passage_tokens: int = 160  # best passage per page sent to the reranker
     blend: tuple[float, float, float] = (0.75, 0.60, 0.40)  # fused-rank weight for ranks 1-3, 4-10, 11+
     instruction: str = "Given a search query, retrieve relevant passages that answer the query"
-    # passages of one query decoded together as parallel sequences (actors/reranker.py ParallelScorer); 1 = one
-    # by one, the scores the benchmark measured. For a GPU (bench/gpu_check.sh --rerank-parallel;
-    # docs/performance.md#gpu)
+    # passages of one query decoded together as parallel sequences; 1 = one by one, the scores the benchmark
+    # measured. For a GPU (docs/performance.md#gpu)
     parallel: int = 1
 
     def validate(self) -> None:

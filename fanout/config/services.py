@@ -15,16 +15,14 @@ from fanout.config.sections import _at_least, _check
 class CacheConfig:
     enabled: bool = True  # persist expansions, query vectors and rerank scores next to the index
     optimize_every: int = 20  # a cache table (and its key index) is compacted every N versions
-    # each commit (a search with a new query text) adds a version to a cache table; compaction also removes
-    # the versions older than this, so a table keeps those of the last minute plus up to optimize_every.
-    # A reader holds a cache version for one lookup (milliseconds): a minute leaves a wide margin
+    # compaction also removes cache table versions older than this; a reader holds one for a single lookup
+    # (milliseconds), so a minute leaves a wide margin
     cleanup_after_s: int = 60
-    # rows of immutable lookups a long-lived process (fanout serve, MCP) keeps in memory: cache hits (keyed by
-    # model + prompt + text) and chunk texts of the pinned index version; ~1-3 KB each. 0 = always read Lance
+    # immutable lookups (cache hits, chunk texts of the pinned version) a long-lived process keeps in memory.
+    # 0 = always read Lance
     memory_rows: int = 20_000
-    # answers `fanout serve` keeps for repeated identical requests (keyed by the request and the collections'
-    # manifest stamps; a re-index invalidates them): a repeat skips the pipeline (bench/cli_latency.py;
-    # docs/performance.md#cli-and-mcp-latency); 0 = answer every request anew
+    # answers `fanout serve` keeps for repeated identical requests (a re-index invalidates them): a repeat skips
+    # the pipeline (docs/performance.md#cli-and-mcp-latency). 0 = answer every request anew
     serve_answers: int = 256
 
     def validate(self) -> None:
@@ -37,17 +35,14 @@ class CacheConfig:
 class GapsConfig:
     """`fanout gaps`: which answered queries count as unanswered or weakly answered, and how they are grouped."""
 
-    # a query's best score below this: unanswered. At --min-score 0.7 every relevant top-1 page was kept and
-    # every nonsense top-1 result dropped, tuned and held-out English rows alike (bench/calibration.py;
-    # docs/benchmark.md#score-calibration)
+    # a query's best score below this: unanswered; the score that kept every relevant top-1 page and dropped
+    # every nonsense one (docs/benchmark.md#score-calibration)
     unanswered_below: float = 0.7
-    # ...below this (and >= unanswered_below): weakly answered. The calibrated threshold is the 5th percentile
-    # of relevant top-1 scores, the score 0.8347 (docs/benchmark.md#score-calibration), which the threshold
-    # keeps (>=): it is the level of a page first in the vector list that no full-text list found
-    # (cross-language questions, paraphrases), so the band ends just below it
+    # ...below this (and >= unanswered_below): weakly answered; the band ends just below the level of a page
+    # found by vectors alone (docs/benchmark.md#score-calibration)
     weak_below: float = 0.83
-    # average-linkage cosine distance under which two queries' vectors join one group (scikit-learn
-    # AgglomerativeClustering distance_threshold); fitted on the benchmark's flagged queries (README "Gaps")
+    # average-linkage cosine distance under which two queries join one group (scikit-learn
+    # AgglomerativeClustering distance_threshold), fitted on the benchmark's flagged queries
     cluster_distance: float = 0.5
     cluster_exact_max: int = 3000  # distinct flagged queries clustered exactly; more: fit on a sample of this
     seed: int = 0  # the sample's random seed (a rerun gives the same groups)
@@ -74,17 +69,16 @@ class ServeConfig:
     max_body_kb: int = 1024  # the largest request body `fanout serve` reads; larger gets 413
     idle_timeout_s: float = 10.0  # a connection silent this long while its request is due is closed
     request_timeout_s: float = 30.0  # a request (headers and body) must arrive whole within this, else 408
-    # connections `fanout serve` holds at once; one more is answered 503 and closed. An idle connection costs the
-    # event loop a few KB and a file descriptor (the open-file limit is raised to fit); 300 clients at once are
-    # all answered (README "Speed and scale", bench/serve_load.py)
+    # connections `fanout serve` holds at once; one more is answered 503. An idle one costs a few KB and a file
+    # descriptor (docs/performance.md#serve-under-load)
     max_connections: int = 512
-    # the listening socket's queue of connections not yet accepted (uvicorn's `backlog`; the kernel caps it at
-    # net.core.somaxconn). Python's default of 5 made 20 clients at once wait ~1 s each for SYN retries
+    # the listening socket's queue of connections not yet accepted (uvicorn's `backlog`, capped by the kernel's
+    # somaxconn): a short queue makes a burst of clients wait for SYN retries
     backlog: int = 2048
     max_headers: int = 100  # header lines one request may send; more gets 431 (as Python's http.server had)
     max_header_kb: int = 16  # the request line and headers together; larger gets 431 (h11's default limit)
-    # collections one request may search (`collections`, -c a,b): each is searched in turn under the search lock,
-    # so a long list holds every other request up (5,000 names held it 15.6 s)
+    # collections one request may search: each is searched in turn under the search lock, so a long list
+    # would hold every other request up
     max_collections: int = 16
 
     def validate(self) -> None:
@@ -105,16 +99,14 @@ class WatchConfig:
     docs/performance.md#index-rounds and #watch-mode.
     """
 
-    # a batch closes once no event came for this long (watchfiles' `step`): an editor's save (write a temp file,
-    # rename it over the note) and a `git checkout` of many notes arrive within milliseconds of each other, so
-    # they become one round; it is also what a save waits before its round starts
+    # a batch closes once no event came for this long (watchfiles' `step`): an editor's save or a `git checkout`
+    # arrives as a burst within milliseconds and becomes one round
     step_ms: int = 300
-    # the longest a batch keeps growing while events keep coming (watchfiles' `debounce`): a note saved again and
-    # again is still indexed this often; a longer burst of saves becomes more than one round
+    # the longest a batch keeps growing while events keep coming (watchfiles' `debounce`): a note saved again
+    # and again is still indexed this often
     debounce_ms: int = 3000
-    # how often the idle watcher wakes in Python (watchfiles' `rust_timeout`): the first round runs at the first
-    # tick, when the file watch is already in place (a save during that round is the next round's); a failed
-    # round is retried at the first tick after `retry_s`. Idle, the watcher costs no measurable CPU
+    # how often the idle watcher wakes in Python (watchfiles' `rust_timeout`): the first round and retries run
+    # at a tick, once the file watch is in place
     tick_ms: int = 1000
     # seconds between tries after a round failed (a `fanout index` of the same collection running, a full disk):
     # its changes stay due and the watcher keeps going
@@ -152,9 +144,8 @@ class StorageConfig:
 class RunnerConfig:
     mode: Literal["auto", "inproc", "ray"] = "auto"  # auto: Ray for batches >= ray_min_rows, else in-process
     ray_min_rows: int = 64  # batches at least this large go to Ray in auto mode
-    # ...and only on a machine with this many cores (or attached to a cluster): a private local Ray costs
-    # every Ray Data job seconds of start-up and adds no core, so on a small machine the in-process loop is
-    # faster at every size (bench/query_cost.py fixed cost; docs/performance.md#query-cost)
+    # ...and only on a machine with this many cores (or attached to a cluster): a private local Ray adds start-up
+    # and no core, so on a small machine the in-process loop wins at every size (docs/performance.md#query-cost)
     local_ray_min_cores: int = 8
     ray_address: str = ""  # attach to a cluster ("" = $RAY_ADDRESS or a quiet private local Ray)
     object_store_mb: int = 512  # object store size of a local Ray
@@ -162,36 +153,26 @@ class RunnerConfig:
     placement_timeout_s: float = 60.0  # fail fast when actors cannot be placed
     max_retries: int = 2  # an actor killed mid-batch is restarted and its batch retried
     slice_rows: int = 64  # queries per in-process batch (and per resumable part of an in-process job)
-    # a Ray Data job's input is read as blocks of about this many queries, but at least two blocks per actor
-    # of its widest pool (each actor has one to work on and one queued); every block pays Ray Data's hand-offs
-    # between operators. Smaller blocks cost more CPU per query; larger ones were within noise and give fewer
-    # blocks to spread over actors (bench/query_cost.py --also; docs/performance.md#query-cost)
+    # a Ray Data job's input blocks: about this many queries, at least two blocks per actor of its widest
+    # pool; smaller blocks cost more CPU a query in hand-offs (docs/performance.md#query-cost)
     block_rows: int = 256
-    # a Ray Data job of at most this many queries is read by the driver (from_blocks: held in memory at once,
-    # ~1 KB a query with agent fields) instead of by read tasks, each of whose worker processes adds to a
-    # job's start (docs/performance.md#query-cost); larger jobs stream from the todo files
+    # a Ray Data job of at most this many queries is read by the driver (held in memory) instead of by read
+    # tasks, whose processes add to a job's start (docs/performance.md#query-cost); larger jobs stream
     driver_read_rows: int = 100_000
-    # a Ray Data pool starts at most one actor per call the job has for it (fanout/exec/ray_data.py pool_sizes): a
-    # 1-query job on a 16-embedder config starts one embedder, not 16 processes loading the model for nothing
-    # (bench/scale_curve.py turns it off so its 1-query job measures what starting every actor costs)
+    # a Ray Data pool starts at most one actor per call the job has for it: a 1-query job does not load the
+    # model in every configured actor
     size_pools_to_job: bool = True
-    # before each model pool the blocks are cut (a streaming repartition) so that each of its actors gets
-    # about this many (0 = keep the read blocks; never larger than them): a pool of N actors given the read's
-    # 2N blocks spread them 1-4 per actor, so a 16-actor job waited on its busiest actor. Cutting evened the
-    # rows per actor and raised the 16-actor throughput by half; 8, 16 and 32 per actor were the same within
-    # noise (bench/scale_curve.py; docs/performance.md#scale-out). Small blocks cost CPU per block, so they
-    # are cut only as fine as the actor count needs; a 1-actor pool keeps the read blocks
+    # before each model pool the blocks are cut so that each actor gets about this many (0 = keep the read
+    # blocks): a few large blocks left a wide pool waiting on its busiest actor (docs/performance.md#scale-out)
     model_blocks_per_actor: int = 8
-    # a slice goes through the stages in steps of about this long, so batch progress moves per query (slow
-    # queries) or per step (fast ones); embedding batches stay full (embedder.batch_size texts is 2-3 queries)
+    # a slice goes through the stages in steps of about this long, so batch progress moves steadily while
+    # embedding batches stay full
     progress_step_s: float = 1.0
-    # before a Ray Data job runs, one pinned task per node checks that the paths its pools and read/write
-    # tasks need there (the index, the job's parts) exist and are readable/writable; fails naming the node
+    # before a Ray Data job runs, check on each node that the paths its tasks need there are readable/writable,
+    # so a bad mount fails at once, naming the node
     check_paths: bool = True
-    # a Ray Data job whose pools plus the tasks beside them ask for more CPUs than the cluster has (a plain
-    # 2-CPU `ray.init()` under the default pools) scales every pool's num_cpus down by one factor so that
-    # they fit, and logs what it chose: num_cpus is Ray's reservation, not the threads a model runs (those
-    # are n_threads). false: such a job is refused with the pools named (a config that pins its pools)
+    # a Ray Data job whose pools ask for more CPUs than the cluster has scales every pool's num_cpus down by one
+    # factor and logs it (num_cpus is Ray's reservation, not threads). false: such a job is refused
     fit_pools: bool = True
 
     def validate(self) -> None:
