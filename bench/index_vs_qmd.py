@@ -1,6 +1,6 @@
 """`fanout index` vs `qmd embed` on the English benchmark corpus: wall time, back to back, repeated.
 
-    PYTHONPATH=. .venv/bin/python bench/index_vs_qmd.py --qmd-root /work/scratch-qmd [--rounds 2]
+    .venv/bin/python -m bench.index_vs_qmd --qmd-root /work/scratch-qmd [--rounds 2]
         [--corpus ../shared/eval/obsidian-help/corpus/en] [--order fanout,qmd]
 
 Each round indexes from scratch on both sides, one after the other (the order alternates per round):

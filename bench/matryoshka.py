@@ -4,10 +4,10 @@ Quality: run `fanout eval` once per dimension into its own folder, then point --
 
     cp -r /work/main/.fanout/bench-db .fanout/bench-db
     for d in 768 512 256 128; do
-      PYTHONPATH=$PWD python -m fanout.cli.main eval --modes vector,hybrid,fields --db .fanout/bench-db \\
+      python -m fanout.cli.main eval --modes vector,hybrid,fields --db .fanout/bench-db \\
         --out out/mat-$d --set index.vector_dim=$d
     done
-    nice -n 10 python bench/matryoshka.py --runs out/mat-768,out/mat-512,out/mat-256,out/mat-128 \\
+    nice -n 10 python -m bench.matryoshka --runs out/mat-768,out/mat-512,out/mat-256,out/mat-128 \\
         --db .fanout/bench-db
 
 (the index re-derives its vectors from the kept full ones at each change: nothing is re-embedded).
@@ -19,7 +19,7 @@ fanout.evaluation.score_runs. Use it when `fanout eval` would rebuild the index 
 built re-chunks and re-embeds every page: ~40 min per language on this machine). Query vectors come from the
 copy's query-vector cache (full 768-d, cut per dimension); misses are embedded and counted on stderr:
 
-    flock /tmp/fanout-heavy.lock nice -n 10 python bench/matryoshka.py --score-index /work/main/.fanout/bench-db \
+    flock /tmp/fanout-heavy.lock nice -n 10 python -m bench.matryoshka --score-index /work/main/.fanout/bench-db \
         --db /work/main/.fanout/bench-db
 
 Cost: a batched search of --queries query vectors in ONE call (what retrieve_variants does, k=60), brute force,
@@ -41,8 +41,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("LANCEDB_LOG", "error")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import pyarrow as pa
@@ -212,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare_subset(args.subset_from, args.db, args.subset_dir)
         return 0
 
-    from index_scale import BATCH, Synth
-
+    from bench.index_scale import BATCH, Synth
     from fanout.store.vectors import truncate_vectors
 
     dims = [int(d) for d in args.dims.split(",")]

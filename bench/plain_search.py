@@ -1,12 +1,9 @@
 """Plain BM25-only and vector-only searches on the benchmark indexes, 3 queries per language.
 
-    .venv/bin/python bench/plain_search.py     # needs .fanout/bench-db (fanout eval builds it)
+    .venv/bin/python -m bench.plain_search     # needs .fanout/bench-db (fanout eval builds it)
 """
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fanout.pipelines.search import Searcher, SearchOptions
 

@@ -1,7 +1,7 @@
 """A search's query texts embedded one per embed() call against packed (`embedder.query_batch_size`): texts per
 second and CPU per text with the profile's real embedder, the two ways taking turns; prints one table.
 
-    PYTHONPATH=. .venv/bin/python bench/query_embed_calls.py [--config local] [--texts 96] [--rounds 3]
+    .venv/bin/python -m bench.query_embed_calls [--config local] [--texts 96] [--rounds 3]
                                                             [--packed 8]
 
 The texts are the bundled sample queries' query, rephrased_query and expected_answer, with the embedder's query

@@ -1,7 +1,7 @@
 """Warm `fanout query` latency against two `fanout serve` builds at once, runs interleaved (A, B, A, B, ...), so
 machine load hits both alike: for before/after numbers of a change to the server on a busy machine.
 
-    PYTHONPATH=. .venv/bin/python bench/serve_ab.py --db DB --collection NAME --a CHECKOUT_A --b CHECKOUT_B
+    .venv/bin/python -m bench.serve_ab --db DB --collection NAME --a CHECKOUT_A --b CHECKOUT_B
                                                     [--runs 15] [--modes query,search] [--config CFG]
 
 DB is copied twice (the port file lives in the db folder, so each server needs its own copy); each checkout's
@@ -36,7 +36,6 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
 
 def in_process(args: argparse.Namespace, dbs: dict[str, str], rows: dict[str, list[float]]) -> None:
-    sys.path.insert(0, str(REPO))
     from fanout.serve.client import ask_server
 
     def req(n: int) -> dict:

@@ -176,11 +176,11 @@ def test_damaged_vectors_are_never_served(tmp_path, caplog):
 def test_fake_index_vector_lists_unchanged(tmp_path, fake_cfg, fake_runner):
     """A small index built by `fanout index` (the benchmark's size): the lists the exact path gives are those
     Lance's flat search gave before it, for every variant of every sample query."""
-    from conftest import write_vault
     from fanout.actors.fake import hashed_vector
     from fanout.pipelines.index import index_vault
 
     from fanout.store.db import Collection
+    from tests.support.vault import write_vault
 
     vault = write_vault(tmp_path / "vault")
     index_vault(vault, tmp_path / "db", "t", fake_cfg, fake_runner)

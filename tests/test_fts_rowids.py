@@ -3,12 +3,12 @@ the same page lists as reading path/chunk_id per call, rebuilt for a new index v
 
 from __future__ import annotations
 
-from conftest import write_vault
 from fanout.pipelines.index import index_vault
 from fanout.pipelines.lanes import fts_page_lists
 
 from fanout.store.db import Collection
 from fanout.store.fts import lance_chunks
+from tests.support.vault import write_vault
 
 TEXTS = ["sync notes", "internal links", "code blocks fenced", "синхронизация заметок", "блины", "", "zzzz nothing"]
 

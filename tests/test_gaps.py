@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 NOTES = {
     "Sync/Set up sync.md": "# Set up sync\n\nSync keeps your vault the same on every device.\n\n## Sign in\n"

@@ -248,8 +248,9 @@ def test_hostile_vault_indexes_in_bounded_time_with_nothing_from_outside(hostile
 
 @pytest.fixture()
 def small_index(tmp_path, fake_cfg, fake_runner):
-    from conftest import write_vault
     from fanout.pipelines.index import index_vault
+
+    from tests.support.vault import write_vault
 
     vault = write_vault(tmp_path / "vault")
     db = tmp_path / "db"
@@ -320,13 +321,13 @@ class NaNEmbedder(HashEmbedder):
 
 
 def test_nan_vectors_never_enter_the_index(tmp_path, fake_cfg, monkeypatch):
-    from conftest import write_vault
     from fanout.pipelines.index import index_vault
 
     import fanout.exec.runner as fr
     import fanout.models.identity as fi
     from fanout.store.db import Collection
     from fanout.store.integrity import bad_vector_rows
+    from tests.support.vault import write_vault
 
     monkeypatch.setitem(fi.ROLES, "embedder", f"{__name__}:NaNEmbedder")
     vault = write_vault(tmp_path / "v", {"ok.md": "fine text\n", "bad.md": "## A\nfine\n\n## B\nPOISON here\n"})

@@ -22,7 +22,7 @@ import pytest
 from fanout.pipelines.scan_notes import scan_notes
 
 from fanout.config.sections import IndexConfig
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 
 def nfd(s: str) -> str:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NOTES, write_vault
-from test_storage_s3 import s3  # noqa: F401 - the loopback S3 server fixture
 
 from fanout.store import manifest, storage
 from fanout.store.db import Collection
 from fanout.store.integrity import IndexStateError
+from tests.support.vault import NOTES, write_vault
+from tests.test_storage_s3 import s3  # noqa: F401 - the loopback S3 server fixture
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from fanout.pipelines.search import Searcher, SearchOptions, search_stages
 from fanout.config import FuseConfig
 from fanout.schemas import HITS
 from fanout.store.db import Collection
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 LANES = ["fts", "vec", "alias", "title_vec", "heading_vec"]
 
@@ -40,7 +40,6 @@ def test_title_texts_lists_titles_aliases_and_headings_outside_code(db):
     assert "Version history" in plain
 
 
-@pytest.mark.slow
 def test_titles_table_is_built_once_and_kept_in_step(db, cfg, runner):
     col = Collection(db, "t")
     calls = runner.calls.get("embedder", 0)
@@ -58,7 +57,6 @@ def test_titles_table_is_built_once_and_kept_in_step(db, cfg, runner):
     assert table.num_rows == len(title_texts(col)) + len(title_texts(col, "heading"))
 
 
-@pytest.mark.slow
 def test_title_lanes_find_the_page_by_meaning_of_its_title_or_heading(db, cfg, runner):
     s = Searcher(db, "t", cfg.replace(retrieve={"lanes": LANES}), runner)
     res = s.search([{"id": "a", "query": "pancake recipe"}, {"id": "b", "query": "restore an older version"}],

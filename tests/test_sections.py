@@ -14,7 +14,8 @@ import pytest
 
 from fanout.api.service import RequestError
 from fanout.errors import FanoutError
-from tests.conftest import NOTES, running_serve, write_vault
+from tests.support.serve import running_serve
+from tests.support.vault import NOTES, write_vault
 
 FILLER = " ".join(f"Paragraph {i} says the backup rotation keeps older copies of every file around." for i in range(6))
 LONG = "\n\n".join([

@@ -16,7 +16,8 @@ import pytest
 
 from fanout.api.service import check_request
 from fanout.serve.client import PORT_FILE
-from tests.conftest import running_serve, write_vault
+from tests.support.serve import running_serve
+from tests.support.vault import write_vault
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = """extends: fake

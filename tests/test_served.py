@@ -1,5 +1,5 @@
 """Served models (`models.<role>: openai:<model>@<base_url>`) against a small server of our own on 127.0.0.1
-(tests/served_server.py): milliseconds, no model.
+(tests/support/served_server.py): milliseconds, no model.
 
 Checked: the spec and the `remote:` section are validated with clear messages; the three roles answer through
 the server with the local roles' columns; the stage list and caches are the same (a cached vector is never
@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.conftest import write_vault
-from tests.served_server import FakeServer
+from tests.support.served_server import FakeServer
+from tests.support.vault import write_vault
 
 KEY = "sk-test-0123456789abcdef"
 

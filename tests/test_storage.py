@@ -13,13 +13,13 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import NOTES, write_vault
 
 from fanout.config import StorageConfig
 from fanout.exec.runner import Runner
 from fanout.store import storage
 from fanout.store.db import Collection
 from fanout.store.vectors import index_columns, truncate_vectors, vector_dims
+from tests.support.vault import NOTES, write_vault
 
 
 # -- locations --------------------------------------------------------------------------------------------
@@ -228,7 +228,6 @@ def test_matryoshka_dimension_is_rederived_not_reembedded(tmp_path, cfg, monkeyp
 SMALL = {k: NOTES[k] for k in ("Sync/Sync your notes.md", "Рецепты/Блины.md")}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("where", ["db", "./x/db2", "ABS"])
 def test_db_locations_index_then_search(tmp_path, monkeypatch, cfg, runner, where):
     from fanout.cli.main import main

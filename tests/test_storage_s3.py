@@ -16,11 +16,11 @@ import socket
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import NOTES, write_vault
 
 from fanout.store import storage
 from fanout.store.db import Collection
 from fanout.store.vectors import index_columns
+from tests.support.vault import NOTES, write_vault
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +51,9 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
     from fanout.pipelines.index import index_vault
     from fanout.pipelines.optimize_tables import optimize_tables
     from fanout.pipelines.search import Searcher, SearchOptions
-    from test_storage import FakeRunner, many_notes
 
     from fanout.io.batch_out import check_out
+    from tests.test_storage import FakeRunner, many_notes
 
     def ident(c, r, provision=True):  # the manifest's embedder identity, as a stand-in file would give
         return "fake.gguf", "fake-sha"
@@ -131,7 +131,6 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
     assert res.results["snippet"].to_pylist()[0] == "Sync now also covers plugins."  # the re-indexed text
 
 
-@pytest.mark.slow
 @pytest.mark.model
 def test_cli_index_query_with_env_credentials(tmp_path, monkeypatch, s3, capsys):
     from fanout.cli.main import main

@@ -20,7 +20,7 @@ import pytest
 import fanout
 from fanout.config import ConfigError, load_config
 from fanout.store.db import Collection
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 WAIT = 60.0  # seconds: generous on a loaded 2-core box; a passing test waits ~0.5 s per round
 REPO = Path(__file__).resolve().parents[1]

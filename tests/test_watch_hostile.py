@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import fanout
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 from tests.test_watch import NOTES, WAIT, fast_cfg, found, indexed, round_after
 
 REPO = Path(__file__).resolve().parents[1]

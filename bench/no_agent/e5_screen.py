@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from fanout.evaluation.bench_data import load_queries, resolve_bench_dir
 from fanout.evaluation.score_runs import per_query_metrics

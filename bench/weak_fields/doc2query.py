@@ -22,8 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 PROMPT = ("Page:\n{text}\n\nWrite {n} short questions, in the page's language, that a user would type and this "
           "page answers. One per line.")
 _NUM = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
