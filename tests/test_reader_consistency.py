@@ -14,8 +14,8 @@ import time
 import pyarrow as pa
 import pytest
 
+from tests.support.hostile_vault import HashEmbedder
 from tests.support.vault import write_vault
-from tests.test_hostile import HashEmbedder
 
 OLD = {
     "keep.md": "# Keep\nA note that stays the same about gardening.\n",
