@@ -81,6 +81,7 @@ class NaNEmbedder(HashEmbedder):
         return out.set_column(out.column_names.index("vector"), "vector", col)
 
 
+@pytest.mark.slow
 def test_hostile_vault_indexes_in_bounded_time_with_nothing_from_outside(hostile, fake_cfg, fake_runner,
                                                                          tmp_path):
     from fanout.pipelines.index import index_vault

@@ -76,6 +76,7 @@ def test_create_and_edit(watching):
     assert found(kb, "marmalade") == ["Home.md"] and found(kb, "welcome") == []
 
 
+@pytest.mark.slow
 def test_renames_within_and_across_folders_and_delete(watching):
     vault, kb, w = watching
     round_after(w, lambda: os.rename(vault / "Garden/Roses.md", vault / "Garden/Old roses.md"))
@@ -90,6 +91,7 @@ def test_renames_within_and_across_folders_and_delete(watching):
     assert r.report.deleted == 1 and "Home.md" not in indexed(kb)
 
 
+@pytest.mark.slow
 def test_folder_moves_within_out_of_and_into_the_vault(watching, tmp_path):
     vault, kb, w = watching
     round_after(w, lambda: os.rename(vault / "Garden", vault / "Yard"))  # one event for the folder
@@ -239,6 +241,7 @@ def started(cmd: list[str], log: Path) -> subprocess.Popen:
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+@pytest.mark.slow
 def test_serve_picks_up_a_new_note_and_its_answer_memory_is_never_stale(tmp_path):
     from fanout.serve.client import PORT_FILE, ask_server
 
