@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from fanout.config import Config
@@ -31,8 +32,10 @@ class PrivateRay:
     """A quiet private local Ray for one driver: `tmp` (its temp dir) is made at construction, `start` sets the
     token, starts the watchdog and `ray.init`, `close` (after `ray.shutdown`) cleans up."""
 
-    def __init__(self, ray: Any):
+    def __init__(self, ray: Any, reload_auth: Callable[[], None]):
+        """`reload_auth`: has Ray read RAY_AUTH_MODE and the token again (the runner's, where Ray may be imported)."""
         self.ray = ray
+        self._reload_auth = reload_auth
         self.tmp = tempfile.mkdtemp(prefix="fanout-ray-", dir="/tmp")
         self._watchdog: subprocess.Popen | None = None
         self._env_before: dict[str, str | None] = {}
@@ -73,7 +76,7 @@ class PrivateRay:
             os.environ[k] = v
         if "RAY_AUTH_TOKEN" in os.environ:  # an inherited token would win over the file
             self._env_before["RAY_AUTH_TOKEN"] = os.environ.pop("RAY_AUTH_TOKEN")
-        reload_auth_settings(self.ray)
+        self._reload_auth()
 
     def close(self) -> None:
         """After `ray.shutdown()`: the token settings end with it, the temp dir goes, the watchdog is let go."""
@@ -84,7 +87,7 @@ class PrivateRay:
                 os.environ[k] = v
         if self._env_before:
             self._env_before = {}
-            reload_auth_settings(self.ray)
+            self._reload_auth()
         shutil.rmtree(self.tmp, ignore_errors=True)
         if self._watchdog is not None:  # it wakes on the closed pipe, finds nothing left, exits
             with contextlib.suppress(OSError):
@@ -137,17 +140,6 @@ def start_watchdog(tmp: str) -> subprocess.Popen:
 # so the two threads never import one module at once (two threads inside one circular import can deadlock)
 WARM_IMPORTS = ("ray.data", "lance")
 SHARED_IMPORTS = ("pydantic", "ray.dashboard", "ray._common.usage.usage_lib")  # Ray 2.60's ray.init imports these
-
-
-def reload_auth_settings(ray: Any) -> None:
-    """Ray reads RAY_AUTH_MODE / the token once per process (its C++ config and token cache): after the runner
-    changes them, have it read them again (what Ray's own tests do between auth modes)."""
-    try:
-        raylet = ray._raylet
-        raylet.Config.initialize("")
-        raylet.AuthenticationTokenLoader.instance().reset_cache()
-    except (ImportError, AttributeError) as e:  # another Ray version: its env is read at start anyway
-        log.debug("Ray auth settings not reloaded: %s", e)
 
 
 def quiet_sigterm() -> bool:

@@ -92,7 +92,7 @@ class RayRunner(Runner):
                     warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
                     ray.init(address=address, log_to_driver=False, logging_level="ERROR")
             else:  # fanout/exec/private_ray.py: its temp dir, token and watchdog
-                self._local = PrivateRay(ray)
+                self._local = PrivateRay(ray, _reload_auth_settings)
                 atexit.register(self.close)  # a run that dies before close() still removes its temp dir
                 self._local.start(cfg, local_cpus(cfg))
             self._owns = True
@@ -273,3 +273,17 @@ def local_cpus(cfg: Config) -> float:
     want = sum(cfg.pool(r).count * cfg.pool(r).num_cpus for r in roles)
     want += 4 * cfg.retriever.count * cfg.retriever.num_cpus + cfg.writer.num_cpus + 0.2
     return float(max(os.cpu_count() or 1, -(-want // 1)))
+
+
+def _reload_auth_settings() -> None:
+    """Ray reads RAY_AUTH_MODE / the token once per process (its C++ config and token cache): after the private
+    Ray's token settings change (fanout/exec/private_ray.py), have it read them again (what Ray's own tests do
+    between auth modes)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+        from ray._raylet import Config as RayConfig
+
+        RayConfig.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError) as e:  # another Ray version: its env is read at start anyway
+        log.debug("Ray auth settings not reloaded: %s", e)
