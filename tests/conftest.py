@@ -59,9 +59,10 @@ def fake_runner(fake_cfg):
         yield r
 
 
-# -- test tiers (markers; pyproject.toml lists them): `make test-fast` runs `-m "not model and not ray and not slow"`
-# with no model installed. A module whose every test loads a real model or starts Ray says so in its `pytestmark`;
-# a test that reaches the real models through these fixtures is marked here.
+# -- test tiers (markers; pyproject.toml lists them): `make test-fast` runs
+# `-m "not model and not ray and not slow"` with no model installed. A module whose every test loads a real
+# model or starts Ray says so in its `pytestmark`; a test that reaches the real models through these fixtures
+# is marked here.
 MODEL_FIXTURES = {"runner", "tiny_db"}  # the local profile's real models (transitively: mcp_db, served, ...)
 
 

@@ -1,7 +1,7 @@
 """Names, sizes and arguments at their limits: a note path past PATH_MAX, collection names that leave the db
-or pass the length limit, huge counts, non-string paths, the index size limit on `get`, `--config` on ls/get/collection; two
-index runs on one collection (who holds it, one consistent index); SIGTERM on a Ray batch exits 143. Moved from
-the hostile rounds (tests/test_hostile_round3.py, tests/test_hostile_round4.py).
+or pass the length limit, huge counts, non-string paths, the index size limit on `get`, `--config` on
+ls/get/collection; two index runs on one collection (who holds it, one consistent index); SIGTERM on a Ray
+batch exits 143. Moved from the hostile rounds (tests/test_hostile_round3.py, tests/test_hostile_round4.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A hostile vault's scan: links out and in, a loop, a FIFO, device files, bad and over-long names, huge
 notes, hard links, Unicode normal forms; every `.md` entry accounted for (indexed, or skipped once with a
-reason) in bounded time, nothing from outside the vault read. Moved from the hostile rounds (tests/test_hostile*.py).
+reason) in bounded time, nothing from outside the vault read. Moved from the hostile rounds
+(tests/test_hostile*.py).
 """
 
 from __future__ import annotations
