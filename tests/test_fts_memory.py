@@ -17,8 +17,8 @@ from lance.query import MultiMatchQuery
 from fanout.store import fts
 from fanout.store.db import Collection
 from fanout.store.fts_memory import memory_column, search
+from tests.support.fts import TEXTS
 from tests.support.vault import write_vault
-from tests.test_fts_rowids import TEXTS
 
 WORDS = ["sync", "notes", "vault", "links", "graph", "the", "a", "plugin", "plugins", "settings", "backup", "linking",
          "canvas", "search", "searching", "théme", "theme", "файлы", "файл", "заметки"]

@@ -8,9 +8,8 @@ from fanout.pipelines.lanes import fts_page_lists
 
 from fanout.store.db import Collection
 from fanout.store.fts import lance_chunks
+from tests.support.fts import TEXTS
 from tests.support.vault import write_vault
-
-TEXTS = ["sync notes", "internal links", "code blocks fenced", "синхронизация заметок", "блины", "", "zzzz nothing"]
 
 
 def test_rowid_lists_equal_column_lists_and_follow_new_versions(tmp_path, fake_cfg, fake_runner):

@@ -193,7 +193,7 @@ def test_mcp_search_and_get_by_ref(kb, fake_runner):
 
 
 def test_http_serve(kb, tmp_path):
-    from tests.test_serve_input import ask
+    from tests.support.serve_http import ask
 
     db = tmp_path / "db"
     shutil.copytree(kb.db, db)

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from tests.support.served import served_cfg
 from tests.support.served_server import FakeServer
 from tests.support.vault import write_vault
-from tests.test_served import served_cfg
 
 pytestmark = pytest.mark.ray
 

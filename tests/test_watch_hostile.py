@@ -20,7 +20,7 @@ import pytest
 
 import fanout
 from tests.support.vault import write_vault
-from tests.test_watch import NOTES, WAIT, fast_cfg, found, indexed, round_after
+from tests.support.watch import NOTES, WAIT, fast_cfg, found, indexed, round_after
 
 REPO = Path(__file__).resolve().parents[1]
 LIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # what must not reach a terminal
