@@ -8,11 +8,12 @@ test: setup
 	bash scripts/test_deps.sh
 	.venv/bin/python -m pytest -q
 
-# every test that needs no model and no Ray, with no model installed, on both cores (a contributor's loop, < 1 min)
+# every test that needs no model and no Ray and is not slow (pyproject.toml's markers), with no model installed,
+# on both cores: a contributor's loop
 test-fast:
 	@FANOUT_SETUP_SKIP_MODELS=1 bash scripts/setup.sh  # seconds when done; redoes the install when pyproject changed
 	@d=$$(mktemp -d); cp -r $${FANOUT_CACHE:-$$HOME/.cache/fanout}/cpu $$d/ 2>/dev/null || true; \
-	FANOUT_MODELS_OFFLINE=1 FANOUT_CACHE=$$d .venv/bin/python -m pytest -q -m "not model and not ray" -n 2
+	FANOUT_MODELS_OFFLINE=1 FANOUT_CACHE=$$d .venv/bin/python -m pytest -q -m "not model and not ray and not slow" -n 2
 
 demo: setup
 	.venv/bin/fanout demo

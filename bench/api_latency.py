@@ -1,6 +1,6 @@
 """A warm `kb.search` (the Python API) against `fanout serve` answering the same request anew, on one index.
 
-    PYTHONPATH=. .venv/bin/python bench/api_latency.py [--db DIR --collection NAME] [--config fake] [--runs 15]
+    .venv/bin/python -m bench.api_latency [--db DIR --collection NAME] [--config fake] [--runs 15]
 
 Without --db the bundled samples/vault is indexed into a temp folder first. `fanout serve` runs in its own
 process on the db; the client is the one the CLI uses (`fanout.serve.client.ask_server`: discovery, token, one
@@ -33,7 +33,6 @@ def main() -> int:
     ap.add_argument("--config", default="local", help="profile or YAML for both (default: local)")
     ap.add_argument("--runs", type=int, default=15, help="timed requests per side, per query")
     args = ap.parse_args()
-    sys.path.insert(0, str(REPO))
     import fanout
     from fanout.serve.client import ask_server
 

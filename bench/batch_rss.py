@@ -1,6 +1,6 @@
 """Driver peak RSS of `fanout batch` on the Ray Data engine against the input's length (fake models).
 
-    PYTHONPATH=. .venv/bin/python bench/batch_rss.py [--rows 10000,100000,1000000] [--db DIR]
+    .venv/bin/python -m bench.batch_rss [--rows 10000,100000,1000000] [--db DIR]
 
 Each size runs in a fresh driver process (a private local Ray; fake profile, caches on, no sleep) that
 generates nothing itself: the parent writes the JSONL input, the child runs `run_batch` and reports its own
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 WORDS = ["backup", "snapshot", "vlan", "router", "vpn", "media", "server", "power", "ups", "sourdough"]
 
 

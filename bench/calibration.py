@@ -1,6 +1,6 @@
 """Score calibration: does a `--min-score` threshold separate real matches from nonsense?
 
-    .venv/bin/python bench/calibration.py [--db .fanout/bench-db] [--fit] [--out out/calibration.json]
+    .venv/bin/python -m bench.calibration [--db .fanout/bench-db] [--fit] [--out out/calibration.json]
 
 Runs the judged benchmark queries (no agent fields: what `fanout query` sees) and the nonsense sets
 (`bench/data/nonsense_{en,ru}.jsonl`, 30 each: 8 letter salads and 22 off-topic questions, written for this
@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 from fanout.pipelines.fuse_rrf import evidence, list_weight, sent_lists

@@ -1,6 +1,6 @@
 """End-to-end latency of an interactive `fanout query` from the shell: cold (in-process) vs warm (`fanout serve`).
 
-    PYTHONPATH=. .venv/bin/python bench/cli_latency.py [--db DIR --collection NAME] [--runs 7] [--query "..."]
+    .venv/bin/python -m bench.cli_latency [--db DIR --collection NAME] [--runs 7] [--query "..."]
 
 Without --db the bundled samples/vault is indexed into a temp folder first. Each run is a fresh
 `python -m fanout.cli.main <mode> QUERY` subprocess, timed from spawn to exit (what a user at a shell waits for):

@@ -1,6 +1,6 @@
 """The same batch in-process, on a local Ray and on a 2-node Ray cluster on this machine (loopback).
 
-    PYTHONPATH=. .venv/bin/python bench/cluster_2node.py [--db .fanout/bench-db --collection bench-en] [-n 100]
+    .venv/bin/python bench/cluster_2node.py [--db .fanout/bench-db --collection bench-en] [-n 100]
 
 Steps: (1) the batch in-process (`Runner`); (2) on a quiet private local Ray (`RayRunner`); (3) a head node
 and a worker node are started with `ray start --block`, each with its own temp dir, ports and process session;
@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LANCEDB_LOG", "error")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from loopback import LoopbackCluster
 
+from bench.loopback import LoopbackCluster
 from fanout.config import Config, load_config
 from fanout.exec.ray_runner import RayRunner
 from fanout.exec.runner import Runner

@@ -1,6 +1,6 @@
 """The `memory` full-text engine against Lance itself on real indexes: identical lists, CPU per search, build.
 
-    PYTHONPATH=. .venv/bin/python bench/fts_engines.py --db /work/bench-db --collections bench-en,bench-ru
+    .venv/bin/python -m bench.fts_engines --db /work/bench-db --collections bench-en,bench-ru
                                                        [--bench ../shared/eval/obsidian-help] [--random 1500] [--k 60]
 
 Query texts per collection (its language taken from the name's `-en` / `-ru`, else English): the benchmark's
@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def texts_for(bench: Path, lang: str, n_random: int, seed: int = 1) -> list[str]:

@@ -1,7 +1,7 @@
 """CPU of the memory full-text engine's query side (fanout/store/fts_memory.py): this code against the one it
 replaced (908d953's `top`/`topk`/`search`, copied below), the same postings and query texts, the same run.
 
-    PYTHONPATH=. .venv/bin/python bench/fts_memory_cost.py [--index /tmp/cost/qc/template-20000-768]
+    .venv/bin/python -m bench.fts_memory_cost [--index /tmp/cost/qc/template-20000-768]
                                                            [--notes 20000] [--queries 1600] [--repeat 3]
                                                            [--small N] [--work DIR]
 
@@ -29,15 +29,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from fts_dense_reference import old_search as dense_search
-from fts_dense_reference import old_top, same
+from tests.support.fts_dense_reference import old_search as dense_search
+from tests.support.fts_dense_reference import old_top, same
 
 
-# -- the old code (908d953), the tests' oracle (tests/fts_dense_reference.py) ---------------------------------
+# -- the old code (908d953), the tests' oracle (tests/support/fts_dense_reference.py) -------------------------
 def old_search(columns, boosts, text, k, allowed=None):
     import lance
 
@@ -90,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import lance
     from fanout.pipelines.lanes import fts_text
-    from synthetic_vault import synthetic_vault, topic_queries
 
+    from bench.synthetic_vault import synthetic_vault, topic_queries
     from fanout.store import fts_memory
 
     work = Path(args.work or tempfile.mkdtemp(prefix="fanout-ftsmem-", dir="/tmp"))
@@ -100,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if (db / "bench.manifest.json").is_file():  # kept in --work by an earlier run
             args.notes = args.small or args.notes
         elif args.small:
-            from query_cost import build
+            from bench.query_cost import build
 
             args.notes = args.small
             build(synthetic_vault(work / "vault", args.small), db, {"fake": {"dim": 768}})

@@ -1,7 +1,7 @@
 """`fanout gaps` on the benchmark: do the questions whose pages were removed, and the nonsense ones, land in
 the flagged groups, and the rest not?
 
-    .venv/bin/python bench/gaps_bench.py --src-db /work/bench-db [--collection bench-en] [--lang en]
+    .venv/bin/python -m bench.gaps_bench --src-db /work/bench-db [--collection bench-en] [--lang en]
                                          [--bench DIR] [--out out/gaps-bench] [--config local]
 
 1. Copies the collection's Lance tables, caches and manifest from `--src-db` into a fresh `OUT/db` (the source
@@ -29,7 +29,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 # Pages each answering 1-4 English queries and no other query's relevant or partial page (Tags view is only a

@@ -1,6 +1,6 @@
 """`fanout gaps` at scale: a synthetic answers file of N rows, streamed; wall time and peak memory.
 
-    .venv/bin/python bench/gaps_scale.py [--rows 1000000] [--per-query 5] [--distinct 5000]
+    .venv/bin/python -m bench.gaps_scale [--rows 1000000] [--per-query 5] [--distinct 5000]
                                         [--formats parquet,csv,jsonl] [--out out/gaps-scale]
 
 Builds a 6-note index with the fake profile (configs/fake.yaml: hashed bag-of-words vectors, so the cost
@@ -29,7 +29,6 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 NOTES = {

@@ -1,7 +1,7 @@
 """A GGUF model's header without its weights, and a model of the same shape rebuilt from it with synthetic weights.
 
-    python bench/gguf_skeleton.py strip MODEL.gguf OUT.skel     # header only: metadata, tokenizer, tensor table
-    python bench/gguf_skeleton.py fill OUT.skel MODEL.gguf        # the same file with random weights
+    python -m bench.gguf_skeleton strip MODEL.gguf OUT.skel     # header only: metadata, tokenizer, tensor table
+    python -m bench.gguf_skeleton fill OUT.skel MODEL.gguf        # the same file with random weights
 
 For bench/gpu_check.sh on a lent GPU machine: only 64 MiB travel there and nothing can be downloaded, so the
 profile's models (0.3-1.1 GB each) go as skeletons (a few MB: the tokenizer is most of it) and are rebuilt

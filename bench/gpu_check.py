@@ -1,6 +1,6 @@
 """The model roles' throughput with n_gpu_layers 0 against -1 in one process, one table (run by gpu_check.sh).
 
-    python bench/gpu_check.py [--seconds 20] [--devices cpu,gpu] [--models embedder=P,expander=P,reranker=P]
+    python -m bench.gpu_check [--seconds 20] [--devices cpu,gpu] [--models embedder=P,expander=P,reranker=P]
                               [--roles embed,qembed,expand,rerank] [--instances 2,4,8] [...]
 
 Rows: embedding (32 chunks of ~250 tokens per call), the 1.5B expander (one query per call, each query new;
@@ -27,9 +27,6 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from fanout.actors._llama import backend_info, load_backends
 
 from fanout.config import load_config

@@ -30,7 +30,7 @@ if [ "${1:-}" = --bundle ]; then
   .venv/bin/python -m pip download -q --no-deps --only-binary=:all: -d "$dir/wheels" \
     "diskcache==$(.venv/bin/python -c 'from importlib.metadata import version; print(version("diskcache"))')"
   for m in $MODELS; do
-    .venv/bin/python bench/gguf_skeleton.py strip "$CACHE/models/$m.gguf" "$dir/models/$m.skel"
+    .venv/bin/python -m bench.gguf_skeleton strip "$CACHE/models/$m.gguf" "$dir/models/$m.skel"
     xz -T0 -6 "$dir/models/$m.skel"
   done
   du -sh "$dir"; ls -la "$dir"/*

@@ -1,7 +1,7 @@
 """What an index round costs at the vault sizes users have: a synthetic vault (bench/synthetic_vault.py, ~3 chunks a
 note), fake models (only fanout's own work shows), this checkout against an older commit in the same run.
 
-    PYTHONPATH=. .venv/bin/python bench/index_incremental.py --scale-notes 20000 [--baseline eb4005e]
+    .venv/bin/python -m bench.index_incremental --scale-notes 20000 [--baseline eb4005e]
         [--rounds 3] [--searches 200] [--round-notes 50] [--embed-sleep-s 0.002] [--dim 768] [--work DIR]
 
 Per code version, one fresh process on its own copy of the vault, running the tree of a commit (`git archive`,
@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 
@@ -57,9 +56,8 @@ def edit(path: Path, tag: str) -> None:
 
 def child(args: argparse.Namespace) -> dict:
     """One code version's measurements (run in a process of its own, `fanout` from that version's tree)."""
-    from synthetic_vault import topic_queries
-
     import fanout
+    from bench.synthetic_vault import topic_queries
     from fanout.config import load_config
 
     vault, db = Path(args.vault), Path(args.db)
@@ -131,10 +129,10 @@ def run_version(name: str, code: Path, vault: Path, work: Path, args: argparse.N
         shutil.rmtree(p, ignore_errors=True)
     shutil.copytree(vault, copy, copy_function=shutil.copy)  # fresh mtimes: no note is older than its copy
     time.sleep(2.5)  # past the stat fast path's racy window: the copies' stats are trusted after the first index
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--vault", str(copy), "--db", str(db),
+    cmd = [sys.executable, "-m", "bench.index_incremental", "--child", "--vault", str(copy), "--db", str(db),
            "--scale-notes", str(args.scale_notes), "--rounds", str(args.rounds), "--searches", str(args.searches),
            "--round-notes", str(args.round_notes), "--embed-sleep-s", str(args.embed_sleep_s), "--dim", str(args.dim)]
-    env = {**os.environ, "PYTHONPATH": str(code)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), str(ROOT)])}  # bench.query_cost.child_env: why
     t = time.perf_counter()
     res = subprocess.run(cmd, check=False, env=env, cwd=str(code), capture_output=True, text=True)
     if res.returncode:
@@ -164,7 +162,7 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(args)))
         return 0
-    from synthetic_vault import synthetic_vault
+    from bench.synthetic_vault import synthetic_vault
 
     with tempfile.TemporaryDirectory(prefix="fanout-incr-") as tmp:
         work = Path(args.work or tmp)

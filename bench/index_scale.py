@@ -15,9 +15,9 @@ Measured (one table at the end):
 - cache upserts (merge_insert on `key`) of --upsert keys into a --cache-rows cache without and with the BTREE
   (a comma list of sizes, e.g. `--cache-rows 300000,1000000`, to see how the upsert grows with the cache).
 
-    nice -n 10 python bench/index_scale.py                 # 100k rows, quick
-    nice -n 10 python bench/index_scale.py --rows 1000000  # the issue's size
-    flock /tmp/fanout-heavy.lock nice -n 10 python bench/index_scale.py --rows 200000 --types IVF_HNSW_SQ \
+    nice -n 10 python -m bench.index_scale                 # 100k rows, quick
+    nice -n 10 python -m bench.index_scale --rows 1000000  # the issue's size
+    flock /tmp/fanout-heavy.lock nice -n 10 python -m bench.index_scale --rows 200000 --types IVF_HNSW_SQ \
         --cache-rows 300000,1000000          # what fits in ~15 min on the shared 2-core box
 """
 
@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("LANCEDB_LOG", "error")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import pyarrow as pa

@@ -1,6 +1,6 @@
 """Index speed: `fanout index` vs raw llama.cpp embedding of the same texts, and an unchanged re-index.
 
-    .venv/bin/python bench/index_speed.py [--vault DIR] [--notes 40] [--full-db .fanout/bench-db]
+    .venv/bin/python -m bench.index_speed [--vault DIR] [--notes 40] [--full-db .fanout/bench-db]
 
 Prints one table. Both sides embed the same chunk texts (breadcrumb + document prompt) with the same model,
 n_ctx/n_batch, batch size and threads, in the same process, one after the other.
@@ -11,12 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 from fanout.actors._llama import load_llama, model_path

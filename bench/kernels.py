@@ -1,6 +1,6 @@
 """Model calls at the hardware's limit: builds, kernels and batching of embedding and generation, one table.
 
-    PYTHONPATH=. .venv/bin/python bench/kernels.py [--part sweep,compare,gen] [--portable DIR]
+    .venv/bin/python -m bench.kernels [--part sweep,compare,gen] [--portable DIR]
         [--qmd-root DIR] [--chunks 32] [--queries 115] [--rounds 2] [--threads 2]
 
 Every measurement runs in its own subprocess (a process loads one llama-cpp-python build and one ggml CPU
@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 

@@ -1,6 +1,6 @@
 """Warm search latency through the real MCP client: `fanout mcp` as a subprocess, ClientSession over stdio.
 
-    PYTHONPATH=. .venv/bin/python bench/mcp_latency.py [--db .fanout/bench-db] [--collection bench-en] [-n 30]
+    .venv/bin/python -m bench.mcp_latency [--db .fanout/bench-db] [--collection bench-en] [-n 30]
 
 Each call is the benchmark's query with its agent fields (short_query, rephrased_query, expected_answer), no
 rerank, limit 10, timed at the client from request to parsed result. The server is warmed first (models

@@ -1,6 +1,6 @@
 """Timing and a tiny quality check of the model calls: expansion per query, rerank per (query, 40 passages).
 
-    PYTHONPATH=. .venv/bin/python bench/model_calls.py [--part expand|rerank|mrr|split|all]
+    .venv/bin/python -m bench.model_calls [--part expand|rerank|mrr|split|all]
         [--models SPEC ...] [--threads N] [--out results.json]
 
 Numbers are wall and CPU seconds on whatever machine runs it, with its load average (ours is a shared

@@ -1,6 +1,6 @@
 """A query's cost outside the models: CPU of the whole process tree, both engines; prints one table.
 
-    PYTHONPATH=. .venv/bin/python bench/query_cost.py [--sizes 200,2000] [--engines inproc,data,floor,api]
+    .venv/bin/python -m bench.query_cost [--sizes 200,2000] [--engines inproc,data,floor,api]
                                                       [--scale-notes 0] [--cpus 2] [--baseline DIR]
                                                       [--also LABEL:SECTION.KEY=VALUE[,...]] [--repeat N]
                                                       [--dim 768] [--work DIR]
@@ -48,10 +48,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from synthetic_vault import queries, synthetic_vault, topic_queries
+from bench.synthetic_vault import queries, synthetic_vault, topic_queries
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, os.environ.get("FANOUT_QC_CODE") or str(ROOT))  # the code a child job runs
 os.environ.setdefault("LANCEDB_LOG", "error")
 CGROUP = Path("/sys/fs/cgroup/cpuacct")
 def _mod(new: str, old: str):
@@ -223,15 +222,23 @@ def overrides(spec: str) -> tuple[str, dict]:
     return label, out
 
 
+def child_env(code: Path, sections: dict) -> dict:
+    """The environment of a child job run as `python -m bench.<name>` in `code` (its cwd): `code`'s fanout first
+    on the import path, this checkout's bench package after it (a --baseline checkout from before bench/ was a
+    package has no bench of its own). A baseline in this layout (no fanout/__path__ extension) gets its
+    fanout.actors and fanout.pipelines from this venv's editable install: compare those with its own venv."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), str(ROOT)]), "FANOUT_QC_CODE": str(code),
+            "FANOUT_QC_SET": json.dumps(sections)}
+
+
 def in_cgroup(cmd: list[str], name: str, code: Path = ROOT, sections: dict | None = None) -> tuple[float, str]:
-    """Run cmd in a fresh cpuacct cgroup with `code` first on the import path (Ray's workers inherit it);
+    """Run cmd in a fresh cpuacct cgroup with `code` first on the import path (child_env; Ray's workers inherit it);
     (CPU seconds of every process it started, its stdout)."""
     cg = CGROUP / name
     cg.mkdir()
     try:
         wrapped = ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *cmd]
-        env = {**os.environ, "PYTHONPATH": str(code), "FANOUT_QC_CODE": str(code),
-               "FANOUT_QC_SET": json.dumps(sections or {})}
+        env = child_env(code, sections or {})
         res = subprocess.run(wrapped, capture_output=True, text=True, check=False, timeout=3600, env=env,
                              cwd=code)
         if res.returncode:
@@ -262,7 +269,7 @@ def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, co
     qs = topic_queries(n, n, notes) if notes else queries(n, seed=n)
     q.write_text("".join(json.dumps(r) + "\n" for r in qs), encoding="utf-8")
     out = work / f"out-{tag}.parquet"
-    cmd = [sys.executable, __file__, "--child", engine, str(db), str(q), str(out), str(cpus)]
+    cmd = [sys.executable, "-m", "bench.query_cost", "--child", engine, str(db), str(q), str(out), str(cpus)]
     cpu, line = in_cgroup(cmd, f"fanout-qc-{os.getpid()}-{tag}", code, sections)
     r = json.loads(line)
     assert r["errors"] == 0 and r["queries"] == n, r
@@ -275,8 +282,8 @@ def recall(template: Path, n: int, notes: int, code: Path, sections: dict) -> di
     qf = template.parent / f"recall-{n}.jsonl"
     qs = topic_queries(n, n, notes) if notes else queries(n, seed=n)
     qf.write_text("".join(json.dumps(r) + "\n" for r in qs), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(code), "FANOUT_QC_CODE": str(code), "FANOUT_QC_SET": json.dumps(sections)}
-    res = subprocess.run([sys.executable, __file__, "--recall-child", str(template), str(qf)], capture_output=True,
+    env = child_env(code, sections)
+    res = subprocess.run([sys.executable, "-m", "bench.query_cost", "--recall-child", str(template), str(qf)], capture_output=True,
                          text=True, check=False, env=env, cwd=code, timeout=3600)
     if res.returncode:
         raise RuntimeError(f"recall failed:\n{res.stderr[-3000:]}")

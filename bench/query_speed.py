@@ -1,6 +1,6 @@
 """Query speed on a batch of benchmark queries; prints one comparison table.
 
-    .venv/bin/python bench/query_speed.py [--db .fanout/bench-db] [--collection bench-en] [--n 100] [--slow-n 4]
+    .venv/bin/python -m bench.query_speed [--db .fanout/bench-db] [--collection bench-en] [--n 100] [--slow-n 4]
 
 Rows: the agent-fields batch (no expansion, no rerank) cold and repeated from the caches, per stage; the
 full pipeline with local expansion + rerank batched vs a sequential per-query baseline doing qmd's flow on
@@ -15,12 +15,10 @@ import argparse
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 from fanout.pipelines.search import Searcher, SearchOptions

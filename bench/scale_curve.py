@@ -1,6 +1,6 @@
 """Scaling of the batch job with the number of model actors, on a 2-node Ray cluster on loopback.
 
-    PYTHONPATH=. .venv/bin/python bench/scale_curve.py [--actors 1,2,4,8,16] [--per-actor 60] [--sleep 0.05]
+    .venv/bin/python -m bench.scale_curve [--actors 1,2,4,8,16] [--per-actor 60] [--sleep 0.05]
 
 Fake models (configs/fake.yaml) with a fixed sleep per embedded text, so the curve is bound by the model
 latency, not by this machine's 2 cores: each query carries a rephrasing and an expected answer (3 texts to
@@ -39,13 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from loopback import LoopbackCluster
-from query_cost import overrides
-
+from bench.loopback import LoopbackCluster
+from bench.query_cost import overrides
 from fanout.config import load_config
 from fanout.exec.ray_runner import RayRunner
 from fanout.exec.runner import Runner

@@ -1,7 +1,7 @@
 """What `--sections N` adds to a query: ms per query with sections off, 1 and 3, one query at a time (as
 `fanout query` and MCP ask), on the Obsidian Help corpus; and the PickSections stage's own seconds.
 
-    PYTHONPATH=. .venv/bin/python bench/sections_cost.py [--config fake] [--lang en] [--n 10] [--repeat 3]
+    .venv/bin/python -m bench.sections_cost [--config fake] [--lang en] [--n 10] [--repeat 3]
 
 The first pass of each setting fills the caches (query vectors; with sections, the pages' chunks, kept per index
 version) and is shown apart; the median of the later passes is the steady cost. Prints one table.

@@ -1,6 +1,6 @@
 """Many clients at once against a running `fanout serve` (loopback only, bounded count and time).
 
-    PYTHONPATH=. .venv/bin/python bench/serve_load.py --db DB [--collection NAME] [--clients 1,20,300]
+    .venv/bin/python -m bench.serve_load --db DB [--collection NAME] [--clients 1,20,300]
                                                       [--rounds 3] [--limit-s 90]
 
 Reads the server's port file in DB (so it works against any checkout's server), asks once so the answer is
@@ -23,7 +23,6 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from fanout.serve.client import port_path
 

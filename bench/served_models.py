@@ -1,9 +1,9 @@
 """The served embedder against the in-actor one on the same GGUF: a batch job's queries per second and the CPU a
 query costs on each side; prints one table.
 
-    PYTHONPATH=. .venv/bin/python bench/served_models.py [--queries 60] [--threads 2] [--rounds 2]
+    .venv/bin/python -m bench.served_models [--queries 60] [--threads 2] [--rounds 2]
 
-Both jobs run in-process (`--runner inproc`) over the same small vault (tests/conftest.py's notes) with caches off,
+Both jobs run in-process (`--runner inproc`) over the same small vault (tests/support/vault.py's notes) with caches off,
 so every query's texts are embedded: the bundled sample queries with their agent fields, repeated with a number
 to make `--queries` distinct rows. In-actor: the job's Embedder runs embeddinggemma on `--threads` threads in the
 job's process. Served: llama-cpp-python's server (scripts/llama_server.py) runs the same GGUF with the same
@@ -30,7 +30,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def _cpu_of(pid: int) -> float:
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     from fanout.actors._llama import model_path
 
     from fanout.config import load_config
-    from tests.conftest import write_vault
+    from tests.support.vault import write_vault
 
     tmp = Path(tempfile.mkdtemp(prefix="served-bench-"))
     vault = write_vault(tmp / "vault")

@@ -1,6 +1,6 @@
 """Snippet quality of top-1 results in an eval output folder (`fanout eval --out OUT`).
 
-    PYTHONPATH=. .venv/bin/python bench/snippet_quality.py OUT [--bench DIR] [--queries judged.jsonl --fields F]
+    .venv/bin/python -m bench.snippet_quality OUT [--bench DIR] [--queries judged.jsonl --fields F]
 
 Per mode and language (results-<mode>-<lang>.parquet), over each query's rank-1 page:
   heading only   the snippet is nothing but a markdown heading line ("## Brownout": '#'s and then exactly one

@@ -1,7 +1,7 @@
 """A query's vector search alone at a size a full synthetic vault does not fit here (400,000 chunks): CPU per
 query, fixed cost, peak RSS and recall@10 against exact search, this code against `--baseline` in one run.
 
-    PYTHONPATH=. .venv/bin/python bench/vector_cost.py --rows 400000 --baseline /tmp/base --work /tmp/vc
+    .venv/bin/python -m bench.vector_cost --rows 400000 --baseline /tmp/base --work /tmp/vc
                                                        [--sizes 256,1024] [--also LABEL:SEC.KEY=VAL[,...]]
 
 The chunks table holds `--rows` clustered 768-d unit vectors (bench/index_scale.py's `Synth`: ~1000 rows per
@@ -27,20 +27,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, os.environ.get("FANOUT_QC_CODE") or str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from query_cost import in_cgroup, merged, overrides, peak_rss_mb
+from bench.query_cost import in_cgroup, merged, overrides, peak_rss_mb
 
 BLOCK = 256  # queries per vector_search_many call (runner.block_rows)
 PER_QUERY = 3  # query vectors per query (query, rephrased_query, expected_answer)
 
 
 def child(work: str, n: int, dim: int) -> None:
-    from index_scale import Synth  # it puts this checkout first on the path: the code under test goes back
-
-    sys.path.insert(0, os.environ.get("FANOUT_QC_CODE") or str(ROOT))
+    from bench.index_scale import Synth
     from fanout.config import load_config
     from fanout.store.db import Collection
 
@@ -69,8 +65,8 @@ def build(work: Path, rows: int, dim: int, nq: int) -> list[list[str]]:
     """The table (kept in `work` when already there) and the exact top 10 of the first 100 of the `nq` query
     vectors the largest job searches."""
     import numpy as np
-    from index_scale import Synth, build_table
 
+    from bench.index_scale import Synth, build_table
     from fanout.config import load_config
     from fanout.store.db import Collection
     from fanout.store.vectors import build_vector_index, has_vector_index
@@ -123,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, code, sections in codes:
         runs = []
         for n in sizes:
-            cmd = [sys.executable, __file__, "--child", str(work), str(n), str(args.dim)]
+            cmd = [sys.executable, "-m", "bench.vector_cost", "--child", str(work), str(n), str(args.dim)]
             cpu, line = in_cgroup(cmd, f"fanout-vc-{os.getpid()}-{len(out)}-{n}", code, merged({}, sections))
             r = json.loads(line)
             runs.append({"n": n, "cpu": cpu, **r})

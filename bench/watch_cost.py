@@ -1,6 +1,6 @@
 """What `--watch` costs on the 176-page English benchmark corpus: save -> searchable, idle CPU, a `git checkout`.
 
-    PYTHONPATH=. .venv/bin/python bench/watch_cost.py [--bench DIR] [--config local] [--base-db DIR
+    .venv/bin/python -m bench.watch_cost [--bench DIR] [--config local] [--base-db DIR
         --base-collection NAME] [--saves 5] [--idle-s 60] [--checkout 50]
 
 The corpus is copied to a temp folder (made a git repository there), never into the repo; the index is built
@@ -30,7 +30,6 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 import fanout

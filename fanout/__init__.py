@@ -25,22 +25,12 @@ pipelines/) <- `fanout.api` (this API) and `fanout.ray` <- the faces: `fanout.cl
 
 from __future__ import annotations
 
-import os as _os
 import warnings
 
 from fanout.errors import FanoutError
 from fanout.exec.imports import defer_unused
 
 __version__ = "0.1.0"
-
-# In a source checkout the repo's top-level actors/ and pipelines/ folders are fanout.actors and
-# fanout.pipelines (the design keeps them at the top of the repo; the wheel installs them under fanout/ through
-# pyproject's package-dir, so site-packages gains `fanout` alone). `fanout.configs` and `fanout.samples` stay
-# data folders, found by fanout.config.data_dir.
-_checkout = _os.path.dirname(_os.path.dirname(_os.path.realpath(__file__)))  # os.path: pathlib costs the CLI
-if (_os.path.isfile(_os.path.join(_checkout, "pyproject.toml"))
-        and _os.path.isfile(_os.path.join(_checkout, "pipelines", "__init__.py"))):
-    __path__.append(_checkout)
 
 defer_unused()  # before anything imports lancedb (fanout/exec/imports.py: ~0.65 s of CPU per process)
 # pylance warns at every fork once it is imported (the query path imports it, the Ray runner even in a thread

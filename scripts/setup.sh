@@ -94,7 +94,7 @@ MODELS_PID=
 if [ "${FANOUT_SETUP_SKIP_MODELS:-0}" != 1 ]; then
   "$PY" -c 'import yaml' 2>/dev/null || "$PY" -m pip install -q pyyaml
   say "provisioning the local profile's models in the background (log: $VENV/.fanout-models.log)"
-  ( PYTHONPATH=$PWD FANOUT_CACHE=$CACHE "$PY" -m fanout.models.files install local >"$VENV/.fanout-models.log" 2>&1 ) &
+  ( FANOUT_CACHE=$CACHE "$PY" -m fanout.models.files install local >"$VENV/.fanout-models.log" 2>&1 ) &
   MODELS_PID=$!
 fi
 
@@ -161,11 +161,14 @@ fi
 [ -n "$DEPS_PID" ] && { wait "$DEPS_PID" || say "background dependency install failed (see $VENV/.fanout-deps.log): pip retries now"; }
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   say "pip install -e '.[dev]'"
-  # compat mode: a plain path entry in a .pth file. The default editable finder is an import hook that
-  # costs every Python start ~24 ms here (pathlib, importlib.util, ...), the warm `fanout query` included
-  # (setuptools calls compat "transitional" and warns; if a later one drops it, the default finder is used)
-  "$PY" -m pip install -q -e '.[dev]' --config-settings editable_mode=compat 2>/dev/null \
-    || "$PY" -m pip install -q -e '.[dev]'
+  # setuptools' default editable finder: an import hook that maps pyproject's package-dir (actors/ is
+  # fanout.actors, pipelines/ fanout.pipelines, ...), so a checkout imports exactly what the wheel installs and
+  # nothing else (no top-level `actors`, no `fanout.bench`). It costs a bare `python -c pass` ~16 ms here
+  # (pathlib, importlib.util), which the CLI imports anyway. Not compat mode: a plain path entry cannot map
+  # package-dir. Not strict mode: its link tree loses to the checkout's own fanout/ whenever the repo root is
+  # on sys.path first (`python -m bench.x`, pytest), and new files need a reinstall
+  "$PY" -m pip install -q -e '.[dev]' 2>"$VENV/.fanout-install.log" \
+    || { tail -n 20 "$VENV/.fanout-install.log" >&2; say "pip install -e failed (log: $VENV/.fanout-install.log)"; exit 1; }
   echo "$want" > "$STAMP"
 fi
 # bytecode for the project's modules, as an installed wheel has it: with PYTHONDONTWRITEBYTECODE set (CI,

@@ -17,9 +17,6 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 import pyarrow as pa

@@ -21,7 +21,6 @@ def db(tmp_path_factory, tiny_db):
     return d
 
 
-@pytest.mark.slow
 def test_db_views_and_examples(db):
     con, made = connect(db=db, collection="t")
     assert set(made) == {"documents", "chunks", "expansions", "query_vectors", "rerank_scores"}
@@ -32,7 +31,6 @@ def test_db_views_and_examples(db):
     assert len(top) == 5 and all(r[1] >= 1 for r in top)
 
 
-@pytest.mark.slow
 def test_analyze_cli_on_a_db_folder(db, capsys):
     assert main(["analyze", str(db / ".."), "--db", str(db), "-c", "t"]) == 2  # no eval output there
     capsys.readouterr()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_exact_vectors import _cfg, _lists, _rows
+
+from tests.support.exact_vectors import _cfg, _lists, _rows
 
 
 @pytest.fixture

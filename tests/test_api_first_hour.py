@@ -129,6 +129,7 @@ def test_a_closed_knowledge_base_refuses_every_call(tmp_path, kb):
             call()
 
 
+@pytest.mark.slow
 def test_the_query_vector_cache_keeps_a_bounded_number_of_versions(tmp_path):
     """Every search with a new text commits a cache version; compaction removes the old ones."""
     from fanout.config import load_config

@@ -125,7 +125,7 @@ def test_the_stage_cleans_a_batch_in_the_search_pipeline(tmp_path, fake_cfg, fak
     from fanout.pipelines.index import index_vault
     from fanout.pipelines.search import Searcher, SearchOptions
 
-    from tests.conftest import write_vault
+    from tests.support.vault import write_vault
 
     db = tmp_path / "db"
     index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
@@ -151,7 +151,7 @@ def test_the_local_expanders_lines_and_qmd_searches_are_cleaned_too(tmp_path, fa
     from fanout.pipelines.index import index_vault
     from fanout.pipelines.search import Searcher, SearchOptions
 
-    from tests.conftest import write_vault
+    from tests.support.vault import write_vault
 
     db = tmp_path / "db"
     index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)

@@ -12,8 +12,6 @@ import pytest
 
 from fanout.cli.main import build_parser, main
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory, tiny_db) -> Path:

@@ -11,7 +11,6 @@ start with the node and the path. Plus: a local Ray
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.ray
 
 QUERIES = [
     {"id": "c1", "query": "how do I keep notes in step across my devices", "short_query": "Sync",
@@ -40,10 +39,9 @@ QUERIES = [
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("cluster_2node", ROOT / "bench" / "cluster_2node.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from bench import cluster_2node
+
+    return cluster_2node
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +58,7 @@ def hidden(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(bench, hidden):
-    import loopback  # bench/ is on sys.path once bench/cluster_2node.py is loaded
+    from bench import loopback
 
     why = loopback.can_hide()
     prefix = loopback.hidden_from_worker(hidden) if not why else None
@@ -145,7 +143,7 @@ def test_index_the_worker_cannot_read_fails_at_start_naming_node_and_path(cluste
     from fanout.exec.node_paths import check_paths
     from fanout.exec.ray_runner import RayRunner
     from fanout.exec.runner import Runner
-    from tests.conftest import write_vault
+    from tests.support.vault import write_vault
 
     if cluster.cannot_hide:
         pytest.fail(f"this test hides a folder from the worker node with `unshare --mount` (root): {cluster.cannot_hide}")

@@ -15,7 +15,7 @@ import pytest
 from fanout.cli.main import main
 from fanout.serve.client import PORT_FILE
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+pytestmark = pytest.mark.model
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.model
 
 
 @pytest.fixture(scope="module")

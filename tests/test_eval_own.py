@@ -50,7 +50,6 @@ def test_agent_fields_keyed_by_your_ids(tmp_path):
         load_own_fields([str(f)], {"q1"})
 
 
-@pytest.mark.slow
 def test_eval_on_an_indexed_collection_without_the_benchmark(tmp_path, tiny_db, monkeypatch, capsys):
     monkeypatch.setenv("FANOUT_BENCH", str(tmp_path / "no-bench-here"))
     db = tmp_path / "db"

@@ -9,11 +9,11 @@ import os
 
 import numpy as np
 import pytest
-from conftest import write_vault
 from fanout.pipelines.index import index_vault
 
 from fanout.store import exact_file, exact_vectors
 from fanout.store.db import Collection
+from tests.support.vault import write_vault
 
 
 @pytest.fixture

@@ -9,30 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-
-def _rows(rng, n: int, start: int, dim: int = 32, centres: np.ndarray | None = None) -> pa.Table:
-    if centres is None:
-        v = rng.normal(size=(n, dim)).astype(np.float32)
-    else:  # clustered, as embeddings are: near-ties between neighbours are common
-        v = centres[rng.integers(0, len(centres), n)] + 0.4 * rng.normal(size=(n, dim)).astype(np.float32)
-    v /= np.linalg.norm(v, axis=1, keepdims=True)
-    return pa.table({"chunk_id": [f"c{i}" for i in range(start, start + n)],
-                     "path": [f"p{i % 13}.md" for i in range(start, start + n)],
-                     "vector": pa.FixedSizeListArray.from_arrays(pa.array(v.ravel()), dim)})
-
-
-def _cfg(**index):
-    from fanout.config import load_config
-
-    return load_config("fake").replace(index=index) if index else load_config("fake")
-
-
-def _lists(t: pa.Table) -> dict[int, list[tuple[str, str, float]]]:
-    out: dict[int, list] = {}
-    for qi, cid, p, d in zip(t["query_index"].to_pylist(), t["chunk_id"].to_pylist(), t["path"].to_pylist(),
-                             t["_distance"].to_pylist(), strict=True):
-        out.setdefault(qi, []).append((cid, p, d))
-    return out
+from tests.support.exact_vectors import _cfg, _lists, _rows
 
 
 def _same_up_to_ties(got: pa.Table, want: pa.Table, tol: float = 1e-5) -> None:
@@ -176,11 +153,11 @@ def test_damaged_vectors_are_never_served(tmp_path, caplog):
 def test_fake_index_vector_lists_unchanged(tmp_path, fake_cfg, fake_runner):
     """A small index built by `fanout index` (the benchmark's size): the lists the exact path gives are those
     Lance's flat search gave before it, for every variant of every sample query."""
-    from conftest import write_vault
     from fanout.actors.fake import hashed_vector
     from fanout.pipelines.index import index_vault
 
     from fanout.store.db import Collection
+    from tests.support.vault import write_vault
 
     vault = write_vault(tmp_path / "vault")
     index_vault(vault, tmp_path / "db", "t", fake_cfg, fake_runner)

@@ -18,6 +18,8 @@ from fanout.actors.expander import (
 
 from fanout.config import Config, ExpandConfig
 
+pytestmark = pytest.mark.model
+
 _LINE = re.compile(r"^(lex|vec|hyde): \S.*$")
 _CYR = re.compile(r"[\u0400-\u04FF]")
 
@@ -120,7 +122,6 @@ def expanded(expander: QueryExpander) -> pa.Table:
     return expander(batch)
 
 
-@pytest.mark.slow
 def test_expansion_lines_follow_the_grammar(expanded: pa.Table, expander: QueryExpander) -> None:
     assert expanded.schema == OUTPUT
     assert expanded.column("qid").to_pylist() == ["en", "ru", "en-again"]
@@ -136,7 +137,6 @@ def test_expansion_lines_follow_the_grammar(expanded: pa.Table, expander: QueryE
     assert expanded.column("raw")[0] == expanded.column("raw")[2]
 
 
-@pytest.mark.slow
 def test_russian_query_is_expanded_in_russian(expanded: pa.Table) -> None:
     row = expanded.to_pylist()[1]
     assert row["source"] == "model", row["raw"]
@@ -144,14 +144,12 @@ def test_russian_query_is_expanded_in_russian(expanded: pa.Table) -> None:
         assert _CYR.search(v["text"]), row["raw"]
 
 
-@pytest.mark.slow
 def test_english_query_keeps_variants(expanded: pa.Table) -> None:
     row = expanded.to_pylist()[0]
     assert row["source"] == "model", row["raw"]
     assert not any(_CYR.search(v["text"]) for v in row["variants"])
 
 
-@pytest.mark.slow
 def test_prompt_is_written_in_the_query_language(expander: QueryExpander) -> None:
     ru = expander.prompt(RU, "заметки Obsidian", None)  # language detected from the text
     assert "Пиши все строки только на русском языке" in ru and "Контекст: заметки Obsidian" in ru
@@ -160,7 +158,6 @@ def test_prompt_is_written_in_the_query_language(expander: QueryExpander) -> Non
     assert "in the language of the query" in expander.prompt("Notizen synchronisieren", None, "de")
 
 
-@pytest.mark.slow
 def test_model_error_gives_fallback_and_error(expander: QueryExpander,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(query: str, intent: str | None, lang: str | None, kb_lang: str | None = None,
@@ -176,7 +173,6 @@ def test_model_error_gives_fallback_and_error(expander: QueryExpander,
     assert expander.stats["fallback_error"] == before + 1
 
 
-@pytest.mark.slow
 def test_fields_prompt_uses_the_mcp_descriptions_titles_and_the_kb_language(tiny_db, tmp_path) -> None:
     import shutil
 

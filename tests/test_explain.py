@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 
 @pytest.fixture(scope="module")

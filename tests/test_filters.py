@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import NOTES, write_vault
+from tests.support.vault import NOTES, write_vault
 
 EXTRA = {
     "Projects/Alpha.md": "---\ntags: [project/alpha, Work]\nstatus: done\npriority: 2\n---\n# Alpha\n\n"

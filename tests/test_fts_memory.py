@@ -10,15 +10,15 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import write_vault
 from fanout.pipelines.index import index_vault
 from fanout.pipelines.lanes import fts_page_lists
 from lance.query import MultiMatchQuery
-from test_fts_rowids import TEXTS
 
 from fanout.store import fts
 from fanout.store.db import Collection
 from fanout.store.fts_memory import memory_column, search
+from tests.support.fts import TEXTS
+from tests.support.vault import write_vault
 
 WORDS = ["sync", "notes", "vault", "links", "graph", "the", "a", "plugin", "plugins", "settings", "backup", "linking",
          "canvas", "search", "searching", "théme", "theme", "файлы", "файл", "заметки"]

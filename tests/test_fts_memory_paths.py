@@ -11,10 +11,10 @@ import threading
 
 import numpy as np
 import pytest
-from fts_dense_reference import old_search, old_top, old_topk, same
 
 from fanout.store import fts_memory
 from fanout.store.fts_memory import MemoryColumn, search, topk
+from tests.support.fts_dense_reference import old_search, old_top, old_topk, same
 
 ARGS = {"base_tokenizer": "simple", "lower_case": True}
 

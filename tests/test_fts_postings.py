@@ -8,12 +8,12 @@ import os
 
 import numpy as np
 import pytest
-from conftest import write_vault
 from fanout.pipelines.index import index_vault
-from test_fts_rowids import TEXTS
 
 from fanout.store import fts, fts_memory, fts_postings
 from fanout.store.db import Collection, fts_columns
+from tests.support.fts import TEXTS
+from tests.support.vault import write_vault
 
 COLS, BOOSTS = ["body_en", "body_ru", "title_en", "title_ru", "heading_en", "heading_ru"], [1, 1, 2, 2, 1, 1]
 

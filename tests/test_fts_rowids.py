@@ -3,14 +3,13 @@ the same page lists as reading path/chunk_id per call, rebuilt for a new index v
 
 from __future__ import annotations
 
-from conftest import write_vault
 from fanout.pipelines.index import index_vault
 from fanout.pipelines.lanes import fts_page_lists
 
 from fanout.store.db import Collection
 from fanout.store.fts import lance_chunks
-
-TEXTS = ["sync notes", "internal links", "code blocks fenced", "синхронизация заметок", "блины", "", "zzzz nothing"]
+from tests.support.fts import TEXTS
+from tests.support.vault import write_vault
 
 
 def test_rowid_lists_equal_column_lists_and_follow_new_versions(tmp_path, fake_cfg, fake_runner):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.test_gaps import LOG, index_vault_and_log
+from tests.support.gaps import LOG, index_vault_and_log
 
 
 def test_questions_whose_page_was_removed_are_lost_the_rest_are_not(tmp_path, capsys):

@@ -4,13 +4,10 @@ import shutil
 import time
 
 import numpy as np
-import pytest
-from conftest import NOTES, write_vault
 from fanout.pipelines.index import index_vault
 
 from fanout.store.db import Collection
-
-pytestmark = pytest.mark.slow
+from tests.support.vault import NOTES, write_vault
 
 
 def chunks_of(db, name="t"):

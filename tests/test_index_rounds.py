@@ -94,6 +94,7 @@ def _rebuilt(vault, tmp_path, cfg, runner, n: int):
 
 
 @pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.slow
 def test_random_changes_answer_as_a_rebuild(tmp_path, icfg, fake_runner, seed):
     rnd = random.Random(seed)
     vault, db = tmp_path / "v", tmp_path / "db"
@@ -172,6 +173,7 @@ def test_a_round_killed_at_any_step_answers_as_before_or_after_and_the_next_comp
     assert answers(db, cfg) == after
 
 
+@pytest.mark.slow
 def test_searches_go_on_while_a_round_runs(tmp_path, fake_cfg):
     rnd = random.Random(3)
     vault, db = tmp_path / "v", tmp_path / "db"

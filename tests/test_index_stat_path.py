@@ -6,11 +6,11 @@ import time
 
 import pyarrow as pa
 import pytest
-from conftest import NOTES, write_vault
 from fanout.pipelines.index import index_vault
 from fanout.pipelines.scan_notes import scan_key, scan_vault
 
 from fanout.store import file_states
+from tests.support.vault import NOTES, write_vault
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"fanout": ROOT / "fanout", "fanout.actors": ROOT / "actors", "fanout.pipelines": ROOT / "pipelines"}
 RANK = {  # the longest matching prefix wins
@@ -156,6 +158,7 @@ def test_a_model_stage_holds_no_index():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_lancedb_import_defers_the_namespace_client():
     """`import fanout` first (as every fanout process does) leaves the REST namespace client's API modules
     unimported by `import lancedb` (fanout/exec/imports.py), and they still load when asked for."""

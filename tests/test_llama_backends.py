@@ -126,7 +126,6 @@ def embed_with(variant: str | None, text: str) -> tuple[str, np.ndarray]:
     return out["variant"], np.asarray(out["v"], dtype=np.float32)
 
 
-@pytest.mark.slow
 @pytest.mark.model
 def test_machine_without_avx512_gives_the_same_vectors():
     """The portable x64 variant (no SIMD; always built, scripts/cpu_variants.py) and haswell (AVX2, when this
@@ -178,9 +177,7 @@ def test_a_gpu_backend_that_does_not_load_is_named_with_the_loaders_reason(tmp_p
 @pytest.mark.model
 def test_gguf_skeleton_rebuilds_a_model_of_the_same_shape(tmp_path):
     """bench/gguf_skeleton.py (the GPU check's models): header kept byte for byte, weights synthetic but valid."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import gguf_skeleton as gs
-
+    from bench import gguf_skeleton as gs
     from fanout.config import load_config
 
     cfg = load_config("local")
@@ -205,8 +202,7 @@ def test_cpu_variants_setup_builds_cover_each_cpu_and_keep_a_fallback():
     """scripts/cpu_variants.py: the best variant the CPU can run plus x64, and the best non-AMX one beside an
     AMX variant (AMX can pass every check and still trap: the smoke test then falls back to it, not to x64);
     AMX only where granted."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import cpu_variants as cv
+    from scripts import cpu_variants as cv
 
     spr = SPR_FLAGS
     assert cv.choose(spr, amx_ok=True) == ["x64", "zen4", "sapphirerapids"]

@@ -7,16 +7,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NOTES, write_vault
-from test_storage_s3 import s3  # noqa: F401 - the loopback S3 server fixture
 
 from fanout.store import manifest, storage
 from fanout.store.db import Collection
 from fanout.store.integrity import IndexStateError
+from tests.support import s3 as _s3
+from tests.support.vault import NOTES, write_vault
+
+s3 = _s3.s3  # a fixture (tests/support/s3.py): the loopback S3 server
 
 
 @pytest.fixture
-def s3cfg(s3, monkeypatch):  # noqa: F811 - the fixture above
+def s3cfg(s3, monkeypatch):
     from fanout.config import load_config
 
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):

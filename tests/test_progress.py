@@ -59,7 +59,7 @@ def _fake_batch(tmp_path, step_s: float, on_slice, n: int = 12, explain: bool = 
 
     from fanout.config import load_config
     from fanout.exec.runner import Runner
-    from tests.conftest import write_vault
+    from tests.support.vault import write_vault
 
     cfg = load_config("fake").replace(runner={"progress_step_s": step_s})
     with Runner(cfg) as runner:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ import pytest
 import fanout
 from fanout.config import data_dir
 
+pytestmark = pytest.mark.ray
+
 SAMPLES = data_dir("samples")
 
 

@@ -3,6 +3,8 @@ result parts: no Ray needed."""
 
 from __future__ import annotations
 
+import pytest
+
 from fanout.config import load_config
 from fanout.exec.ray_data import model_block_rows, read_blocks
 from fanout.exec.runner import StageSpec
@@ -112,6 +114,7 @@ def test_model_instances_share_an_actor_and_count_as_its_workers():
     assert pool_sizes(cfg, [cpu, emb], [0, 0], 1, 1) == [1, 1]
 
 
+@pytest.mark.slow
 def test_instances_builds_a_model_only_when_every_built_one_is_busy():
     """fanout/exec/runner.py Instances: the first instance with the actor, another only when a call finds every
     built one busy, never more than `n`; a build that fails leaves the actor with the models it has."""

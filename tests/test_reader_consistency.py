@@ -13,8 +13,9 @@ import time
 
 import pyarrow as pa
 import pytest
-from conftest import write_vault
-from test_hostile import HashEmbedder
+
+from tests.support.hostile_vault import HashEmbedder
+from tests.support.vault import write_vault
 
 OLD = {
     "keep.md": "# Keep\nA note that stays the same about gardening.\n",
@@ -51,7 +52,7 @@ def test_search_session_across_a_reindex_never_mixes_versions(tmp_path, cfg_fake
     import fanout.exec.runner as fr
     import fanout.models.identity as fi
 
-    monkeypatch.setitem(fi.ROLES, "embedder", "test_reader_consistency:SlowHashEmbedder")
+    monkeypatch.setitem(fi.ROLES, "embedder", f"{__name__}:SlowHashEmbedder")
     vault = write_vault(tmp_path / "v", OLD)
     db = tmp_path / "db"
     with fr.Runner(cfg_fake) as r:
@@ -129,7 +130,7 @@ def test_optimize_moves_readers_to_the_compacted_versions_only_when_no_index_run
     import fanout.models.identity as fi
     from fanout.store.db import Collection
 
-    monkeypatch.setitem(fi.ROLES, "embedder", "test_reader_consistency:HashEmbedder")
+    monkeypatch.setitem(fi.ROLES, "embedder", f"{__name__}:HashEmbedder")
     vault = write_vault(tmp_path / "v", OLD)
     db = tmp_path / "db"
     with fr.Runner(cfg_fake) as r:
@@ -156,7 +157,7 @@ def test_requests_during_a_rebuild_say_so_instead_of_reading_a_partial_index(tmp
     from fanout.store.db import Collection
     from fanout.store.integrity import IndexStateError
 
-    monkeypatch.setitem(fi.ROLES, "embedder", "test_reader_consistency:HashEmbedder")
+    monkeypatch.setitem(fi.ROLES, "embedder", f"{__name__}:HashEmbedder")
     vault = write_vault(tmp_path / "v", OLD)
     db = tmp_path / "db"
     with fr.Runner(cfg_fake) as r:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,7 +35,6 @@ def test_readme_python_api(tmp_path, monkeypatch, capsys):
     assert "Backups.md" in out and "qid" in out
 
 
-@pytest.mark.slow
 def test_readme_ray_data(tmp_path, monkeypatch, capsys):
     import ray
 

@@ -8,6 +8,8 @@ from fanout.actors.reranker import Reranker
 
 from fanout.config import Config
 
+pytestmark = pytest.mark.model
+
 # (query, relevant passage, unrelated passage)
 PAIRS = [
     ("how do I sync my notes between devices",
@@ -33,7 +35,6 @@ def reranker() -> Reranker:
     return Reranker(Config().replace(reranker={"n_threads": 1}))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("query,relevant,unrelated", PAIRS, ids=["sync", "backup", "sourdough", "ru-backup"])
 def test_relevant_passage_scores_above_unrelated(reranker: Reranker, query: str, relevant: str,
                                                  unrelated: str) -> None:
@@ -41,7 +42,6 @@ def test_relevant_passage_scores_above_unrelated(reranker: Reranker, query: str,
     assert 0.0 <= bad < good <= 1.0, (good, bad)
 
 
-@pytest.mark.slow
 def test_prefix_reuse_equals_full_evaluation(reranker: Reranker) -> None:
     # Reuse keeps the KV cells of the system turn (shared by all queries) and of the query part (shared by
     # one query's passages); without reuse every pair is decoded from an empty cache. Same numbers means
@@ -59,7 +59,6 @@ def test_prefix_reuse_equals_full_evaluation(reranker: Reranker) -> None:
     assert reused == pytest.approx(full, abs=1e-3)
 
 
-@pytest.mark.slow
 def test_parallel_sequences_score_like_one_by_one(reranker: Reranker) -> None:
     # rerank.parallel decodes a query's passages together in a context of its own; on the CPU a quantized
     # model's logits move a little with how tokens are split into decode calls (up to ~0.07 in the score,
@@ -73,7 +72,6 @@ def test_parallel_sequences_score_like_one_by_one(reranker: Reranker) -> None:
     with pytest.raises(ValueError, match="rerank.parallel must be >= 1"):
         reranker.cfg.replace(rerank={"parallel": 0})
 
-@pytest.mark.slow
 def test_batch_call_dedupes_pairs_and_keeps_columns(reranker: Reranker) -> None:
     q, good, bad = PAIRS[1]
     batch = pa.table({"query": [q, q, q], "passage": [good, bad, good], "intent": [None, None, None],
@@ -88,7 +86,6 @@ def test_batch_call_dedupes_pairs_and_keeps_columns(reranker: Reranker) -> None:
     assert reranker.stats["deduped"] - before["deduped"] == 1
 
 
-@pytest.mark.slow
 def test_prompt_segments_tokenize_like_the_whole_prompt(reranker: Reranker) -> None:
     # the document is tokenized on its own (" " + passage) between the cached parts; check that the
     # concatenation is what tokenizing the whole prompt would give
@@ -103,7 +100,6 @@ def test_prompt_segments_tokenize_like_the_whole_prompt(reranker: Reranker) -> N
     assert reranker._tokens(text, bos=True) == whole
 
 
-@pytest.mark.slow
 def test_long_passage_is_truncated_to_the_room_left(reranker: Reranker) -> None:
     before = reranker.stats["truncated"]
     toks = reranker.passage_tokens("word " * 5000, 300)

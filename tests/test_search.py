@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from fanout.pipelines.search import Searcher, SearchOptions
 
-pytestmark = pytest.mark.slow
 NOEXP = SearchOptions(n=5, expand=False, rerank=False, explain=True)
 
 

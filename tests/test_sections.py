@@ -14,7 +14,8 @@ import pytest
 
 from fanout.api.service import RequestError
 from fanout.errors import FanoutError
-from tests.conftest import NOTES, running_serve, write_vault
+from tests.support.serve import running_serve
+from tests.support.vault import NOTES, write_vault
 
 FILLER = " ".join(f"Paragraph {i} says the backup rotation keeps older copies of every file around." for i in range(6))
 LONG = "\n\n".join([
@@ -192,7 +193,7 @@ def test_mcp_search_and_get_by_ref(kb, fake_runner):
 
 
 def test_http_serve(kb, tmp_path):
-    from tests.test_serve_input import ask
+    from tests.support.serve_http import ask
 
     db = tmp_path / "db"
     shutil.copytree(kb.db, db)

@@ -7,7 +7,7 @@ import pytest
 
 import fanout
 from fanout.errors import FanoutError
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 pytestmark = pytest.mark.ray
 

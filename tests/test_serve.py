@@ -16,7 +16,6 @@ import pytest
 from fanout.cli.main import main
 from fanout.serve.client import PORT_FILE
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import running_serve, write_vault
+from tests.support.serve import running_serve
+from tests.support.vault import write_vault
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = """extends: fake

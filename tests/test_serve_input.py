@@ -16,7 +16,9 @@ import pytest
 
 from fanout.api.service import check_request
 from fanout.serve.client import PORT_FILE
-from tests.conftest import running_serve, write_vault
+from tests.support.serve import running_serve
+from tests.support.serve_http import ask, exchange, post
+from tests.support.vault import write_vault
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = """extends: fake
@@ -43,29 +45,6 @@ def server(tmp_path_factory, fake_cfg, fake_runner):
     (db / PORT_FILE).symlink_to(victim)  # a link where the port file goes
     with running_serve(db, "t", CONFIG, root) as info:
         yield {"db": db, "port": info["port"], "token": info["token"], "victim": victim, "root": root}
-
-
-def exchange(port: int, raw: bytes, wait: float = 10.0) -> tuple[int | None, dict]:
-    """Send raw bytes, read until the server closes: (status, JSON body), or (None, {}) for no answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
-        s.sendall(raw)
-        data = b""
-        while block := s.recv(65536):
-            data += block
-    if not data:
-        return None, {}
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), (json.loads(body) if body.strip() else {})
-
-
-def post(port: int, body: bytes, headers: str | None = None) -> tuple[int | None, dict]:
-    if headers is None:
-        headers = f"Content-Length: {len(body)}\r\n"
-    return exchange(port, f"POST /query HTTP/1.0\r\nHost: x\r\n{headers}\r\n".encode() + body)
-
-
-def ask(server, request) -> tuple[int | None, dict]:
-    return post(server["port"], json.dumps({"token": server["token"], "request": request}).encode())
 
 
 def test_port_file_replaces_planted_links_and_writes_through_none(server):

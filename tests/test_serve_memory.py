@@ -13,7 +13,7 @@ import pytest
 
 from fanout.cli.common import DEFAULT_COLLECTION
 from fanout.serve.app import App as _App
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
 
 REQ = {"mode": "search", "query": "zebra crossing", "n": 5}  # no `collections`: the default one
 

@@ -1,5 +1,5 @@
 """Served models (`models.<role>: openai:<model>@<base_url>`) against a small server of our own on 127.0.0.1
-(tests/served_server.py): milliseconds, no model.
+(tests/support/served_server.py): milliseconds, no model.
 
 Checked: the spec and the `remote:` section are validated with clear messages; the three roles answer through
 the server with the local roles' columns; the stage list and caches are the same (a cached vector is never
@@ -18,18 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.conftest import write_vault
-from tests.served_server import FakeServer
+from tests.support.served import served_cfg
+from tests.support.served_server import FakeServer
+from tests.support.vault import write_vault
 
 KEY = "sk-test-0123456789abcdef"
-
-
-def served_cfg(url: str, **remote):
-    from fanout.config import load_config
-
-    return load_config("local").replace(
-        models={"embedder": f"openai:emb@{url}", "expander": f"openai:gen@{url}", "reranker": f"openai:rr@{url}"},
-        remote={"backoff_s": 0.01, "max_backoff_s": 0.5, "timeout_s": 1.0, **remote})
 
 
 @pytest.fixture()

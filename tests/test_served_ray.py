@@ -1,6 +1,6 @@
 """Served roles on Ray Data: light pools (remote.num_cpus, no GPU, no model resource) whose actors each hold an
 HTTP client with at most remote.concurrency requests in flight; a batch job gives the in-process job's results.
-The server is tests/served_server.py on 127.0.0.1 (no model)."""
+The server is tests/support/served_server.py on 127.0.0.1 (no model)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import json
 
 import pytest
 
-from tests.conftest import write_vault
-from tests.served_server import FakeServer
-from tests.test_served import served_cfg
+from tests.support.served import served_cfg
+from tests.support.served_server import FakeServer
+from tests.support.vault import write_vault
+
+pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.slow, pytest.mark.model]
+pytestmark = pytest.mark.model
 # five notes of the sample vault (the pages four of its queries ask for, EN and RU): the whole vault's 179 chunks,
 # embedded twice, took 8.5 min on the 2 shared cores
 NOTES = ("en/Setup/Backups.md", "en/Setup/Network Layout.md", "en/Setup/Power and UPS.md", "en/Setup/VPN Access.md",

@@ -6,20 +6,19 @@ Index tests here use a hashed fake embedder (no model call) so a 400-chunk colle
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import NOTES, write_vault
 
 from fanout.config import StorageConfig
-from fanout.exec.runner import Runner
 from fanout.store import storage
 from fanout.store.db import Collection
 from fanout.store.vectors import index_columns, truncate_vectors, vector_dims
+from tests.support.storage import FakeRunner, many_notes
+from tests.support.vault import NOTES, write_vault
 
 
 # -- locations --------------------------------------------------------------------------------------------
@@ -91,36 +90,6 @@ def test_truncate_vectors_renormalises():
     assert np.allclose(cut, [[0.6, 0.8]]) and truncate_vectors(v, 3) is not None
     with pytest.raises(ValueError, match="fewer than the 4 asked for"):
         truncate_vectors(v, 4)
-
-
-# -- collections with a fake embedder ----------------------------------------------------------------------
-class HashEmbedder:
-    """768-d unit vectors from a hash of the text: deterministic, no model."""
-
-    dim = 768
-
-    def __init__(self, cfg=None):
-        pass
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        vecs = []
-        for t in batch.column("text").to_pylist():
-            rng = np.random.default_rng(int(hashlib.sha256(t.encode()).hexdigest()[:12], 16))
-            v = rng.standard_normal(self.dim).astype(np.float32)
-            vecs.append(v / np.linalg.norm(v))
-        flat = pa.array(np.concatenate(vecs) if vecs else np.zeros(0, np.float32), pa.float32())
-        return batch.append_column("vector", pa.FixedSizeListArray.from_arrays(flat, self.dim))
-
-
-class FakeRunner(Runner):
-    def actor(self, role):
-        assert role == "embedder", role
-        return self._actors.setdefault(role, HashEmbedder())
-
-
-def many_notes(n: int) -> dict[str, str]:
-    return {f"Topic {i // 50}/Note {i}.md": f"# Note {i}\n\nFact number {i} about topic {i // 50}: "
-            f"{['alpha', 'beta', 'gamma', 'delta'][i % 4]} {i * 7919 % 1000}.\n" for i in range(n)}
 
 
 @pytest.fixture(autouse=True)
@@ -228,7 +197,6 @@ def test_matryoshka_dimension_is_rederived_not_reembedded(tmp_path, cfg, monkeyp
 SMALL = {k: NOTES[k] for k in ("Sync/Sync your notes.md", "Рецепты/Блины.md")}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("where", ["db", "./x/db2", "ABS"])
 def test_db_locations_index_then_search(tmp_path, monkeypatch, cfg, runner, where):
     from fanout.cli.main import main

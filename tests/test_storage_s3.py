@@ -11,36 +11,17 @@ embedder, through the CLI).
 from __future__ import annotations
 
 import json
-import logging
-import socket
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import NOTES, write_vault
 
 from fanout.store import storage
 from fanout.store.db import Collection
 from fanout.store.vectors import index_columns
+from tests.support import s3 as _s3
+from tests.support.vault import NOTES, write_vault
 
-
-@pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server on 127.0.0.1 (a free port) with one bucket; yields its endpoint URL."""
-    import boto3
-    from moto.server import ThreadedMotoServer  # moto[server], in the dev extra
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one INFO line per S3 request otherwise
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    srv.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="fanout-test")
-    yield endpoint
-    srv.stop()
+s3 = _s3.s3  # a fixture (tests/support/s3.py)
 
 
 @pytest.mark.model
@@ -51,9 +32,9 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
     from fanout.pipelines.index import index_vault
     from fanout.pipelines.optimize_tables import optimize_tables
     from fanout.pipelines.search import Searcher, SearchOptions
-    from test_storage import FakeRunner, many_notes
 
     from fanout.io.batch_out import check_out
+    from tests.support.storage import FakeRunner, many_notes
 
     def ident(c, r, provision=True):  # the manifest's embedder identity, as a stand-in file would give
         return "fake.gguf", "fake-sha"
@@ -131,7 +112,6 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
     assert res.results["snippet"].to_pylist()[0] == "Sync now also covers plugins."  # the re-indexed text
 
 
-@pytest.mark.slow
 @pytest.mark.model
 def test_cli_index_query_with_env_credentials(tmp_path, monkeypatch, s3, capsys):
     from fanout.cli.main import main

@@ -12,7 +12,7 @@ import pytest
 
 from fanout.cli.main import main
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.model
 README = Path(__file__).resolve().parents[1] / "README.md"
 VAULT = {
     "Backups.md": "---\naliases: [Snapshots]\ntags: [care]\n---\nKeep copies of your notes outside the vault.\n\n"

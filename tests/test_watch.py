@@ -19,24 +19,10 @@ import pytest
 
 import fanout
 from fanout.config import ConfigError, load_config
-from fanout.store.db import Collection
-from tests.conftest import write_vault
+from tests.support.vault import write_vault
+from tests.support.watch import NOTES, WAIT, fast_cfg, found, indexed, round_after
 
-WAIT = 60.0  # seconds: generous on a loaded 2-core box; a passing test waits ~0.5 s per round
 REPO = Path(__file__).resolve().parents[1]
-NOTES = {
-    "Home.md": "# Home\n\nWelcome to the vault.\n",
-    "Garden/Roses.md": "# Roses\n\nPrune roses in early spring.\n",
-    "Garden/Tulips.md": "# Tulips\n\nPlant tulip bulbs in autumn.\n",
-}
-
-
-def fast_cfg(**watch):
-    """The fake profile, its first round after 0.2 s, a failed round retried after 0.5 s; a batch closes after
-    0.5 s of quiet (more than the default, so that a busy test machine does not split a burst)."""
-    return load_config("fake").replace(watch={"tick_ms": 200, "retry_s": 0.5, "step_ms": 500, **watch})
-
-
 @pytest.fixture()
 def watching(tmp_path):
     vault = write_vault(tmp_path / "vault", NOTES)
@@ -45,25 +31,6 @@ def watching(tmp_path):
         assert w.wait(1, WAIT) and w.last.error is None
         yield vault, kb, w
         assert w.stop(WAIT)
-
-
-def round_after(w, action):
-    """Run `action`, then wait for the next round and return it."""
-    n = w.rounds
-    action()
-    assert w.wait(n + 1, WAIT), f"no round within {WAIT} s"
-    assert w.last.error is None, w.last.error
-    return w.last
-
-
-def indexed(kb) -> set[str]:
-    col = Collection(kb.db, kb.collection, kb.cfg)
-    col.refresh()
-    return set(col.table(col.documents_name).to_arrow()["path"].to_pylist())
-
-
-def found(kb, words: str) -> list[str]:
-    return [h.path for h in kb.search(words, mode="search")]
 
 
 def test_create_and_edit(watching):
@@ -76,6 +43,7 @@ def test_create_and_edit(watching):
     assert found(kb, "marmalade") == ["Home.md"] and found(kb, "welcome") == []
 
 
+@pytest.mark.slow
 def test_renames_within_and_across_folders_and_delete(watching):
     vault, kb, w = watching
     round_after(w, lambda: os.rename(vault / "Garden/Roses.md", vault / "Garden/Old roses.md"))
@@ -90,6 +58,7 @@ def test_renames_within_and_across_folders_and_delete(watching):
     assert r.report.deleted == 1 and "Home.md" not in indexed(kb)
 
 
+@pytest.mark.slow
 def test_folder_moves_within_out_of_and_into_the_vault(watching, tmp_path):
     vault, kb, w = watching
     round_after(w, lambda: os.rename(vault / "Garden", vault / "Yard"))  # one event for the folder
@@ -239,6 +208,7 @@ def started(cmd: list[str], log: Path) -> subprocess.Popen:
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+@pytest.mark.slow
 def test_serve_picks_up_a_new_note_and_its_answer_memory_is_never_stale(tmp_path):
     from fanout.serve.client import PORT_FILE, ask_server
 

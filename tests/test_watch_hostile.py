@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import fanout
-from tests.conftest import write_vault
-from tests.test_watch import NOTES, WAIT, fast_cfg, found, indexed, round_after
+from tests.support.vault import write_vault
+from tests.support.watch import NOTES, WAIT, fast_cfg, found, indexed, round_after
 
 REPO = Path(__file__).resolve().parents[1]
 LIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # what must not reach a terminal
@@ -34,6 +34,7 @@ def until(cond, what: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["rm", "mv"])
+@pytest.mark.slow
 def test_a_replaced_vault_folder_is_watched_again(tmp_path, how):
     vault = write_vault(tmp_path / "vault", NOTES)
     with fanout.open(tmp_path / "db", config=fast_cfg()) as kb, kb.watch(vault) as w:
@@ -69,6 +70,7 @@ def inotify_watches() -> int:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts inotify watches in /proc")
+@pytest.mark.slow
 def test_a_folder_link_to_a_large_outside_tree_is_not_walked(tmp_path):
     outside = tmp_path / "outside"
     for i in range(300):
@@ -88,6 +90,7 @@ def test_a_folder_link_to_a_large_outside_tree_is_not_walked(tmp_path):
         assert found(kb, "xylophone") == [] and indexed(kb) == {*NOTES, "New/Bees.md"}
 
 
+@pytest.mark.slow
 def test_watch_stderr_escapes_control_characters(tmp_path):
     """`fanout index --watch -v`: a note named with OSC/CSI sequences and a newline, and a failed round whose
     error names them, reach stderr (INFO and ERROR lines) escaped as stdout is."""

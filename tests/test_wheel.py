@@ -60,6 +60,7 @@ def test_the_wheel_holds_fanout_alone(wheel):
     assert "fanout = fanout.cli.main:entry" in ep
 
 
+@pytest.mark.slow
 def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

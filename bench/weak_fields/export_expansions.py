@@ -5,7 +5,7 @@ hyde lines; this writes them as `{id, short_query, rephrased_query, expected_ans
 benchmark's agent-fields format) so `fanout.evaluation.matrix` can search them with `fields_from` like any agent's,
 with the field hygiene on or off. Queries not in the cache are left out (a row without fields).
 
-python bench/weak_fields/export_expansions.py QUERIES.jsonl --db DB -c NAME --model SUBSTR --out PREFIX-LANG.json
+python -m bench.weak_fields.export_expansions QUERIES.jsonl --db DB -c NAME --model SUBSTR --out PREFIX-LANG.json
 """
 
 from __future__ import annotations

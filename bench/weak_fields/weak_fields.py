@@ -16,7 +16,7 @@ queries and the agent's fields are read (never the docs), and the output goes un
   weak      per query (by a hash of its id): one short_query behaviour (copy/comma/long/kept), one
             expected_answer behaviour (docs/question/empty/kept), and every fifth query the wrong language
 
-python bench/weak_fields/weak_fields.py [--bench DIR] [--out out/weak]   -> out/weak/<variant>-{en,ru}.json
+python -m bench.weak_fields.weak_fields [--bench DIR] [--out out/weak]   -> out/weak/<variant>-{en,ru}.json
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import re
 import sys
 import zlib
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fanout.evaluation.bench_data import load_agent_fields, load_queries
 from fanout.text import STOPWORDS, detect_lang

@@ -1,6 +1,7 @@
-"""The Ray runner: a job as ONE Ray Data Dataset, model roles as Ray actors, the private local Ray and its watchdog.
+"""The Ray runner: a job as ONE Ray Data Dataset, model roles as Ray actors.
 
-`RayRunner` attaches to `runner.ray_address` / $RAY_ADDRESS or starts a quiet private local Ray; its `run` /
+`RayRunner` attaches to `runner.ray_address` / $RAY_ADDRESS or starts a quiet private local Ray
+(fanout/exec/private_ray.py: its temp dir, token, watchdog and stop); its `run` /
 `dataset` build ONE Ray Data Dataset per job (fanout/exec/ray_data.py); its `map(role, table)` (a direct
 model call outside a job: title embeddings, the gap report) goes to a pool of the role's Ray actors. A runner
 module: it may import Ray.
@@ -12,11 +13,7 @@ import atexit
 import contextlib
 import logging
 import os
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -27,7 +24,7 @@ import pyarrow as pa
 from fanout.config import Config
 from fanout.errors import PlacementError
 from fanout.exec import ray_data
-from fanout.exec.imports import warm_in_thread
+from fanout.exec.private_ray import PrivateRay, kill_side_processes, quiet_sigterm
 from fanout.exec.ray_data import placement
 from fanout.exec.runner import Pipeline, Runner, StageSpec
 from fanout.exec.runs import Parts, Run, Source
@@ -65,43 +62,6 @@ def _show(resources: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(keep.items())) + "}"
 
 
-# Runs beside a driver that started a private local Ray: when the driver dies (even kill -9) its end of the
-# pipe closes, and this process kills what is left of that Ray (every process whose command line names the
-# private temp dir) and removes the dir, so nothing outlives the driver by more than a few seconds.
-_WATCHDOG = r"""
-import os, shutil, signal, sys, time
-tmp = sys.argv[1]
-sys.stdin.read()
-
-
-def ours():
-    out = []
-    for p in os.listdir("/proc"):
-        if p.isdigit() and int(p) != os.getpid():
-            try:
-                if tmp in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace"):
-                    out.append(int(p))
-            except OSError:
-                pass
-    return out
-for sig in (signal.SIGTERM, signal.SIGKILL):
-    for p in ours():
-        try:
-            os.kill(p, sig)
-        except OSError:
-            pass
-    deadline = time.time() + 2
-    while ours() and time.time() < deadline:
-        time.sleep(0.1)
-shutil.rmtree(tmp, ignore_errors=True)
-"""
-
-
-def _start_watchdog(tmp: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, tmp], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
-
 class RayRunner(Runner):
     """Ray runner: attaches to `runner.ray_address` / $RAY_ADDRESS, else starts a quiet private local Ray."""
 
@@ -115,61 +75,28 @@ class RayRunner(Runner):
         import ray
 
         self._ray = ray
-        self._tmp: str | None = None
-        self._watchdog: subprocess.Popen | None = None
+        self._local: PrivateRay | None = None
         self._pools: dict[str, list[Any]] = {}
         self._owns = False
         address = cfg.runner.ray_address or os.environ.get("RAY_ADDRESS", "")
-        self._env_before: dict[str, str | None] = {}
         if not ray.is_initialized() and not private and not address:
             ray.init(include_dashboard=False, logging_level="ERROR", configure_logging=False)
         elif not ray.is_initialized():
             if address:  # a cluster's auth mode is its operator's (docs/cluster.md): token clusters set it
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            with warnings.catch_warnings():
-                # Ray forks its node processes; once lancedb is loaded, each fork child warns on our stderr
-                # about lancedb's fork support before it execs (harmless: the child runs no lancedb code)
-                warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
-                if address:
+            if address:
+                with warnings.catch_warnings():
+                    # Ray forks its node processes; once lancedb is loaded, each fork child warns on our stderr
+                    # about lancedb's fork support before it execs (harmless: the child runs no lancedb code)
+                    warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
                     ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-                else:
-                    self._tmp = tempfile.mkdtemp(prefix="fanout-ray-", dir="/tmp")
-                    atexit.register(self.close)  # a run that dies before close() still removes its temp dir
-                    self._private_token(self._tmp)
-                    self._watchdog = _start_watchdog(self._tmp)
-                    warm_in_thread(WARM_IMPORTS, first=SHARED_IMPORTS)
-                    for attempt in (1, 2):  # Ray gives its raylet 30 s; an overloaded box can miss that once
-                        try:
-                            ray.init(num_cpus=local_cpus(cfg), include_dashboard=False, log_to_driver=False,
-                                     logging_level="ERROR", configure_logging=False, _temp_dir=self._tmp,
-                                     object_store_memory=cfg.runner.object_store_mb * 2**20)
-                            break
-                        except Exception as e:
-                            if attempt == 2 or "timed out during startup" not in str(e):
-                                raise
-                            log.warning("local Ray did not start in time (%s); trying once more", e)
-                            with contextlib.suppress(Exception):
-                                ray.shutdown()
+            else:  # fanout/exec/private_ray.py: its temp dir, token and watchdog
+                self._local = PrivateRay(ray, _reload_auth_settings)
+                atexit.register(self.close)  # a run that dies before close() still removes its temp dir
+                self._local.start(cfg, local_cpus(cfg))
             self._owns = True
-        self._sigterm = _quiet_sigterm()
-
-    def _private_token(self, tmp: str) -> None:
-        """The private local Ray takes connections only with a token of its own: a random one in a 0600 file in
-        its 0700 temp dir (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH), so another local process or user cannot
-        submit work to it through its loopback ports. The variables are restored when the runner closes."""
-        import secrets
-
-        path = os.path.join(tmp, "auth_token")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
-        for k, v in (("RAY_AUTH_MODE", "token"), ("RAY_AUTH_TOKEN_PATH", path)):
-            self._env_before[k] = os.environ.get(k)
-            os.environ[k] = v
-        if "RAY_AUTH_TOKEN" in os.environ:  # an inherited token would win over the file
-            self._env_before["RAY_AUTH_TOKEN"] = os.environ.pop("RAY_AUTH_TOKEN")
-        _reload_auth_settings()
+        self._sigterm = quiet_sigterm()
 
     def ray_data(self) -> Any:
         """The `ray.data` module (fanout/exec/ray_data.py uses it through here: Ray is imported in this module only)."""
@@ -258,7 +185,12 @@ class RayRunner(Runner):
     @property
     def private(self) -> bool:
         """True on the quiet private local Ray this runner started (one node: this machine)."""
-        return self._tmp is not None
+        return self._local is not None
+
+    @property
+    def _tmp(self) -> str | None:
+        """The private local Ray's temp dir (None when attached to a cluster or closed)."""
+        return self._local.tmp if self._local is not None else None
 
     def on_nodes(self, fn: Any, args: dict[str, tuple], timeout_s: float) -> dict[str, Any]:
         """`fn(*args[node_id])` as one tiny task pinned to each node (num_cpus=0: it never waits behind the
@@ -317,101 +249,16 @@ class RayRunner(Runner):
         self._pools.clear()
         if self._owns and self._ray.is_initialized():
             if self.private:  # our private local Ray: its side processes hold nothing a later run reads
-                _kill_side_processes(self._ray)
+                kill_side_processes(self._ray)
             self._ray.shutdown()
-        for k, v in self._env_before.items():  # the private Ray's token settings end with it
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        if self._env_before:
-            self._env_before = {}
-            _reload_auth_settings()
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        if self._local is not None:  # its token settings, temp dir and watchdog end with it
+            local, self._local = self._local, None
             atexit.unregister(self.close)
+            local.close()
         if getattr(self, "_sigterm", False):
             self._sigterm = False
             with contextlib.suppress(ValueError):  # not the main thread: nothing was installed there
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if self._watchdog is not None:  # it wakes on the closed pipe, finds nothing left, exits
-            with contextlib.suppress(OSError):
-                self._watchdog.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._watchdog.wait(timeout=5)
-            self._watchdog = None
-
-
-# What a Ray Data job's driver imports after `ray.init` (the Dataset API; Lance to open the index): imported
-# in a thread while `ray.init` waits ~3 s for the private local Ray's processes, the driver mostly idle
-# (bench/query_cost.py: the job's fixed wall). Modules that `ray.init` imports too are imported first, here,
-# so the two threads never import one module at once (two threads inside one circular import can deadlock)
-WARM_IMPORTS = ("ray.data", "lance")
-SHARED_IMPORTS = ("pydantic", "ray.dashboard", "ray._common.usage.usage_lib")  # Ray 2.60's ray.init imports these
-
-
-def _reload_auth_settings() -> None:
-    """Ray reads RAY_AUTH_MODE / the token once per process (its C++ config and token cache): after the runner
-    changes them, have it read them again (what Ray's own tests do between auth modes)."""
-    try:
-        from ray._raylet import AuthenticationTokenLoader
-        from ray._raylet import Config as RayConfig
-
-        RayConfig.initialize("")
-        AuthenticationTokenLoader.instance().reset_cache()
-    except (ImportError, AttributeError) as e:  # another Ray version: its env is read at start anyway
-        log.debug("Ray auth settings not reloaded: %s", e)
-
-
-def _quiet_sigterm() -> bool:
-    """SIGTERM ends the driver like an exception (exit 143) instead of Ray's C++ failure handler.
-
-    `ray.init` installs abseil's failure signal handler in the driver, SIGTERM included: a `kill` (a
-    scheduler's stop, `timeout`) printed "*** SIGTERM received ... PC: @ ... clock_nanosleep" frames twice on
-    stderr and aborted (exit 134, SIGABRT) instead of exiting. A Python handler installed after `ray.init`
-    replaces it: SystemExit unwinds the batch like Ctrl-C does (the runner closes Ray; finished parts stay,
-    the same command resumes) and the process exits 143 (128 + SIGTERM). Crash signals (SIGSEGV, SIGABRT)
-    keep Ray's handler and its stack dump. Only the main thread may install handlers; close() restores the
-    default."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return False
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        del frame
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    return True
-
-
-SIDE_PROCESSES = ("monitor", "dashboard", "log_monitor")  # a private local Ray's; not the raylet or GCS
-
-
-def _kill_side_processes(ray: Any) -> None:
-    """SIGKILL the private local Ray's monitor, dashboard and log monitor before `ray.shutdown()`.
-
-    `ray.shutdown()` stops its processes one after another, each with SIGTERM and up to a second's wait
-    (~1.35 s for five here); these three need no graceful exit (their temp dir is removed right after), and
-    one already gone is skipped by Ray. The raylet and GCS still get Ray's graceful stop (the driver must
-    disconnect from them first: killing the GCS early hung the driver's exit for 8 s). Measured: shutdown
-    1.35 s -> 0.15-0.4 s. Ray's node object is private API; if it ever changes shape, Ray stops them all as
-    before.
-    """
-    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
-    procs = getattr(node, "all_processes", None)
-    if not isinstance(procs, dict):
-        return
-    side = [getattr(info, "process", None) for kind in SIDE_PROCESSES for info in procs.get(kind) or []]
-    side = [p for p in side if p is not None and p.poll() is None]
-    for proc in side:  # all killed first, then reaped
-        with contextlib.suppress(Exception):
-            proc.kill()
-    for proc in side:
-        with contextlib.suppress(Exception):
-            proc.wait(timeout=1)
 
 
 def local_cpus(cfg: Config) -> float:
@@ -426,3 +273,17 @@ def local_cpus(cfg: Config) -> float:
     want = sum(cfg.pool(r).count * cfg.pool(r).num_cpus for r in roles)
     want += 4 * cfg.retriever.count * cfg.retriever.num_cpus + cfg.writer.num_cpus + 0.2
     return float(max(os.cpu_count() or 1, -(-want // 1)))
+
+
+def _reload_auth_settings() -> None:
+    """Ray reads RAY_AUTH_MODE / the token once per process (its C++ config and token cache): after the private
+    Ray's token settings change (fanout/exec/private_ray.py), have it read them again (what Ray's own tests do
+    between auth modes)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+        from ray._raylet import Config as RayConfig
+
+        RayConfig.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError) as e:  # another Ray version: its env is read at start anyway
+        log.debug("Ray auth settings not reloaded: %s", e)

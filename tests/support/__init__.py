@@ -1,0 +1,1 @@
+"""Helpers the tests share (conftest.py keeps the fixtures): import them as `tests.support.<topic>`."""

@@ -1,0 +1,40 @@
+"""A small vault, a fast watch config and the waits the watch tests share."""
+
+from __future__ import annotations
+
+from fanout.config import load_config
+from fanout.store.db import Collection
+
+WAIT = 60.0  # seconds: generous on a loaded 2-core box; a passing test waits ~0.5 s per round
+
+
+NOTES = {
+    "Home.md": "# Home\n\nWelcome to the vault.\n",
+    "Garden/Roses.md": "# Roses\n\nPrune roses in early spring.\n",
+    "Garden/Tulips.md": "# Tulips\n\nPlant tulip bulbs in autumn.\n",
+}
+
+
+def fast_cfg(**watch):
+    """The fake profile, its first round after 0.2 s, a failed round retried after 0.5 s; a batch closes after
+    0.5 s of quiet (more than the default, so that a busy test machine does not split a burst)."""
+    return load_config("fake").replace(watch={"tick_ms": 200, "retry_s": 0.5, "step_ms": 500, **watch})
+
+
+def round_after(w, action):
+    """Run `action`, then wait for the next round and return it."""
+    n = w.rounds
+    action()
+    assert w.wait(n + 1, WAIT), f"no round within {WAIT} s"
+    assert w.last.error is None, w.last.error
+    return w.last
+
+
+def indexed(kb) -> set[str]:
+    col = Collection(kb.db, kb.collection, kb.cfg)
+    col.refresh()
+    return set(col.table(col.documents_name).to_arrow()["path"].to_pylist())
+
+
+def found(kb, words: str) -> list[str]:
+    return [h.path for h in kb.search(words, mode="search")]
