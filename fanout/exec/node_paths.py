@@ -20,10 +20,10 @@ import pyarrow.fs as pafs
 
 from fanout.config.services import StorageConfig
 from fanout.errors import PlacementError
+from fanout.exec.ray_session import RaySession
 from fanout.store import manifest, storage
 
 if TYPE_CHECKING:
-    from fanout.exec.ray_runner import RayRunner
     from fanout.exec.runner import StageSpec
     from fanout.exec.runs import Parts
 
@@ -80,7 +80,7 @@ def _local_problem(path: str, probe_path: str, write: bool) -> str:
     return ""
 
 
-def needs_of(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None, parts: Parts | None,
+def needs_of(runner: RaySession, specs: list[StageSpec], paths: list[str] | None, parts: Parts | None,
              filesystem: Any) -> list[Need]:
     """The paths a job's stages and read tasks need, from its stage list (the last stage writes `parts`)."""
     out: list[Need] = []
@@ -116,7 +116,7 @@ def needs_of(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None,
     return out
 
 
-def pool_nodes(runner: RayRunner, pool: str, model: bool, nodes: list[dict]) -> list[dict]:
+def pool_nodes(runner: RaySession, pool: str, model: bool, nodes: list[dict]) -> list[dict]:
     """The nodes where one actor of the pool fits: its num_cpus, its GPUs when `n_gpu_layers` is set, and
     `runner.model_resource` for a model pool (the rules of fanout.exec.ray_data.placement)."""
     served = runner.cfg.served(pool) is not None  # a served role's pool holds no model: any node
@@ -126,7 +126,7 @@ def pool_nodes(runner: RayRunner, pool: str, model: bool, nodes: list[dict]) -> 
             and n["Resources"].get("GPU", 0) >= gpus and (not res or n["Resources"].get(res, 0) > 0)]
 
 
-def check_paths(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None,
+def check_paths(runner: RaySession, specs: list[StageSpec], paths: list[str] | None = None,
                 parts: Parts | None = None, filesystem: Any = None) -> None:
     """Fail before the Dataset runs when a node that may host a pool or a read task cannot reach a path it
     needs there (a RuntimeError naming the node, the path, what was needed and the fix)."""

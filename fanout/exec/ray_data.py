@@ -3,7 +3,7 @@ each an actor pool sized by its config section -> parquet parts written by the l
 blocks streamed back to the caller: `run`), its fit check, and the stage counters each block carries
 (fanout/exec/runner.py Chain, RunStats).
 
-Functions over a `RayRunner` (fanout/exec/ray_runner.py holds the Ray session and is the one module that imports
+Functions over the runner's `RaySession` (fanout/exec/ray_session.py; fanout/exec/ray_runner.py holds the Ray session and is the one module that imports
 Ray; these reach `ray.data` through `runner.ray_data()`).
 """
 
@@ -16,21 +16,19 @@ import math
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 import pyarrow as pa
 
 from fanout.config import Config
 from fanout.errors import PlacementError
 from fanout.exec.node_paths import IO_CPUS, check_paths, pool_nodes
+from fanout.exec.ray_session import RaySession
 from fanout.exec.runner import Chain, Instances, StageSpec, fuse_specs
 from fanout.exec.runs import Parts, Run, RunStats, Source, pop_stats
 
-if TYPE_CHECKING:
-    from fanout.exec.ray_runner import RayRunner
 
-
-def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | None = None,
+def check_fits(runner: RaySession, specs: list[StageSpec], sizes: list[int] | None = None,
                reserve: float = IO_CPUS, fit: bool = True) -> None:
     """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever).
 
@@ -70,7 +68,7 @@ def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | Non
 MIN_POOL_CPUS = 0.01  # the least num_cpus `fit_pools` gives an actor
 
 
-def fit_pools(runner: RayRunner, specs: list[StageSpec], scale: float) -> None:
+def fit_pools(runner: RaySession, specs: list[StageSpec], scale: float) -> None:
     """Every pool's num_cpus times `scale` (<= 1, rounded down to 0.01, at most one node's CPUs), so that the
     pools and the tasks beside them fit the cluster (`runner.fit_pools`); `runner.cfg` is replaced for this
     runner's jobs and the choice logged."""
@@ -94,7 +92,7 @@ def fit_pools(runner: RayRunner, specs: list[StageSpec], scale: float) -> None:
         ", ".join(before), scale, ", ".join(_pool_list(runner.cfg, specs)))
 
 
-def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any]:
+def map_opts(runner: RaySession, spec: StageSpec, size: int = 0) -> dict[str, Any]:
     rd = runner.ray_data()
     acfg = runner.cfg.pool(spec.pool)
     pool: dict[str, Any] = {"size": size or (1 if spec.single else acfg.count)}
@@ -108,7 +106,7 @@ def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any
     return opts
 
 
-def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
+def dataset(runner: RaySession, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
             rows: int = 0, block_rows: int = 0, parts: Parts | None = None, source: Any = None) -> Any:
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver, one block each) -> map_batches per
@@ -316,7 +314,7 @@ class PartsWatcher:
             self.poll()
 
 
-def run(runner: RayRunner, specs: list[StageSpec], source: Source, parts: Parts | None = None, block_rows: int = 0,
+def run(runner: RaySession, specs: list[StageSpec], source: Source, parts: Parts | None = None, block_rows: int = 0,
         progress: bool = False, preserve_order: bool = False, on_rows: Callable[[int], Any] | None = None) -> Run:
     """ONE Dataset over `source`. With `parts`, the last operator's actors write its blocks as parquet parts
     (`writing`: the answered rows never pass through the driver: streaming them back cost 25% of the 16-actor
