@@ -34,9 +34,9 @@ import pyarrow as pa
 
 from fanout.config import Config, GapsConfig
 from fanout.errors import UserError
-from fanout.gaps.groups import Group, cluster, make_groups, mark_lacking, page_headings
+from fanout.gaps.groups import Group, Text, cluster, make_groups, mark_lacking, page_headings
 from fanout.gaps.previous import lost_pages
-from fanout.gaps.read import BANDS, READ_ROWS, ReadStats, read_answers, text_key
+from fanout.gaps.read import READ_ROWS, ReadStats, read_answers, text_key
 
 if TYPE_CHECKING:
     from fanout.exec.runner import Runner
@@ -122,15 +122,6 @@ def flagged_queries(tables: Iterator[pa.Table], g: GapsConfig, want_index: str, 
 
 
 # -- by text, vectors, groups ------------------------------------------------------------------------------
-@dataclass
-class Text:
-    text: str  # the first spelling seen
-    asks: int = 0
-    score: float = 0.0  # best score over its asks
-    bands: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BANDS, 0))
-    pages: dict[str, tuple[str, float, int]] = field(default_factory=dict)  # path -> (title, best, asks)
-
-
 def add_query(texts: dict[str, Text], q: Query) -> str:
     """Count one flagged query under its text; returns the text key."""
     key = text_key(q.query)

@@ -5,8 +5,7 @@ and bands the answers and calls these)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -15,8 +14,17 @@ from fanout.config import Config, GapsConfig
 from fanout.gaps.read import BANDS
 from fanout.text import stem_key, terms
 
-if TYPE_CHECKING:
-    from fanout.gaps.analysis import Text
+
+@dataclass
+class Text:
+    """One query text's flagged asks (fanout/gaps/analysis.py add_query): what the groups cluster."""
+
+    text: str  # the first spelling seen
+    asks: int = 0
+    score: float = 0.0  # best score over its asks
+    bands: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BANDS, 0))
+    pages: dict[str, tuple[str, float, int]] = field(default_factory=dict)  # path -> (title, best, asks)
+
 
 GROUPS = pa.schema([("group_id", pa.int32()), ("name", pa.string()), ("asks", pa.int64()),
                     ("queries", pa.int64()), ("lost", pa.int64()), ("unanswered", pa.int64()), ("weak", pa.int64()),
