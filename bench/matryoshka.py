@@ -96,7 +96,8 @@ def quality_from_index(src: str, dims: list[int], langs: list[str]) -> dict[tupl
                 cfg = base.replace(index={"vector_dim": d})
                 for lang in langs:
                     col = Collection(db, f"bench-{lang}", cfg)
-                    rederive_vectors(col, d)
+                    rederive_vectors(col.db, col.table(col.chunks_name), d)
+                    col.forget(col.chunks_name)
                     manifest = col.require()  # searchers pin the manifest's table versions: record the new one
                     manifest["tables"] = col.table_versions()
                     col.write_manifest(manifest)

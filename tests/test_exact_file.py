@@ -1,4 +1,4 @@
-"""Exact search's vectors file (fanout/store/exact_file.py): what the Lance read gives, bit for bit; written by an
+"""Exact search's vectors file (fanout/store/vectors_file.py): what the Lance read gives, bit for bit; written by an
 index run; mapped by a fresh process; a damaged or stale file ignored with a warning."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from conftest import write_vault
 from fanout.pipelines.index import index_vault
 
-from fanout.store import exact_file, exact_vectors
+from fanout.store import exact_vectors, vectors_file
 from fanout.store.db import Collection
 
 
@@ -81,7 +81,7 @@ def test_a_damaged_file_is_ignored_with_a_warning_and_rewritten(db, fake_cfg, da
     assert "is not used" in caplog.text
     assert got.vectors.tobytes() == want.vectors.tobytes()  # read from Lance, rewritten, and
     assert not got.vectors.flags.writeable  # mapped from the new file: the private copy is not kept
-    assert exact_file.load(ds, "vector") is not None
+    assert vectors_file.load(ds, "vector") is not None
 
 
 def test_another_version_never_uses_the_old_file(db, fake_cfg, fake_runner, tmp_path):
@@ -99,4 +99,4 @@ def test_object_store_tables_have_no_file():
     class Ds:
         uri = "s3://bucket/db/t_chunks.lance"
 
-    assert exact_file.folder(Ds()) is None
+    assert vectors_file.folder(Ds()) is None

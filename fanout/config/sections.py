@@ -157,7 +157,7 @@ class IndexConfig:
     # lone batch but costs ~20% more CPU (it spins; docs/performance.md#query-cost-at-scale), and batch jobs
     # run several retrieval processes anyway. 0 = the library's default (all cores)
     exact_threads: int = 1
-    # keep those vectors in a file per chunks version next to a local index (fanout/store/exact_file.py;
+    # keep those vectors in a file per chunks version next to a local index (fanout/store/vectors_file.py;
     # written by `fanout index` and by the first process that loads them): every process (each Ray retrieval
     # actor) memory-maps one copy shared through the page cache instead of reading and normalising its own
     # (docs/performance.md#query-cost-at-scale). Object stores: a copy per process as without it
@@ -332,10 +332,9 @@ class RetrieveConfig:
     # who runs a full-text call: `memory` computes Lance's BM25 in numpy over postings built once per index
     # version with Lance's tokenizer (fanout/store/fts_memory.py: the same lists and scores, bit for bit, prefiltered
     # or not; indexes it does not reproduce go to Lance); `lance` calls Lance itself (pylance, pinned to the
-    # Lance release lancedb embeds: identical lists, tests/test_fts_rowids.py); `lancedb` its query builder on
-    # its asyncio loop. memory costs about a tenth of Lance's CPU a call (bench/fts_engines.py;
-    # docs/performance.md#full-text-engines)
-    fts_engine: Literal["memory", "lance", "lancedb"] = "memory"
+    # Lance release lancedb embeds: identical lists, tests/test_fts_rowids.py). memory costs about a tenth of
+    # Lance's CPU a call (bench/fts_engines.py; docs/performance.md#full-text-engines)
+    fts_engine: Literal["memory", "lance"] = "memory"
     # the memory engine's postings are built per process and index version once its Lance calls on that version
     # have cost this many times the build's estimated CPU (per chunk and column; the figures:
     # docs/performance.md#query-cost): a batch builds after its first call, a one-off search of a large index
@@ -365,8 +364,8 @@ class RetrieveConfig:
         _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
         _at_least("retrieve", self, 0, "rowid_map_rows", "text_memory_rows", note=" (0: off)")
         _at_least("retrieve", self, 0, "fts_memory_after", "text_memory_after")
-        _check(self.fts_engine in ("memory", "lance", "lancedb"),
-               f"retrieve.fts_engine must be 'memory', 'lance' or 'lancedb', got {self.fts_engine!r}")
+        _check(self.fts_engine in ("memory", "lance"),
+               f"retrieve.fts_engine must be 'memory' or 'lance', got {self.fts_engine!r}")
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,9 @@ import logging
 import math
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from fanout.store.db import Collection
 
 log = logging.getLogger(__name__)
 # CPU to build the postings of one chunk's text in one column (Lance's tokenizer on it, counting): measured
@@ -204,17 +201,17 @@ def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, 
     return topk(pos[first], score[first], k)
 
 
-def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
+def memory_column(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
     """`column`'s postings from the pinned version `ds` (a Lance dataset), in the row order of `ids` (sorted
     row ids); None (and why, at debug level) when its index is not one this engine reproduces."""
     got = index_meta(ds, column)
     if isinstance(got, str):
-        return _skip(col, column, got)
+        return _skip(ds, column, got)
     args, meta, st = got
     t = ds.to_table(columns=[column], with_row_id=True)
     at = np.searchsorted(ids, t["_rowid"].to_numpy())
     if len(ids) != t.num_rows or not (ids[np.minimum(at, len(ids) - 1)] == t["_rowid"].to_numpy()).all():
-        return _skip(col, column, "rows differ from the pinned row ids")
+        return _skip(ds, column, "rows differ from the pinned row ids")
     import lance
 
     postings: dict[str, tuple[list[int], list[int]]] = {}
@@ -234,7 +231,7 @@ def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> Mem
             r.append(p)
             fs.append(f)
     if (n_docs != meta.get("num_docs") or len(postings) != meta.get("num_tokens")) and not _updated(ds, st):
-        return _skip(col, column, f"index has {meta.get('num_docs')} documents / {meta.get('num_tokens')} tokens, "
+        return _skip(ds, column, f"index has {meta.get('num_docs')} documents / {meta.get('num_tokens')} tokens, "
                                   f"the rows give {n_docs} / {len(postings)}")
     tokens = list(postings)
     lengths = np.fromiter((len(postings[x][0]) for x in tokens), np.int64, len(tokens))
@@ -381,5 +378,5 @@ def _idf(token_docs: int, num_docs: int) -> np.float32:
     return np.float32(math.log(float(x)))
 
 
-def _skip(col: Collection, column: str, why: str) -> None:
-    log.debug("full-text column %s of %s is searched by Lance: %s", column, col.name, why)
+def _skip(ds: Any, column: str, why: str) -> None:
+    log.debug("full-text column %s of %s is searched by Lance: %s", column, ds.uri, why)
