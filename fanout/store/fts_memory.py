@@ -31,6 +31,7 @@ import logging
 import math
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -65,17 +66,69 @@ _SCRATCH = threading.local()  # this thread's float32 array of every row (`_sums
 
 
 class MemoryColumn:
-    """One FTS column's postings: token -> slice of `rows` (positions in the pinned rows, ascending) and
-    `contrib` (that token's float32 BM25 contribution to each of those rows)."""
+    """One FTS column's postings: token -> slice of `rows` (positions in the pinned rows, ascending) and of
+    `freq` (the token's term frequency in each of those rows). A token's float32 BM25 contribution to each of its
+    rows is computed from them at its first use in this process (`_contrib`, elementwise as a build computes
+    them, so the same bits) and kept: a new version's postings are written without recomputing every
+    contribution (N and avgdl change with every added or deleted row). `contrib`, when given, are those
+    contributions for every posting (the query-side tests' columns)."""
 
     def __init__(self, tokenize_args: dict[str, Any], slices: dict[str, tuple[int, int]], rows: np.ndarray,
-                 contrib: np.ndarray, n_rows: int, freq: np.ndarray | None = None):
-        self.tokenize_args, self.slices, self.rows, self.contrib, self.n_rows = \
-            tokenize_args, slices, rows, contrib, n_rows
-        self.freq = freq  # each posting's term frequency (what `updated_column` recomputes the scores from)
+                 contrib: np.ndarray | None, n_rows: int, freq: np.ndarray | None = None):
+        if contrib is None and freq is None:
+            raise ValueError("postings need their contributions or their term frequencies")
+        self.tokenize_args, self.slices, self.rows, self.n_rows = tokenize_args, slices, rows, n_rows
+        self.freq = freq  # each posting's term frequency (what the contributions are computed from)
+        self._given = contrib
         self.analyzer = tuple(sorted(tokenize_args.items()))  # columns with equal ones tokenize a query alike
+        self._norm: np.ndarray | None = None  # per row: k1 (1 - b + b dl / avgdl) (`_stats`)
+        self._n_docs = 0
+        self._contribs: dict[int, np.ndarray] = {}  # slice start -> that token's contributions (`_contrib`)
         self._full: dict[int, np.ndarray] = {}  # slice start -> a frequent token's contributions, every row
-        self._full_left = rows.nbytes + contrib.nbytes  # bytes those arrays may still take
+        self._full_left = 2 * rows.nbytes  # bytes those arrays may still take
+
+    @property
+    def contrib(self) -> np.ndarray:
+        """Every posting's contribution, in `rows` order (the given ones, or all computed at once and kept: the
+        tests' and benches' reference, not the query path)."""
+        if self._given is None:
+            self._given = self._every_contrib()
+        return self._given
+
+    def _every_contrib(self) -> np.ndarray:
+        if not len(self.rows):
+            return np.zeros(0, np.float32)
+        lengths = np.array([e - s for s, e in self.slices.values()], np.int64)
+        counts, where = np.unique(lengths, return_inverse=True)  # idf depends on a token's document count only
+        norm, n_docs = self._stats()
+        idf = np.array([_idf(int(n), n_docs) for n in counts], np.float32)[where.reshape(-1)]
+        order = np.argsort([s for s, _ in self.slices.values()], kind="stable")  # slices in `rows` order
+        return (np.repeat(idf[order], lengths[order]) * _weight(self.freq, norm[self.rows])).astype(np.float32)
+
+    def _stats(self) -> tuple[np.ndarray, int]:
+        """(norm per row, N): BM25's statistics of exactly these rows (N and avgdl count the rows with a token),
+        as Lance scores a freshly built index; computed at the first use (two threads may both: the same)."""
+        if self._norm is None:
+            rows, freq = self.rows, self.freq
+            dl = np.bincount(rows, weights=freq, minlength=self.n_rows) if len(rows) else np.zeros(self.n_rows)
+            n_docs = int(np.count_nonzero(dl))
+            total = int(freq.sum(dtype=np.int64))
+            avgdl = np.float32(total) / np.float32(n_docs) if n_docs else np.float32(1)
+            self._n_docs = n_docs
+            self._norm = K1 * (np.float32(1) - B + B * dl.astype(np.float32) / avgdl)
+        return self._norm, self._n_docs
+
+    def _contrib(self, s: int, e: int, keep: bool = True) -> np.ndarray:
+        """The contributions of the token at rows[s:e] (kept once computed, unless not `keep`)."""
+        if self._given is not None:
+            return self._given[s:e]
+        got = self._contribs.get(s)
+        if got is None:
+            norm, n_docs = self._stats()
+            got = (_idf(e - s, n_docs) * _weight(self.freq[s:e], norm[self.rows[s:e]])).astype(np.float32)
+            if keep:
+                self._contribs[s] = got
+        return got
 
     def top(self, tokens: list[str], k: int, allowed: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -87,13 +140,13 @@ class MemoryColumn:
             return None
         if len(hits) == 1:
             s, e = hits[0]
-            cand, score = self.rows[s:e], self.contrib[s:e]
+            cand, score = self.rows[s:e], self._contrib(s, e)
             if allowed is not None:
                 keep = allowed[cand]
                 cand, score = cand[keep], score[keep]
             return topk(cand, score, k) if len(cand) else None
         full = [self._full_row(s, e) if (e - s) * DENSE_RATIO >= self.n_rows else None for s, e in hits]
-        return _sums_top(self.rows, self.contrib, hits, full, self.n_rows, k, allowed)
+        return _sums_top(self.rows, self._contrib, hits, full, self.n_rows, k, allowed)
 
     def _full_row(self, s: int, e: int) -> np.ndarray | None:
         """The contributions of the token at rows[s:e] as an array of every row (0 where it is not), built
@@ -102,17 +155,24 @@ class MemoryColumn:
         if got is None and self._full_left >= 4 * self.n_rows:
             self._full_left -= 4 * self.n_rows
             got = np.zeros(self.n_rows, np.float32)
-            got[self.rows[s:e]] = self.contrib[s:e]
+            got[self.rows[s:e]] = self._contrib(s, e, keep=False)
             self._full[s] = got
         return got
 
 
-def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]],
+def _weight(freq: np.ndarray, norm: np.ndarray) -> np.ndarray:
+    """BM25's term-frequency part (k1 + 1) f / (f + norm) in float32, elementwise (any slice: the same bits)."""
+    f = freq.astype(np.float32)
+    return (K1 + np.float32(1)) * f / (f + norm)
+
+
+def _sums_top(rows: np.ndarray, contrib: Callable[[int, int], np.ndarray], hits: list[tuple[int, int]],
               full: list[np.ndarray | None], n_rows: int, k: int, allowed: np.ndarray | None
               ) -> tuple[np.ndarray, np.ndarray] | None:
     """`MemoryColumn.top` of several postings slices: their float32 sums per row, added up in this thread's
     array of every row (reused: all zeros between calls, so no allocation and no page faults per call), then
-    the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, or None."""
+    the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, else None
+    (`contrib(s, e)` gives them for its rows)."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None or len(buf) < n_rows:
         buf = _SCRATCH.buf = np.zeros(n_rows, np.float32)
@@ -123,7 +183,7 @@ def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]]
             if f is not None:  # + 0.0 where the token is not: the sum unchanged
                 np.add(buf, f, out=buf)
             else:  # a token's rows are distinct: add.at adds what `buf[r] += c` adds, faster
-                np.add.at(buf, rows[s:e], contrib[s:e])
+                np.add.at(buf, rows[s:e], contrib(s, e))
         if (sum(e - s for s, e in hits) + SPARSE_BASE) * SPARSE_RATIO < n_rows:
             # few rows: their union (each slice is ascending), cheaper than a pass over every row
             srt = np.sort(np.concatenate([rows[s:e] for s, e in hits]))
@@ -243,21 +303,11 @@ def memory_column(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
 
 def _scored(args: dict[str, Any], tokens: list[str], lengths: np.ndarray, rows: np.ndarray, freq: np.ndarray,
             n_rows: int) -> MemoryColumn:
-    """A MemoryColumn from its postings (token i's are the next lengths[i] entries of rows/freq): BM25 over
-    exactly these rows (N and avgdl count the rows with a token), as Lance scores a freshly built index."""
-    dl = np.bincount(rows, weights=freq, minlength=n_rows) if len(rows) else np.zeros(n_rows)
-    n_docs = int(np.count_nonzero(dl))
-    total = int(freq.sum(dtype=np.int64))
+    """A MemoryColumn from its postings (token i's are the next lengths[i] entries of rows/freq), scored as Lance
+    scores a freshly built index of exactly these rows (`MemoryColumn._contrib`, at their first use)."""
     ends = np.cumsum(lengths)
-    avgdl = np.float32(total) / np.float32(n_docs) if n_docs else np.float32(1)
-    norm = K1 * (np.float32(1) - B + B * dl.astype(np.float32) / avgdl)
-    f = freq.astype(np.float32)
-    weight = (K1 + np.float32(1)) * f / (f + norm[rows])
-    counts, where = np.unique(lengths, return_inverse=True)  # idf depends on a token's document count only
-    idf = np.array([_idf(int(n), n_docs) for n in counts], np.float32)[where.reshape(-1)]
-    contrib = (np.repeat(idf, lengths) * weight).astype(np.float32)
     slices = dict(zip(tokens, zip((ends - lengths).tolist(), ends.tolist())))
-    return MemoryColumn(args, slices, rows, contrib, n_rows, freq)
+    return MemoryColumn(args, slices, rows, None, n_rows, freq)
 
 
 def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, added: list[tuple[int, str | None]]

@@ -13,9 +13,11 @@ postings depend on: the table version, the index's tokenizer parameters, documen
 the row count and a hash of the pinned row ids (the row positions in the file are positions in that order). A file
 that matches is checked (its recorded fingerprint, a CRC-32 of every array, offsets and row positions in range).
 
-The record batch: a row per token: `token` (string), `rows` (large_list<int32>: the row positions, ascending),
-`contrib` (large_list<float32>: the BM25 contribution to each) and `freq` (large_list<int32>: the term frequency),
-the lists sharing their offsets; the scores are the built ones, bit for bit.
+The record batch: a row per token: `token` (string), `rows` (large_list<int32>: the row positions, ascending)
+and `freq` (large_list<int32>: the term frequency in each), the lists sharing their offsets. No scores: every
+BM25 contribution depends on the version's document count and average length, so a file that held them would
+be recomputed whole for every added or deleted row; each process computes a token's at its first use
+(fanout/store/fts_memory.py `MemoryColumn`), the same bits a build gives.
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from fanout.store.fts_memory import MemoryColumn
 
 log = logging.getLogger(__name__)
 KIND = "postings"
-FORMAT = 2  # bump when the layout changes: older files then never match a name
+FORMAT = 3  # bump when the layout changes: older files then never match a name (3: no contributions)
 _SCHEMA = pa.schema([("token", pa.string()), ("rows", pa.large_list(pa.int32())),
-                     ("contrib", pa.large_list(pa.float32())), ("freq", pa.large_list(pa.int32()))])
+                     ("freq", pa.large_list(pa.int32()))])
 
 
 def folder(ds: Any) -> str | None:
@@ -72,8 +74,8 @@ def load(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
         return None
     try:
         batch = version_files.read(path, fp, _SCHEMA)
-        tokens, rows, contrib, offsets, freq = _arrays(batch)
-        version_files.check_crc(path, batch, lambda: _crc(tokens, rows, contrib, offsets, freq))
+        tokens, rows, offsets, freq = _arrays(batch)
+        version_files.check_crc(path, batch, lambda: _crc(tokens, rows, offsets, freq))
         if offsets[0] != 0 or offsets[-1] != len(rows) or (len(offsets) > 1 and (np.diff(offsets) <= 0).any()):
             raise ValueError("its offsets are not increasing from 0 to the postings' length")
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= len(ids)):
@@ -86,31 +88,29 @@ def load(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
         log.warning("full-text postings file %s is not used (%s); the postings are built instead and the file "
                     "rewritten", path, e)
         return None
-    return MemoryColumn(args, slices, rows, contrib, len(ids), freq)
+    return MemoryColumn(args, slices, rows, None, len(ids), freq)
 
 
-def _arrays(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    tokens, rows, contrib, freq = batch.column(0), batch.column(1), batch.column(2), batch.column(3)
-    if tokens.null_count or rows.null_count or contrib.null_count or freq.null_count or rows.offset or \
-            contrib.offset or freq.offset:
+def _arrays(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
+    tokens, rows, freq = batch.column(0), batch.column(1), batch.column(2)
+    if tokens.null_count or rows.null_count or freq.null_count or rows.offset or freq.offset:
         raise ValueError("null or offset arrays")
     offsets = rows.offsets.to_numpy()
-    if not np.array_equal(offsets, contrib.offsets.to_numpy()) or not np.array_equal(offsets, freq.offsets.to_numpy()):
-        raise ValueError("rows, contrib and freq have different offsets")
-    r, c, f = rows.values, contrib.values, freq.values
-    if r.null_count or c.null_count or f.null_count or len(r) != len(c) or len(r) != len(f):
-        raise ValueError("rows, contrib and freq differ in length")
-    return (tokens, r.to_numpy(zero_copy_only=True), c.to_numpy(zero_copy_only=True), offsets,
-            f.to_numpy(zero_copy_only=True))
+    if not np.array_equal(offsets, freq.offsets.to_numpy()):
+        raise ValueError("rows and freq have different offsets")
+    r, f = rows.values, freq.values
+    if r.null_count or f.null_count or len(r) != len(f):
+        raise ValueError("rows and freq differ in length")
+    return tokens, r.to_numpy(zero_copy_only=True), offsets, f.to_numpy(zero_copy_only=True)
 
 
-def _crc(tokens: pa.Array, rows: np.ndarray, contrib: np.ndarray, offsets: np.ndarray, freq: np.ndarray) -> str:
+def _crc(tokens: pa.Array, rows: np.ndarray, offsets: np.ndarray, freq: np.ndarray) -> str:
     """CRC-32 of every array the postings use (the tokens' offsets and bytes included)."""
     toff = np.frombuffer(tokens.buffers()[1], np.int32, len(tokens) + 1, tokens.offset * 4)
     data = tokens.buffers()[2]
     parts = [toff.tobytes(), memoryview(data)[toff[0]:toff[-1]] if data is not None else b"",
-             memoryview(np.ascontiguousarray(rows)).cast("B"), memoryview(np.ascontiguousarray(contrib)).cast("B"),
-             memoryview(np.ascontiguousarray(offsets)).cast("B"), memoryview(np.ascontiguousarray(freq)).cast("B")]
+             memoryview(np.ascontiguousarray(rows)).cast("B"), memoryview(np.ascontiguousarray(offsets)).cast("B"),
+             memoryview(np.ascontiguousarray(freq)).cast("B")]
     return version_files.crc32(parts)
 
 
@@ -130,14 +130,13 @@ def save(ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None
             raise ValueError("the postings are not one contiguous run per token")
         offsets = pa.array(np.concatenate([[0], bounds[:, 1]]).astype(np.int64))
         tok = pa.array(tokens, pa.string())
-        rows = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.rows, np.int32)))
-        contrib = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.contrib, np.float32)))
         if mem.freq is None:
             raise ValueError("the postings hold no term frequencies")
-        freq = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.freq, np.int32)))
-        crc = _crc(tok, np.asarray(mem.rows, np.int32), np.asarray(mem.contrib, np.float32),
-                   offsets.to_numpy(), np.asarray(mem.freq, np.int32))
-        batch = pa.record_batch([tok, rows, contrib, freq], names=["token", "rows", "contrib", "freq"]
+        r, f = np.asarray(mem.rows, np.int32), np.asarray(mem.freq, np.int32)
+        rows = pa.LargeListArray.from_arrays(offsets, pa.array(r))
+        freq = pa.LargeListArray.from_arrays(offsets, pa.array(f))
+        crc = _crc(tok, r, offsets.to_numpy(), f)
+        batch = pa.record_batch([tok, rows, freq], names=["token", "rows", "freq"]
                                 ).replace_schema_metadata({"fanout.rows": str(len(ids))})
         version_files.write(path, batch, got[0], crc)
         version_files.prune(ds, KIND, column, keep=os.path.basename(path))
