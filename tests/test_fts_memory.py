@@ -96,6 +96,8 @@ def test_an_index_older_than_the_rows_serves_the_rows_scores_as_a_rebuilt_index_
         got = updated_column(before[c], before_ids, ids, list(zip(np.searchsorted(ids, added).tolist(),
                                                                   texts[c].to_pylist())))
         assert got is not None and _postings(got) == _postings(mem[c])
+        summed = np.bincount(got.rows, weights=got.freq, minlength=got.n_rows).astype(np.uint32)  # the lengths
+        assert np.array_equal(got.dl, summed) and np.array_equal(mem[c].dl, summed)  # carried over, not summed
     for c in ("body", "title"):  # the index rebuilt on the same rows (same row ids): Lance's lists, bit for bit
         ds.create_scalar_index(c, "INVERTED", replace=True, **FTS)
     ds = lance.dataset(str(tmp_path / "t.lance"))

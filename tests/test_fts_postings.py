@@ -56,6 +56,8 @@ def test_an_index_run_writes_them_and_loaded_equals_built_bit_for_bit(db, fake_c
         assert loaded.slices == built.slices and loaded.tokenize_args == built.tokenize_args
         assert loaded.rows.dtype == built.rows.dtype and np.array_equal(loaded.rows, built.rows)
         assert loaded.contrib.dtype == np.float32 and loaded.contrib.tobytes() == built.contrib.tobytes()
+        summed = np.bincount(built.rows, weights=built.freq, minlength=len(ids)).astype(np.uint32)
+        assert np.array_equal(loaded.dl, summed) and np.array_equal(built.dl, summed)  # read, not summed again
         for q in TEXTS:
             for k in (1, 10):
                 a, b = fts_memory.search([built], [1.0], q, k), fts_memory.search([loaded], [1.0], q, k)

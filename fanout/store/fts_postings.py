@@ -14,7 +14,9 @@ the row count and a hash of the pinned row ids (the row positions in the file ar
 that matches is checked (its recorded fingerprint, a CRC-32 of every array, offsets and row positions in range).
 
 The record batch: a row per token: `token` (string), `rows` (large_list<int32>: the row positions, ascending)
-and `freq` (large_list<int32>: the term frequency in each), the lists sharing their offsets. No scores: every
+and `freq` (large_list<int32>: the term frequency in each), the lists sharing their offsets; `dl`
+(large_list<uint32>): the first token's entry holds every row's token count (what the scores' document lengths
+are, read instead of summed from the postings at each load), the others none. No scores: every
 BM25 contribution depends on the version's document count and average length, so a file that held them would
 be recomputed whole for every added or deleted row; each process computes a token's at its first use
 (fanout/store/fts_memory.py `MemoryColumn`), the same bits a build gives.
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 KIND = "postings"
 FORMAT = 3  # bump when the layout changes: older files then never match a name (3: no contributions)
 _SCHEMA = pa.schema([("token", pa.string()), ("rows", pa.large_list(pa.int32())),
-                     ("freq", pa.large_list(pa.int32()))])
+                     ("freq", pa.large_list(pa.int32())), ("dl", pa.large_list(pa.uint32()))])
 
 
 def folder(ds: Any) -> str | None:
@@ -74,8 +76,8 @@ def load(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
         return None
     try:
         batch = version_files.read(path, fp, _SCHEMA)
-        tokens, rows, offsets, freq = _arrays(batch)
-        version_files.check_crc(path, batch, lambda: _crc(tokens, rows, offsets, freq))
+        tokens, rows, offsets, freq, dl = _arrays(batch)
+        version_files.check_crc(path, batch, lambda: _crc(tokens, rows, offsets, freq, dl))
         if offsets[0] != 0 or offsets[-1] != len(rows) or (len(offsets) > 1 and (np.diff(offsets) <= 0).any()):
             raise ValueError("its offsets are not increasing from 0 to the postings' length")
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= len(ids)):
@@ -84,33 +86,39 @@ def load(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
         slices = dict(zip(tokens.to_pylist(), itertools.pairwise(ends)))
         if len(slices) != len(tokens):
             raise ValueError("a token appears twice")
+        if len(tokens) and len(dl) != len(ids):
+            raise ValueError(f"{len(dl)} document lengths for {len(ids)} rows")
     except Exception as e:  # noqa: BLE001  a bad file must never fail a search: the postings are built instead
         log.warning("full-text postings file %s is not used (%s); the postings are built instead and the file "
                     "rewritten", path, e)
         return None
-    return MemoryColumn(args, slices, rows, None, len(ids), freq)
+    return MemoryColumn(args, slices, rows, None, len(ids), freq, dl if len(tokens) else None)
 
 
-def _arrays(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
-    tokens, rows, freq = batch.column(0), batch.column(1), batch.column(2)
-    if tokens.null_count or rows.null_count or freq.null_count or rows.offset or freq.offset:
+def _arrays(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens, rows, offsets, freq, dl) of a postings batch, zero copy; ValueError when they do not fit."""
+    tokens, rows, freq, dl = batch.column(0), batch.column(1), batch.column(2), batch.column(3)
+    if tokens.null_count or rows.null_count or freq.null_count or dl.null_count or rows.offset or freq.offset \
+            or dl.offset:
         raise ValueError("null or offset arrays")
     offsets = rows.offsets.to_numpy()
     if not np.array_equal(offsets, freq.offsets.to_numpy()):
         raise ValueError("rows and freq have different offsets")
-    r, f = rows.values, freq.values
-    if r.null_count or f.null_count or len(r) != len(f):
+    r, f, d = rows.values, freq.values, dl.values
+    if r.null_count or f.null_count or d.null_count or len(r) != len(f):
         raise ValueError("rows and freq differ in length")
-    return tokens, r.to_numpy(zero_copy_only=True), offsets, f.to_numpy(zero_copy_only=True)
+    if len(d) and dl.offsets.to_numpy()[1] != len(d):
+        raise ValueError("the document lengths are not the first token's entry")
+    return (tokens, r.to_numpy(zero_copy_only=True), offsets, f.to_numpy(zero_copy_only=True),
+            d.to_numpy(zero_copy_only=True))
 
 
-def _crc(tokens: pa.Array, rows: np.ndarray, offsets: np.ndarray, freq: np.ndarray) -> str:
+def _crc(tokens: pa.Array, rows: np.ndarray, offsets: np.ndarray, freq: np.ndarray, dl: np.ndarray) -> str:
     """CRC-32 of every array the postings use (the tokens' offsets and bytes included)."""
     toff = np.frombuffer(tokens.buffers()[1], np.int32, len(tokens) + 1, tokens.offset * 4)
     data = tokens.buffers()[2]
     parts = [toff.tobytes(), memoryview(data)[toff[0]:toff[-1]] if data is not None else b"",
-             memoryview(np.ascontiguousarray(rows)).cast("B"), memoryview(np.ascontiguousarray(offsets)).cast("B"),
-             memoryview(np.ascontiguousarray(freq)).cast("B")]
+             *(memoryview(np.ascontiguousarray(a)).cast("B") for a in (rows, offsets, freq, dl))]
     return version_files.crc32(parts)
 
 
@@ -133,10 +141,14 @@ def save(ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None
         if mem.freq is None:
             raise ValueError("the postings hold no term frequencies")
         r, f = np.asarray(mem.rows, np.int32), np.asarray(mem.freq, np.int32)
+        d = np.asarray(mem.dl, np.uint32) if len(tokens) else np.zeros(0, np.uint32)
         rows = pa.LargeListArray.from_arrays(offsets, pa.array(r))
         freq = pa.LargeListArray.from_arrays(offsets, pa.array(f))
-        crc = _crc(tok, r, offsets.to_numpy(), f)
-        batch = pa.record_batch([tok, rows, freq], names=["token", "rows", "freq"]
+        dl_ends = np.full(len(tokens) + 1, len(d), np.int64)
+        dl_ends[0] = 0
+        dl = pa.LargeListArray.from_arrays(pa.array(dl_ends), pa.array(d, pa.uint32()))
+        crc = _crc(tok, r, offsets.to_numpy(), f, d)
+        batch = pa.record_batch([tok, rows, freq, dl], names=["token", "rows", "freq", "dl"]
                                 ).replace_schema_metadata({"fanout.rows": str(len(ids))})
         version_files.write(path, batch, got[0], crc)
         version_files.prune(ds, KIND, column, keep=os.path.basename(path))
