@@ -320,7 +320,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     manifest["content"] = content_digest((p, h) for p, h in scan.hashes.items() if p not in gone)
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     if col.has(col.chunks_name):  # before the versions are published: their first search maps them
-        write_postings(db_dir, collection, cfg, manifest["tables"])
+        write_postings(db_dir, collection, cfg, manifest["tables"], background=True)
     col.write_manifest(manifest)
     file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)  # after the commit it records
     return summary
@@ -428,13 +428,14 @@ def _current(col: Collection, old: dict, cfg: Config) -> bool:
     return vector_index_reason(chunks, cfg.index, vi) is None
 
 
-def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: dict[str, int] | None = None
-                   ) -> dict[str, str]:
+def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: dict[str, int] | None = None,
+                   background: bool = False) -> dict[str, str]:
     """The files searching processes map instead of each building its own copy, for the version the manifest
     now pins, or `versions` (an index run: the versions it is about to publish) (kept when already there): the memory full-text engine's postings (fanout/store/fts_postings.py,
     `retrieve.fts_postings_file`) and exact search's vectors (fanout/store/vectors_file.py,
-    `index.exact_vectors_file`). Local databases only; never fails the run (a warning: processes then build
-    or load their own, as without the files). Returns what was done per file."""
+    `index.exact_vectors_file`; `background`: written by a thread after this returns, exact_vectors.ensure_file).
+    Local databases only; never fails the run (a warning: processes then build or load their own, as without
+    the files). Returns what was done per file."""
     if storage.is_remote(db_dir):
         return {}
     done: dict[str, str] = {}
@@ -453,7 +454,7 @@ def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: d
         if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
             done.update(fts_postings.ensure(ds, fts_columns(cfg.index.languages), cfg.retrieve.rowid_map_rows))
         if exact_vectors.file_wanted(ds, cfg):
-            done["vector"] = exact_vectors.ensure_file(ds)
+            done["vector"] = exact_vectors.ensure_file(ds, background=background)
         log.info("query files of %s (%.1f CPU-s): %s", collection, time.process_time() - t, done)
     except Exception as e:  # noqa: BLE001  the index is complete; the files only save each process a build
         log.warning("query files of %s not written (%s); each process builds its own copy", collection, e)

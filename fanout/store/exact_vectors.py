@@ -67,11 +67,13 @@ class Matrix:
         return int(self.vectors.nbytes + self.ids.nbytes + self.damaged.nbytes + extra)
 
 
-def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -> Matrix | None:
+def matrix(ds, column: str = "vector", files: bool = False, load: bool = True, save: bool = True
+           ) -> Matrix | None:
     """The vectors of dataset `ds` (a pinned Lance version): loaded on first use, then kept for this process
     until another version of the same table is asked for. `files` (`index.exact_vectors_file`): memory-mapped
-    from the version's file when there is one, else written there after the load and mapped from it
-    (fanout/store/vectors_file.py). `load=False`: None instead of loading from Lance when there is no file."""
+    from the version's file when there is one, else (unless not `save`) written there after the load and mapped
+    from it (fanout/store/vectors_file.py). `load=False`: None instead of loading from Lance when there is no
+    file."""
     key, version = ds.uri, int(ds.version)
     with _LOCK:
         got = _CACHE.get(key)
@@ -86,7 +88,7 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -
             if files else None
         if m is not None:
             _CACHE.pop(key, None)
-            return _keep(key, ds, column, m, files)
+            return _keep(key, ds, column, m, files and save)
         _CACHE.pop(key, None)  # the old version goes before the new one loads: never two copies
         dim = ds.schema.field(column).type.list_size
         vec = np.empty((ds.count_rows(), dim), np.float32)
@@ -105,7 +107,7 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -
         m = Matrix(version, ids, np.ascontiguousarray(vec), damaged)
         log.info("loaded %d x %d vectors of %s (version %d) for exact search: %.0f MB", len(vec), dim, key,
                  version, m.nbytes / 2**20)
-        return _keep(key, ds, column, m, files)
+        return _keep(key, ds, column, m, files and save)
 
 
 def _keep(key: str, ds, column: str, m: Matrix, files: bool) -> Matrix:
@@ -391,16 +393,49 @@ def file_wanted(ds, cfg) -> bool:
     return bool(i.ann_rescore) and has_vector_index(ds)
 
 
-def ensure_file(ds, column: str = "vector") -> str:
+def ensure_file(ds, column: str = "vector", background: bool = False) -> str:
     """The exact-search vectors file of the version `ds` (`fanout index`'s last step): `kept` when a valid one is
-    there, else loaded from Lance and `written`; this process keeps no copy it did not hold before."""
+    there, else loaded (or updated from an older version's copy) and `written`; this process keeps no copy it
+    did not hold before. `background` (an index round): the file is written by a thread after this returns
+    (`writing`): the round does not wait for the copy's checksum and write (~0.2 s at 60,000 x 768), this
+    process searches its copy meanwhile and maps the file once written, and another process that starts
+    before then updates its own copy from the previous version's file, as without the file (`wait_files`)."""
     if vectors_file.folder(ds) is None:
         return "object store: a copy per process"
     if vectors_file.load(ds, column) is not None:
         return "kept"
     with _LOCK:
         held = ds.uri in _CACHE
-        matrix(ds, column, files=True)
+        m = matrix(ds, column, files=True, save=not background)
         if not held:
             _CACHE.pop(ds.uri, None)
-    return "written" if vectors_file.load(ds, column) is not None else "not written"
+    if not background:
+        return "written" if vectors_file.load(ds, column) is not None else "not written"
+    t = threading.Thread(target=_save_later, args=(ds, column, m, held), name="fanout-vectors-file")
+    with _WRITING_LOCK:  # (not a daemon: a process that ends waits for its file)
+        _WRITING[:] = [w for w in _WRITING if w.is_alive()] + [t]
+    t.start()
+    return "writing"
+
+
+_WRITING: list[threading.Thread] = []  # `ensure_file`'s background writers, until they finish
+_WRITING_LOCK = threading.Lock()
+_SAVE_LOCK = threading.Lock()  # one writer at a time (each removes the older versions' files)
+
+
+def _save_later(ds, column: str, m: Matrix, held: bool) -> None:
+    with _SAVE_LOCK:
+        if vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) is None or not held:
+            return
+        got = vectors_file.load(ds, column)
+        with _LOCK:
+            if got is not None and _CACHE.get(ds.uri) is m:  # still this process's copy: the mapped file
+                _cache(ds.uri, Matrix(m.version, got[0], got[1], got[2]))  # replaces it
+
+
+def wait_files() -> None:
+    """Wait for the vectors files `ensure_file` is writing in the background."""
+    with _WRITING_LOCK:
+        pending = list(_WRITING)
+    for t in pending:
+        t.join()
