@@ -4,8 +4,9 @@ Each full-text call into Lance costs ~1.4 ms of CPU on the sample and benchmark 
 planning, its thread pool) and ~5 ms at 60,000 chunks (bench/query_cost.py, issue 23), two a query. This engine
 computes the same lists without calling Lance: per FTS column it tokenizes the pinned version's texts ONCE with
 Lance's own tokenizer (`lance.tokenize`, with the parameters the column's index was built with, read from
-`index_statistics`) and keeps each token's postings (row position, BM25 contribution). A query is then one
-`lance.tokenize` per language and a few numpy operations per column, scored as Lance 13 scores a MultiMatch query
+`index_statistics`) and keeps each token's postings (row position, term frequency; its BM25 contributions
+computed at its first use). A query is then one `lance.tokenize` per language and a few numpy operations per
+column, scored as Lance 13 scores a MultiMatch query
 (Lance 1.0's source, the one reachable here, corrected where 13 differs, and checked against it bit for bit, on
 ~5,000 query texts over the benchmark's and the sample's indexes: bench/fts_engines.py; tests/test_fts_memory.py):
 
