@@ -62,7 +62,7 @@ def columns(db: Path):
     col.refresh()
     cols, boosts = fts_targets(col, cfg)
     keys = col.row_keys(("path", "chunk_id"))
-    mem = fts.memory_columns(col, fts.lance_chunks(col), cols, keys[0])
+    mem = fts.memory_columns(col.dataset(col.chunks_name), cols, keys[0], col.cfg.retrieve)
     if mem is None:
         raise SystemExit(f"the memory engine does not serve {cols} of {db}")
     return mem, boosts, 3 * cfg.retrieve.k

@@ -175,7 +175,8 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         old_dim, full_dim = vector_dims(col.open_version(col.chunks_name))  # (Lance's schema: no lancedb import)
         if (cfg.index.vector_dim or full_dim) != old_dim:
             with col.writing(col.chunks_name):
-                a, b = rederive_vectors(col, cfg.index.vector_dim)
+                a, b = rederive_vectors(col.db, col.table(col.chunks_name), cfg.index.vector_dim)
+                col.forget(col.chunks_name)
             rederived = f"{a} -> {b}" if a != b else ""
     # the stat fast path: only notes whose stat changed since the recorded run are read (a full check reads all)
     key = scan_key(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
@@ -319,7 +320,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     manifest["content"] = content_digest((p, h) for p, h in scan.hashes.items() if p not in gone)
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     if col.has(col.chunks_name):  # before the versions are published: their first search maps them
-        write_postings(db_dir, collection, cfg, manifest["tables"])
+        write_postings(db_dir, collection, cfg, manifest["tables"], background=True)
     col.write_manifest(manifest)
     file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)  # after the commit it records
     return summary
@@ -427,13 +428,14 @@ def _current(col: Collection, old: dict, cfg: Config) -> bool:
     return vector_index_reason(chunks, cfg.index, vi) is None
 
 
-def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: dict[str, int] | None = None
-                   ) -> dict[str, str]:
+def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: dict[str, int] | None = None,
+                   background: bool = False) -> dict[str, str]:
     """The files searching processes map instead of each building its own copy, for the version the manifest
     now pins, or `versions` (an index run: the versions it is about to publish) (kept when already there): the memory full-text engine's postings (fanout/store/fts_postings.py,
-    `retrieve.fts_postings_file`) and exact search's vectors (fanout/store/exact_file.py,
-    `index.exact_vectors_file`). Local databases only; never fails the run (a warning: processes then build
-    or load their own, as without the files). Returns what was done per file."""
+    `retrieve.fts_postings_file`) and exact search's vectors (fanout/store/vectors_file.py,
+    `index.exact_vectors_file`; `background`: written by a thread after this returns, exact_vectors.ensure_file).
+    Local databases only; never fails the run (a warning: processes then build or load their own, as without
+    the files). Returns what was done per file."""
     if storage.is_remote(db_dir):
         return {}
     done: dict[str, str] = {}
@@ -448,11 +450,11 @@ def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: d
         else:
             reader.refresh()
         t = time.process_time()
-        if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
-            done.update(fts_postings.ensure(reader, fts_columns(cfg.index.languages)))
         ds = reader.dataset(reader.chunks_name)
+        if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
+            done.update(fts_postings.ensure(ds, fts_columns(cfg.index.languages), cfg.retrieve.rowid_map_rows))
         if exact_vectors.file_wanted(ds, cfg):
-            done["vector"] = exact_vectors.ensure_file(ds)
+            done["vector"] = exact_vectors.ensure_file(ds, background=background)
         log.info("query files of %s (%.1f CPU-s): %s", collection, time.process_time() - t, done)
     except Exception as e:  # noqa: BLE001  the index is complete; the files only save each process a build
         log.warning("query files of %s not written (%s); each process builds its own copy", collection, e)

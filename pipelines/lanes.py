@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 
 from fanout.config import Config
-from fanout.store.chunk_rows import rows_by_chunk_id
+from fanout.store.chunk_text import rows_by_chunk_id
 from fanout.store.db import Collection, fts_columns
 from fanout.text import nfc
 

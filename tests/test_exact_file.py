@@ -1,4 +1,4 @@
-"""Exact search's vectors file (fanout/store/exact_file.py): what the Lance read gives, bit for bit; written by an
+"""Exact search's vectors file (fanout/store/vectors_file.py): what the Lance read gives, bit for bit; written by an
 index run; mapped by a fresh process; a damaged or stale file ignored with a warning."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from fanout.pipelines.index import index_vault
 
-from fanout.store import exact_file, exact_vectors
+from fanout.store import exact_vectors, vectors_file
 from fanout.store.db import Collection
 from tests.support.vault import write_vault
 
@@ -21,6 +21,7 @@ def db(tmp_path, fake_cfg, fake_runner, monkeypatch):
     monkeypatch.setattr(exact_vectors, "_CACHE", type(exact_vectors._CACHE)())  # a fresh process's copies
     d = tmp_path / "db"
     index_vault(write_vault(tmp_path / "vault"), d, "t", fake_cfg, fake_runner)
+    exact_vectors.wait_files()  # an index run writes it in the background
     return d
 
 
@@ -81,13 +82,14 @@ def test_a_damaged_file_is_ignored_with_a_warning_and_rewritten(db, fake_cfg, da
     assert "is not used" in caplog.text
     assert got.vectors.tobytes() == want.vectors.tobytes()  # read from Lance, rewritten, and
     assert not got.vectors.flags.writeable  # mapped from the new file: the private copy is not kept
-    assert exact_file.load(ds, "vector") is not None
+    assert vectors_file.load(ds, "vector") is not None
 
 
 def test_another_version_never_uses_the_old_file(db, fake_cfg, fake_runner, tmp_path):
     old = _files(db)
     (tmp_path / "vault" / "new note.md").write_text("# New\n\nsync notes graph\n", encoding="utf-8")
     index_vault(tmp_path / "vault", db, "t", fake_cfg, fake_runner)
+    exact_vectors.wait_files()
     new = _files(db)
     assert len(new) == 1 and new != old  # the old version's file removed
     _, ds = _ds(db, fake_cfg)
@@ -99,4 +101,34 @@ def test_object_store_tables_have_no_file():
     class Ds:
         uri = "s3://bucket/db/t_chunks.lance"
 
-    assert exact_file.folder(Ds()) is None
+    assert vectors_file.folder(Ds()) is None
+
+
+def test_a_round_does_not_wait_for_its_file_and_searches_its_copy_meanwhile(db, fake_cfg, fake_runner, tmp_path,
+                                                                           monkeypatch):
+    """An index round returns before the vectors file of its version is written (a thread writes it); this
+    process searches its own copy meanwhile and maps the file once written; a search answers the same before,
+    during and after."""
+    import threading
+
+    col, _ = _ds(db, fake_cfg)
+    vecs = [list(np.random.default_rng(i).standard_normal(64)) for i in range(5)]
+    col.vector_search_many(vecs, 10, ["chunk_id", "_distance"])  # this process holds the vectors
+    (tmp_path / "vault" / "new note.md").write_text("# New\n\nsync notes graph\n", encoding="utf-8")
+    go, real = threading.Event(), vectors_file.save
+    monkeypatch.setattr(vectors_file, "save", lambda *a: go.wait(60) and real(*a))
+    index_vault(tmp_path / "vault", db, "t", fake_cfg, fake_runner)  # returns while the writer waits
+    col.refresh()
+    ds = col.dataset(col.chunks_name)
+    assert vectors_file.load(ds, "vector") is None  # not written yet
+    during = col.vector_search_many(vecs, 10, ["chunk_id", "_distance"]).to_pylist()
+    assert exact_vectors._CACHE[ds.uri].vectors.flags.writeable  # the private copy
+    go.set()
+    exact_vectors.wait_files()
+    assert vectors_file.load(ds, "vector") is not None and len(_files(db)) == 1
+    m = exact_vectors._CACHE[ds.uri]
+    assert m.version == int(ds.version) and not m.vectors.flags.writeable  # now mapped from the file
+    assert col.vector_search_many(vecs, 10, ["chunk_id", "_distance"]).to_pylist() == during
+    exact_vectors._CACHE.clear()
+    fresh = exact_vectors.matrix(ds)  # a full load from Lance: the same floats
+    assert fresh.vectors.tobytes() == m.vectors.tobytes() and np.array_equal(fresh.ids, m.ids)

@@ -26,10 +26,6 @@ FTS = {"with_position": False, "base_tokenizer": "simple", "language": "English"
        "remove_stop_words": True, "ascii_folding": True, "lower_case": True}
 
 
-class _Col:  # what memory_column needs of a Collection (its name, for the debug line)
-    name = "t"
-
-
 def _dataset(tmp_path, n: int = 300, seed: int = 3):
     rnd = random.Random(seed)
     # short texts from a small vocabulary: many equal scores (ties) and repeated words; some empty or all
@@ -51,7 +47,7 @@ def _lance(ds, q, cols, boosts, k, where=None):
 def test_memory_bm25_equals_lance_bit_for_bit(tmp_path):
     ds, rnd = _dataset(tmp_path)
     ids = np.sort(ds.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy())
-    mem = [memory_column(_Col(), ds, c, ids) for c in ("body", "title")]
+    mem = [memory_column(ds, c, ids) for c in ("body", "title")]
     assert all(m is not None for m in mem)
     queries = [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 6))) for _ in range(150)]
     queries += ["sync sync notes", "plugins plugin", "the a", "zzzz", "Théme файлы"]
@@ -86,12 +82,12 @@ def test_an_index_older_than_the_rows_serves_the_rows_scores_as_a_rebuilt_index_
 
     ds, rnd = _dataset(tmp_path, n=60)
     before_ids = _ids(ds)
-    before = {c: memory_column(_Col(), ds, c, before_ids) for c in ("body", "title")}
+    before = {c: memory_column(ds, c, before_ids) for c in ("body", "title")}
     ds.delete("title = 'Sync'")  # the index still counts the deleted rows (N, avgdl)
     ds.insert(pa.table({"body": ["sync notes sync", "", "graph plugins"], "title": ["Sync", "the a", "Graph"]}))
     ds = lance.dataset(str(tmp_path / "t.lance"))  # rows the index has not seen
     ids = _ids(ds)
-    mem = {c: memory_column(_Col(), ds, c, ids) for c in ("body", "title")}
+    mem = {c: memory_column(ds, c, ids) for c in ("body", "title")}
     assert all(m is not None for m in mem.values())
     # one version's postings brought to the next (only the added rows tokenized): the same postings
     added = np.setdiff1d(ids, before_ids)
@@ -100,6 +96,8 @@ def test_an_index_older_than_the_rows_serves_the_rows_scores_as_a_rebuilt_index_
         got = updated_column(before[c], before_ids, ids, list(zip(np.searchsorted(ids, added).tolist(),
                                                                   texts[c].to_pylist())))
         assert got is not None and _postings(got) == _postings(mem[c])
+        summed = np.bincount(got.rows, weights=got.freq, minlength=got.n_rows).astype(np.uint32)  # the lengths
+        assert np.array_equal(got.dl, summed) and np.array_equal(mem[c].dl, summed)  # carried over, not summed
     for c in ("body", "title"):  # the index rebuilt on the same rows (same row ids): Lance's lists, bit for bit
         ds.create_scalar_index(c, "INVERTED", replace=True, **FTS)
     ds = lance.dataset(str(tmp_path / "t.lance"))
@@ -167,9 +165,9 @@ def test_collections_of_one_process_share_the_postings(tmp_path, fake_cfg, fake_
     a, b = Collection(str(db), "t", cfg), Collection(str(db), "t", cfg)
     a.refresh()
     b.refresh()
-    ds_a, ds_b = fts.lance_chunks(a), fts.lance_chunks(b)
-    got_a = fts.memory_columns(a, ds_a, ["body_en"], a.row_keys(("path", "chunk_id"))[0])
-    got_b = fts.memory_columns(b, ds_b, ["body_en"], b.row_keys(("path", "chunk_id"))[0])
+    ds_a, ds_b = a.dataset(a.chunks_name), b.dataset(b.chunks_name)
+    got_a = fts.memory_columns(ds_a, ["body_en"], a.row_keys(("path", "chunk_id"))[0], cfg.retrieve)
+    got_b = fts.memory_columns(ds_b, ["body_en"], b.row_keys(("path", "chunk_id"))[0], cfg.retrieve)
     assert got_a is not None and got_a[0] is got_b[0]
 
 

@@ -40,7 +40,7 @@ def _files(db):
 def builds(monkeypatch):
     calls = []
     real = fts_memory.memory_column
-    monkeypatch.setattr(fts_memory, "memory_column", lambda col, ds, c, ids: calls.append(c) or real(col, ds, c, ids))
+    monkeypatch.setattr(fts_memory, "memory_column", lambda ds, c, ids: calls.append(c) or real(ds, c, ids))
     monkeypatch.setattr(fts, "_SHARED", type(fts._SHARED)())  # a fresh process's state
     return calls
 
@@ -51,11 +51,13 @@ def test_an_index_run_writes_them_and_loaded_equals_built_bit_for_bit(db, fake_c
     col = _col(db, fake_cfg)
     ds, ids = col.dataset(col.chunks_name), col.row_keys(("path", "chunk_id"))[0]
     for c in fts_columns(fake_cfg.index.languages):
-        built, loaded = fts_memory.memory_column(col, ds, c, ids), fts_postings.load(col, ds, c, ids)
+        built, loaded = fts_memory.memory_column(ds, c, ids), fts_postings.load(ds, c, ids)
         assert built is not None and loaded is not None
         assert loaded.slices == built.slices and loaded.tokenize_args == built.tokenize_args
         assert loaded.rows.dtype == built.rows.dtype and np.array_equal(loaded.rows, built.rows)
         assert loaded.contrib.dtype == np.float32 and loaded.contrib.tobytes() == built.contrib.tobytes()
+        summed = np.bincount(built.rows, weights=built.freq, minlength=len(ids)).astype(np.uint32)
+        assert np.array_equal(loaded.dl, summed) and np.array_equal(built.dl, summed)  # read, not summed again
         for q in TEXTS:
             for k in (1, 10):
                 a, b = fts_memory.search([built], [1.0], q, k), fts_memory.search([loaded], [1.0], q, k)
@@ -111,7 +113,7 @@ def test_a_damaged_file_is_ignored_with_a_warning_and_rebuilt(db, fake_cfg, buil
     assert got == want, (builds, caplog.text[-2000:])
     assert builds == ["body_en"] and "is not used" in caplog.text
     ds, ids = col.dataset(col.chunks_name), col.row_keys(("path", "chunk_id"))[0]
-    assert fts_postings.load(col, ds, "body_en", ids) is not None  # rewritten
+    assert fts_postings.load(ds, "body_en", ids) is not None  # rewritten
 
 
 def test_a_stale_file_is_never_used(db, fake_cfg, fake_runner, tmp_path, builds):
@@ -123,8 +125,8 @@ def test_a_stale_file_is_never_used(db, fake_cfg, fake_runner, tmp_path, builds)
     assert set(_files(db)) == old
     col = _col(db, fake_cfg, fts_memory_after=0)
     ds, ids = col.dataset(col.chunks_name), col.row_keys(("path", "chunk_id"))[0]
-    assert fts_postings.load(col, ds, "body_en", ids) is None  # the old version's file is not this one
-    assert fts_postings.load(col, ds, "body_en", ids[:-1]) is None  # other rows: not even looked at
+    assert fts_postings.load(ds, "body_en", ids) is None  # the old version's file is not this one
+    assert fts_postings.load(ds, "body_en", ids[:-1]) is None  # other rows: not even looked at
     col.fts_search_many(["sync notes"], ["body_en"], [1.0], 10, ["path", "chunk_id"])
     assert builds == ["body_en"]
     new = [n for n in _files(db) if n.startswith("body_en.")]
@@ -150,14 +152,15 @@ def test_other_index_parameters_give_another_fingerprint(db, fake_cfg):
     ds2 = lance.dataset(col.table_uri(col.chunks_name))  # the latest version (the manifest still pins the old)
     assert ds2.index_statistics("body_en_idx")["indices"][0]["params"]["stem"] is False
     assert fts_postings.fingerprint(ds2, "body_en", ids)[0] != fp
-    assert fts_postings.load(col, ds2, "body_en", ids) is None
+    assert fts_postings.load(ds2, "body_en", ids) is None
 
 
-def test_object_store_dbs_keep_no_file(monkeypatch, db, fake_cfg):
-    col = _col(db, fake_cfg)
-    monkeypatch.setattr(col, "db_dir", "s3://bucket/db")
-    assert fts_postings.folder(col) is None
-    assert set(fts_postings.ensure(col, ["body_en"]).values()) == {"object store: built per process"}
+def test_object_store_dbs_keep_no_file():
+    class Ds:  # a chunks table on an object store
+        uri = "s3://bucket/db/t_chunks.lance"
+
+    assert fts_postings.folder(Ds()) is None
+    assert set(fts_postings.ensure(Ds(), ["body_en"], 2_000_000).values()) == {"object store: built per process"}
 
 
 def test_optimize_writes_the_compacted_versions_files_and_removes_the_old(db, fake_cfg, builds):
@@ -169,6 +172,6 @@ def test_optimize_writes_the_compacted_versions_files_and_removes_the_old(db, fa
     assert len(after) == len(before)  # one file per column, the pinned (compacted) version's
     col = _col(db, fake_cfg, fts_memory_after=1e9)
     ds, ids = col.dataset(col.chunks_name), col.row_keys(("path", "chunk_id"))[0]
-    assert all(fts_postings.load(col, ds, c, ids) is not None for c in COLS)
+    assert all(fts_postings.load(ds, c, ids) is not None for c in COLS)
     col.fts_search_many(TEXTS[:2], COLS, BOOSTS, 10, ["path", "chunk_id"])
     assert builds == []

@@ -7,7 +7,6 @@ from fanout.pipelines.index import index_vault
 from fanout.pipelines.lanes import fts_page_lists
 
 from fanout.store.db import Collection
-from fanout.store.fts import lance_chunks
 from tests.support.fts import TEXTS
 from tests.support.vault import write_vault
 
@@ -50,27 +49,49 @@ def test_rowid_map_off_above_its_limit(tmp_path, fake_cfg, fake_runner):
     assert fts_page_lists(col, TEXTS, small)[0]
 
 
+def _lancedb_lists(db, queries, columns, boosts, k, select, wheres) -> list[list[dict]]:
+    """The reference: lancedb's own query builder (what the removed `lancedb` engine called)."""
+    import asyncio
+
+    import lancedb
+    from lancedb.query import MultiMatchQuery
+
+    async def run():
+        tbl = await (await lancedb.connect_async(str(db))).open_table("t_chunks")
+        out = []
+        for q, w in zip(queries, wheres):
+            if not q.strip():
+                out.append([])
+                continue
+            query = tbl.query().nearest_to_text(MultiMatchQuery(q, columns, boosts=boosts))
+            if w:
+                query = query.where(w)
+            out.append((await query.select(select).limit(k).to_arrow()).select([*select, "_score"]).to_pylist())
+        return out
+
+    return asyncio.run(run())
+
+
 def test_lance_engine_gives_lancedbs_lists(tmp_path, fake_cfg, fake_runner):
     """retrieve.fts_engine: Lance called directly (pylance, the Lance release lancedb embeds) returns exactly
-    lancedb's rows and scores: with and without prefilters, row-id map on and off."""
+    lancedb's rows and scores, and the memory engine the same page lists: with and without prefilters, row-id
+    map on and off."""
     db = tmp_path / "db"
     index_vault(write_vault(tmp_path / "vault"), db, "t", fake_cfg, fake_runner)
     wheres = [None, "path LIKE 'Sync/%'", None, "path LIKE 'Sync/%'", None, None, None]
+    cols, boosts = ["body_en", "title_en", "body_ru"], [1.0, 2.0, 1.0]
     for rows in (2_000_000, 0):
         lance_cfg = fake_cfg.replace(retrieve={"rowid_map_rows": rows, "fts_engine": "lance"})
-        db_cfg = fake_cfg.replace(retrieve={"rowid_map_rows": rows, "fts_engine": "lancedb"})
-        fast, plain = Collection(str(db), "t", lance_cfg), Collection(str(db), "t", db_cfg)
+        mem_cfg = fake_cfg.replace(retrieve={"rowid_map_rows": rows, "fts_engine": "memory", "fts_memory_after": 0})
+        fast, mem = Collection(str(db), "t", lance_cfg), Collection(str(db), "t", mem_cfg)
         fast.refresh()
-        plain.refresh()
-        assert lance_chunks(fast) is not None and lance_chunks(plain) is None
+        mem.refresh()
         for w in (None, wheres):
-            got = fast.fts_search_many(TEXTS, ["body_en", "title_en", "body_ru"], [1.0, 2.0, 1.0], 10,
-                                       ["path", "chunk_id"], w)
-            want = plain.fts_search_many(TEXTS, ["body_en", "title_en", "body_ru"], [1.0, 2.0, 1.0], 10,
-                                         ["path", "chunk_id"], w)
-            assert [t.to_pylist() for t in got] == [t.to_pylist() for t in want]
+            got = fast.fts_search_many(TEXTS, cols, boosts, 10, ["path", "chunk_id"], w)
+            want = _lancedb_lists(db, TEXTS, cols, boosts, 10, ["path", "chunk_id"], w or [None] * len(TEXTS))
+            assert [t.to_pylist() for t in got] == want
             assert got[0].num_rows and (got[3].num_rows or w) and not got[5].num_rows
-            assert fts_page_lists(fast, TEXTS, lance_cfg, w) == fts_page_lists(plain, TEXTS, db_cfg, w)
+            assert fts_page_lists(fast, TEXTS, lance_cfg, w) == fts_page_lists(mem, TEXTS, mem_cfg, w)
         # k=1 with a filter that excludes the best hit: a prefilter still finds the filter's best row
         # (a filter applied after the top 1 would return nothing)
         one = [fast.fts_search_many(["internal links sync"], ["body_en"], [1.0], 1, ["path"], [f"path NOT LIKE '{p}%'"])

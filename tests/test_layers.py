@@ -173,3 +173,71 @@ def test_lancedb_import_defers_the_namespace_client():
     with tempfile.TemporaryDirectory() as d:
         out = subprocess.run([sys.executable, "-c", code, d], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "1", "True", "ApiClient"], out.stdout + out.stderr
+
+
+def _all_imports(path: Path, known: set[str]) -> set[str]:
+    """The project modules a file names in any import: module level, in functions and under TYPE_CHECKING."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        out |= {n for n in names if n in known}
+    return out
+
+
+def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected groups of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    m = stack.pop()
+                    on.discard(m)
+                    group.add(m)
+                    if m == node:
+                        break
+                if len(group) > 1:
+                    out.append(frozenset(group))
+    return out
+
+
+def test_no_import_circle_even_for_type_checkers():
+    """No module reaches itself through imports, `if TYPE_CHECKING:` blocks included: a circle a type checker
+    follows still means two modules are one idea split, or one of them names the other's class where it
+    needs only a few of its arrays (the store's full-text and vector searches take the pinned dataset, the row
+    keys and their settings, not the Collection)."""
+    mods = _modules()
+    graph = {m: _all_imports(f, set(mods)) - {m} for m, f in mods.items()}
+    found = set(_circles(graph))
+    new = sorted(" <-> ".join(sorted(c)) for c in found)
+    assert not new, "import circles (TYPE_CHECKING imports included):\n" + "\n".join(new)

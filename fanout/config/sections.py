@@ -145,7 +145,7 @@ class IndexConfig:
     # BLAS threads of the exact search: more cut a lone batch's wall but cost CPU (they spin), and batch jobs
     # run several retrieval processes anyway (docs/performance.md#query-cost-at-scale). 0 = all cores
     exact_threads: int = 1
-    # keep those vectors in a file per chunks version next to a local index, so every retrieval process
+    # keep those vectors in a file per chunks version next to a local index (fanout/store/vectors_file.py), so every retrieval process
     # memory-maps one shared copy instead of loading its own (docs/performance.md#query-cost-at-scale)
     exact_vectors_file: bool = True
     # IVF_HNSW_SQ kept recall@10 near 1.0 at a fraction of brute force's time; the others lost recall or
@@ -267,10 +267,9 @@ class RetrieveConfig:
     # who runs a full-text call: `memory` computes Lance's BM25 in numpy over postings built once per index
     # version with Lance's tokenizer (fanout/store/fts_memory.py: the same lists and scores, bit for bit, prefiltered
     # or not; indexes it does not reproduce go to Lance); `lance` calls Lance itself (pylance, pinned to the
-    # Lance release lancedb embeds: identical lists, tests/test_fts_rowids.py); `lancedb` its query builder on
-    # its asyncio loop. memory costs about a tenth of Lance's CPU a call (bench/fts_engines.py;
-    # docs/performance.md#full-text-engines)
-    fts_engine: Literal["memory", "lance", "lancedb"] = "memory"
+    # Lance release lancedb embeds: identical lists, tests/test_fts_rowids.py). memory costs about a tenth of
+    # Lance's CPU a call (docs/performance.md#full-text-engines)
+    fts_engine: Literal["memory", "lance"] = "memory"
     # build the memory engine's postings once Lance calls on a version have cost this many times the build
     # (the ski-rental rule: 1.0 never spends more than twice the cheaper choice; 0 = at the first call)
     fts_memory_after: float = 1.0
@@ -291,8 +290,8 @@ class RetrieveConfig:
         _check(self.snippet_chars >= 20, f"retrieve.snippet_chars must be >= 20, got {self.snippet_chars}")
         _at_least("retrieve", self, 0, "rowid_map_rows", "text_memory_rows", note=" (0: off)")
         _at_least("retrieve", self, 0, "fts_memory_after", "text_memory_after")
-        _check(self.fts_engine in ("memory", "lance", "lancedb"),
-               f"retrieve.fts_engine must be 'memory', 'lance' or 'lancedb', got {self.fts_engine!r}")
+        _check(self.fts_engine in ("memory", "lance"),
+               f"retrieve.fts_engine must be 'memory' or 'lance', got {self.fts_engine!r}")
 
 
 @dataclass(frozen=True)

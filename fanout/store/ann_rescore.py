@@ -3,7 +3,7 @@
 Above `index.exact_search_rows` LanceDB's vector index answers (IVF_HNSW_SQ). Its own re-ranking
 (`refine_factor`) reads each candidate's full vector from the table, ~2/3 of the search's CPU at 400,000 rows.
 On a local index the same full vectors are already memory-mapped from the version's vectors file
-(fanout/store/exact_file.py, written by `fanout index`), so here the index returns `index.ann_rescore` x k
+(fanout/store/vectors_file.py, written by `fanout index`), so here the index returns `index.ann_rescore` x k
 candidates by its quantised distances and their cosines are computed exactly from that file: more candidates
 for less CPU (docs/performance.md#query-cost-at-scale). Rows added after the index was built come back from
 Lance's flat search of them like any other candidate; a prefilter is Lance's, applied before.
@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from fanout.store import exact_file, exact_vectors
+from fanout.store import exact_vectors, vectors_file
 
 
 def usable(ds: Any, cfg: Any) -> bool:
     """Whether the config asks for re-scoring and the index is local (whether this version's vectors file is
     there: `has_file`); else Lance's `refine_factor` re-ranks, as on an object store."""
     return bool(cfg is not None and cfg.index.ann_rescore and cfg.index.exact_vectors_file
-                and exact_file.folder(ds) is not None)
+                and vectors_file.folder(ds) is not None)
 
 
 def has_file(ds: Any) -> bool:

@@ -290,11 +290,16 @@ class Collection:
     # -- search ---------------------------------------------------------------------------------------
     def fts_search_many(self, queries: list[str], columns: list[str], boosts: list[float], k: int,
                         select: list[str], wheres: list[str | None] | None = None) -> list[pa.Table]:
-        """One full-text search per query (`select` + `_score` each); `wheres[i]` is query i's prefilter
-        (fanout/filters.py). The engines (Lance directly, or lancedb's query builder): fanout/store/fts.py."""
-        from fanout.store.fts import search_many
+        """One full-text search per query (`select` + `_score` each) on the pinned chunks version; `wheres[i]`
+        is query i's prefilter (fanout/filters.py). The engines (in memory, or Lance): fanout/store/fts.py."""
+        from fanout.store import fts
 
-        return search_many(self, queries, columns, boosts, k, select, wheres)
+        if not queries:  # no dataset opened for nothing (a warm interactive query pays ~25 ms for one)
+            return []
+        with self.guard(self.chunks_name):
+            keys = self.row_keys(tuple(select)) if set(select) <= {"path", "chunk_id"} else None
+            return fts.search_many(self.dataset(self.chunks_name), queries, columns, boosts, k, select, wheres,
+                                   keys, self.cfg.retrieve if self.cfg is not None else None)
 
     def row_keys(self, columns: tuple[str, ...]) -> tuple[np.ndarray, pa.Table] | None:
         """The pinned chunks version's `columns` in `_rowid` order with its sorted row ids (memo; None above
@@ -394,9 +399,19 @@ class Collection:
         limit = self.cfg.index.exact_search_rows if self.cfg is not None else 0
         if not limit or self.memo("vector_rows", ds.count_rows) > limit:
             return None
-        from fanout.store.exact_vectors import search
+        from fanout.store import exact_vectors
 
-        return search(self, ds, qv, k, select, where)
+        cols = tuple(c for c in select if c not in ("_distance", "query_index"))
+        got = exact_vectors.search(ds, qv, k, select, where, self.row_keys(cols) if cols else None,
+                                   files=bool(self.cfg is not None and self.cfg.index.exact_vectors_file),
+                                   threads=self.cfg.index.exact_threads if self.cfg is not None else 0)
+        if got is None:
+            return None
+        res, damaged = got
+        if damaged:
+            log.error("table %s in %s has %d damaged vectors, left out of the results; repair with `fanout index` "
+                      "(it re-embeds damaged notes) or %s", self.chunks_name, self.db_dir, damaged, self.hint())
+        return res
 
     # -- readers: one consistent set of table versions per request --------------------------------------
     def hint(self) -> str:

@@ -6,7 +6,7 @@ rows (fanout/config/sections.py says why that size; docs/performance.md has the 
 vector index. The lists are exact (cosine distance, as Lance computes it, up to float rounding), so a vector
 index is never needed below the threshold: rows added after an index was built are in the copy like any
 other, and a prefilter is the rows it keeps (the same bool mask the memory full-text engine uses,
-fanout/store/fts.py `_allowed`), so only allowed rows are ranked.
+fanout/store/row_filter.py), so only allowed rows are ranked.
 
 Memory: one copy per process of the searched vectors (rows x dim x 4 bytes, unit length) plus their row ids,
 shared by every `Collection` of the process; loading another version of the same table replaces it, so a
@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from fanout.store import exact_file
+from fanout.store import row_filter, vectors_file
 
 log = logging.getLogger(__name__)
 
@@ -69,18 +67,20 @@ class Matrix:
         return int(self.vectors.nbytes + self.ids.nbytes + self.damaged.nbytes + extra)
 
 
-def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -> Matrix | None:
+def matrix(ds, column: str = "vector", files: bool = False, load: bool = True, save: bool = True
+           ) -> Matrix | None:
     """The vectors of dataset `ds` (a pinned Lance version): loaded on first use, then kept for this process
     until another version of the same table is asked for. `files` (`index.exact_vectors_file`): memory-mapped
-    from the version's file when there is one, else written there after the load and mapped from it
-    (fanout/store/exact_file.py). `load=False`: None instead of loading from Lance when there is no file."""
+    from the version's file when there is one, else (unless not `save`) written there after the load and mapped
+    from it (fanout/store/vectors_file.py). `load=False`: None instead of loading from Lance when there is no
+    file."""
     key, version = ds.uri, int(ds.version)
     with _LOCK:
         got = _CACHE.get(key)
         if got is not None and got.version == version:
             _CACHE.move_to_end(key)
             return got
-        if files and (got := exact_file.load(ds, column)) is not None:
+        if files and (got := vectors_file.load(ds, column)) is not None:
             return _cache(key, Matrix(version, got[0], got[1], got[2]))
         if not load:
             return None
@@ -88,7 +88,7 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -
             if files else None
         if m is not None:
             _CACHE.pop(key, None)
-            return _keep(key, ds, column, m, files)
+            return _keep(key, ds, column, m, files and save)
         _CACHE.pop(key, None)  # the old version goes before the new one loads: never two copies
         dim = ds.schema.field(column).type.list_size
         vec = np.empty((ds.count_rows(), dim), np.float32)
@@ -107,14 +107,14 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True) -
         m = Matrix(version, ids, np.ascontiguousarray(vec), damaged)
         log.info("loaded %d x %d vectors of %s (version %d) for exact search: %.0f MB", len(vec), dim, key,
                  version, m.nbytes / 2**20)
-        return _keep(key, ds, column, m, files)
+        return _keep(key, ds, column, m, files and save)
 
 
 def _keep(key: str, ds, column: str, m: Matrix, files: bool) -> Matrix:
     """`m` kept as the table's vectors in this process; with `files`, written to the version's file and mapped
     from it (the next process maps this one's, and so does this one: the private copy is dropped)."""
-    if files and exact_file.save(ds, column, m.ids, m.vectors, m.damaged) and \
-            (got := exact_file.load(ds, column)) is not None:
+    if files and vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) and \
+            (got := vectors_file.load(ds, column)) is not None:
         m = Matrix(m.version, got[0], got[1], got[2])
     return _cache(key, m)
 
@@ -152,15 +152,12 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
     try:
         old = held
         if old is None:
-            d = exact_file.folder(ds)
-            versions = [int(m["version"]) for n in (os.listdir(d) if d and os.path.isdir(d) else [])
-                        if (m := exact_file.NAME.match(n)) and m["column"] == column and
-                        int(m["version"]) < int(ds.version)]
+            versions = vectors_file.older_versions(ds, column)
             if not versions:
                 return None
             import lance
 
-            got = exact_file.load(lance.dataset(ds.uri, version=max(versions)), column)
+            got = vectors_file.load(lance.dataset(ds.uri, version=max(versions)), column)
             if got is None:
                 return None
             old = Matrix(max(versions), got[0], got[1], got[2])
@@ -346,24 +343,22 @@ def _candidates(s: np.ndarray, k: int, margin: float = 0.0) -> tuple[np.ndarray,
     return r, c
 
 
-def search(col: Any, ds, queries: np.ndarray, k: int, select: list[str], where: str | None) -> pa.Table | None:
-    """`Collection.vector_search_many`'s table (`query_index`, `select`, `_distance`) by exact search over
-    `ds`, the pinned chunks version; None when the prefilter `where` cannot be evaluated here (Lance then
-    answers, and says what is wrong with it)."""
-    m = matrix(ds, files=bool(col.cfg is not None and col.cfg.index.exact_vectors_file))
+def search(ds, queries: np.ndarray, k: int, select: list[str], where: str | None,
+           keys: tuple[np.ndarray, pa.Table] | None, files: bool = False, threads: int = 0
+           ) -> tuple[pa.Table, int] | None:
+    """Exact search over `ds`, the pinned chunks version: (`Collection.vector_search_many`'s table (`query_index`,
+    `select`, `_distance`), the number of damaged rows left out); None when the prefilter `where` cannot be
+    evaluated here (Lance then answers, and says what is wrong with it). `keys`: the pinned rows' sorted row ids
+    and their `select` columns (`Collection.row_keys`), else None (the rows are read by id); `files`:
+    `index.exact_vectors_file`; `threads`: `index.exact_threads`."""
+    m = matrix(ds, files=files)
     allowed = None
     if where:
-        from fanout.store.fts import _allowed
-
-        allowed = _allowed(ds, m.ids, where)
+        allowed = row_filter.allowed(ds, m.ids, where)
         if allowed is None:
             return None
-    if m.damaged.any():
-        log.error("table %s in %s has %d damaged vectors, left out of the results; repair with `fanout index` (it "
-                  "re-embeds damaged notes) or %s", col.chunks_name, col.db_dir, int(m.damaged.sum()), col.hint())
-    qi, pos, dist = top_k(m, queries, k, allowed, col.cfg.index.exact_threads if col.cfg is not None else 0)
+    qi, pos, dist = top_k(m, queries, k, allowed, threads)
     cols = [c for c in select if c not in ("_distance", "query_index")]
-    keys = col.row_keys(tuple(cols)) if cols else None
     if keys is not None and len(keys[0]) == len(m.ids):
         picked = keys[1].take(pa.array(pos))
     elif cols:
@@ -375,7 +370,7 @@ def search(col: Any, ds, queries: np.ndarray, k: int, select: list[str], where: 
     out = pa.table({"query_index": pa.array(qi, pa.int32())})
     for c in cols:
         out = out.append_column(c, picked[c])
-    return out.append_column("_distance", pa.array(dist, pa.float32()))
+    return out.append_column("_distance", pa.array(dist, pa.float32())), int(m.damaged.sum())
 
 
 def loaded_bytes() -> int:
@@ -398,16 +393,49 @@ def file_wanted(ds, cfg) -> bool:
     return bool(i.ann_rescore) and has_vector_index(ds)
 
 
-def ensure_file(ds, column: str = "vector") -> str:
+def ensure_file(ds, column: str = "vector", background: bool = False) -> str:
     """The exact-search vectors file of the version `ds` (`fanout index`'s last step): `kept` when a valid one is
-    there, else loaded from Lance and `written`; this process keeps no copy it did not hold before."""
-    if exact_file.folder(ds) is None:
+    there, else loaded (or updated from an older version's copy) and `written`; this process keeps no copy it
+    did not hold before. `background` (an index round): the file is written by a thread after this returns
+    (`writing`): the round does not wait for the copy's checksum and write (~0.2 s at 60,000 x 768), this
+    process searches its copy meanwhile and maps the file once written, and another process that starts
+    before then updates its own copy from the previous version's file, as without the file (`wait_files`)."""
+    if vectors_file.folder(ds) is None:
         return "object store: a copy per process"
-    if exact_file.load(ds, column) is not None:
+    if vectors_file.load(ds, column) is not None:
         return "kept"
     with _LOCK:
         held = ds.uri in _CACHE
-        matrix(ds, column, files=True)
+        m = matrix(ds, column, files=True, save=not background)
         if not held:
             _CACHE.pop(ds.uri, None)
-    return "written" if exact_file.load(ds, column) is not None else "not written"
+    if not background:
+        return "written" if vectors_file.load(ds, column) is not None else "not written"
+    t = threading.Thread(target=_save_later, args=(ds, column, m, held), name="fanout-vectors-file")
+    with _WRITING_LOCK:  # (not a daemon: a process that ends waits for its file)
+        _WRITING[:] = [w for w in _WRITING if w.is_alive()] + [t]
+    t.start()
+    return "writing"
+
+
+_WRITING: list[threading.Thread] = []  # `ensure_file`'s background writers, until they finish
+_WRITING_LOCK = threading.Lock()
+_SAVE_LOCK = threading.Lock()  # one writer at a time (each removes the older versions' files)
+
+
+def _save_later(ds, column: str, m: Matrix, held: bool) -> None:
+    with _SAVE_LOCK:
+        if vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) is None or not held:
+            return
+        got = vectors_file.load(ds, column)
+        with _LOCK:
+            if got is not None and _CACHE.get(ds.uri) is m:  # still this process's copy: the mapped file
+                _cache(ds.uri, Matrix(m.version, got[0], got[1], got[2]))  # replaces it
+
+
+def wait_files() -> None:
+    """Wait for the vectors files `ensure_file` is writing in the background."""
+    with _WRITING_LOCK:
+        pending = list(_WRITING)
+    for t in pending:
+        t.join()

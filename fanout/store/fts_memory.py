@@ -4,8 +4,9 @@ Each full-text call into Lance costs ~1.4 ms of CPU on the sample and benchmark 
 planning, its thread pool) and ~5 ms at 60,000 chunks (bench/query_cost.py, issue 23), two a query. This engine
 computes the same lists without calling Lance: per FTS column it tokenizes the pinned version's texts ONCE with
 Lance's own tokenizer (`lance.tokenize`, with the parameters the column's index was built with, read from
-`index_statistics`) and keeps each token's postings (row position, BM25 contribution). A query is then one
-`lance.tokenize` per language and a few numpy operations per column, scored as Lance 13 scores a MultiMatch query
+`index_statistics`) and keeps each token's postings (row position, term frequency; its BM25 contributions
+computed at its first use). A query is then one `lance.tokenize` per language and a few numpy operations per
+column, scored as Lance 13 scores a MultiMatch query
 (Lance 1.0's source, the one reachable here, corrected where 13 differs, and checked against it bit for bit, on
 ~5,000 query texts over the benchmark's and the sample's indexes: bench/fts_engines.py; tests/test_fts_memory.py):
 
@@ -31,12 +32,10 @@ import logging
 import math
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from fanout.store.db import Collection
 
 log = logging.getLogger(__name__)
 # CPU to build the postings of one chunk's text in one column (Lance's tokenizer on it, counting): measured
@@ -68,17 +67,80 @@ _SCRATCH = threading.local()  # this thread's float32 array of every row (`_sums
 
 
 class MemoryColumn:
-    """One FTS column's postings: token -> slice of `rows` (positions in the pinned rows, ascending) and
-    `contrib` (that token's float32 BM25 contribution to each of those rows)."""
+    """One FTS column's postings: token -> slice of `rows` (positions in the pinned rows, ascending) and of
+    `freq` (the token's term frequency in each of those rows). A token's float32 BM25 contribution to each of its
+    rows is computed from them at its first use in this process (`_contrib`, elementwise as a build computes
+    them, so the same bits) and kept: a new version's postings are written without recomputing every
+    contribution (N and avgdl change with every added or deleted row). `contrib`, when given, are those
+    contributions for every posting (the query-side tests' columns)."""
 
     def __init__(self, tokenize_args: dict[str, Any], slices: dict[str, tuple[int, int]], rows: np.ndarray,
-                 contrib: np.ndarray, n_rows: int, freq: np.ndarray | None = None):
-        self.tokenize_args, self.slices, self.rows, self.contrib, self.n_rows = \
-            tokenize_args, slices, rows, contrib, n_rows
-        self.freq = freq  # each posting's term frequency (what `updated_column` recomputes the scores from)
+                 contrib: np.ndarray | None, n_rows: int, freq: np.ndarray | None = None,
+                 dl: np.ndarray | None = None):
+        if contrib is None and freq is None:
+            raise ValueError("postings need their contributions or their term frequencies")
+        self.tokenize_args, self.slices, self.rows, self.n_rows = tokenize_args, slices, rows, n_rows
+        self.freq = freq  # each posting's term frequency (what the contributions are computed from)
+        self._given = contrib
+        self._dl = dl  # per row: its token count (the sum of its postings' freq), kept once known (`dl`)
         self.analyzer = tuple(sorted(tokenize_args.items()))  # columns with equal ones tokenize a query alike
+        self._norm: np.ndarray | None = None  # per row: k1 (1 - b + b dl / avgdl) (`_stats`)
+        self._n_docs = 0
+        self._contribs: dict[int, np.ndarray] = {}  # slice start -> that token's contributions (`_contrib`)
         self._full: dict[int, np.ndarray] = {}  # slice start -> a frequent token's contributions, every row
-        self._full_left = rows.nbytes + contrib.nbytes  # bytes those arrays may still take
+        self._full_left = 2 * rows.nbytes  # bytes those arrays may still take
+
+    @property
+    def contrib(self) -> np.ndarray:
+        """Every posting's contribution, in `rows` order (the given ones, or all computed at once and kept: the
+        tests' and benches' reference, not the query path)."""
+        if self._given is None:
+            self._given = self._every_contrib()
+        return self._given
+
+    def _every_contrib(self) -> np.ndarray:
+        if not len(self.rows):
+            return np.zeros(0, np.float32)
+        lengths = np.array([e - s for s, e in self.slices.values()], np.int64)
+        counts, where = np.unique(lengths, return_inverse=True)  # idf depends on a token's document count only
+        norm, n_docs = self._stats()
+        idf = np.array([_idf(int(n), n_docs) for n in counts], np.float32)[where.reshape(-1)]
+        order = np.argsort([s for s, _ in self.slices.values()], kind="stable")  # slices in `rows` order
+        return (np.repeat(idf[order], lengths[order]) * _weight(self.freq, norm[self.rows])).astype(np.float32)
+
+    @property
+    def dl(self) -> np.ndarray:
+        """Each row's token count (uint32): given (a build, an update, the postings file), else summed from the
+        postings once (~0.1 s for 5 million)."""
+        if self._dl is None:
+            got = np.bincount(self.rows, weights=self.freq, minlength=self.n_rows) if len(self.rows) else \
+                np.zeros(self.n_rows)
+            self._dl = got.astype(np.uint32)
+        return self._dl
+
+    def _stats(self) -> tuple[np.ndarray, int]:
+        """(norm per row, N): BM25's statistics of exactly these rows (N and avgdl count the rows with a token),
+        as Lance scores a freshly built index; computed at the first use (two threads may both: the same)."""
+        if self._norm is None:
+            dl = self.dl
+            n_docs = int(np.count_nonzero(dl))
+            total = int(dl.sum(dtype=np.int64))
+            avgdl = np.float32(total) / np.float32(n_docs) if n_docs else np.float32(1)
+            self._n_docs = n_docs
+            self._norm = K1 * (np.float32(1) - B + B * dl.astype(np.float32) / avgdl)
+        return self._norm, self._n_docs
+
+    def _contrib(self, s: int, e: int, keep: bool = True) -> np.ndarray:
+        """The contributions of the token at rows[s:e] (kept once computed, unless not `keep`)."""
+        if self._given is not None:
+            return self._given[s:e]
+        got = self._contribs.get(s)
+        if got is None:
+            norm, n_docs = self._stats()
+            got = (_idf(e - s, n_docs) * _weight(self.freq[s:e], norm[self.rows[s:e]])).astype(np.float32)
+            if keep:
+                self._contribs[s] = got
+        return got
 
     def top(self, tokens: list[str], k: int, allowed: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -90,13 +152,13 @@ class MemoryColumn:
             return None
         if len(hits) == 1:
             s, e = hits[0]
-            cand, score = self.rows[s:e], self.contrib[s:e]
+            cand, score = self.rows[s:e], self._contrib(s, e)
             if allowed is not None:
                 keep = allowed[cand]
                 cand, score = cand[keep], score[keep]
             return topk(cand, score, k) if len(cand) else None
         full = [self._full_row(s, e) if (e - s) * DENSE_RATIO >= self.n_rows else None for s, e in hits]
-        return _sums_top(self.rows, self.contrib, hits, full, self.n_rows, k, allowed)
+        return _sums_top(self.rows, self._contrib, hits, full, self.n_rows, k, allowed)
 
     def _full_row(self, s: int, e: int) -> np.ndarray | None:
         """The contributions of the token at rows[s:e] as an array of every row (0 where it is not), built
@@ -105,17 +167,24 @@ class MemoryColumn:
         if got is None and self._full_left >= 4 * self.n_rows:
             self._full_left -= 4 * self.n_rows
             got = np.zeros(self.n_rows, np.float32)
-            got[self.rows[s:e]] = self.contrib[s:e]
+            got[self.rows[s:e]] = self._contrib(s, e, keep=False)
             self._full[s] = got
         return got
 
 
-def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]],
+def _weight(freq: np.ndarray, norm: np.ndarray) -> np.ndarray:
+    """BM25's term-frequency part (k1 + 1) f / (f + norm) in float32, elementwise (any slice: the same bits)."""
+    f = freq.astype(np.float32)
+    return (K1 + np.float32(1)) * f / (f + norm)
+
+
+def _sums_top(rows: np.ndarray, contrib: Callable[[int, int], np.ndarray], hits: list[tuple[int, int]],
               full: list[np.ndarray | None], n_rows: int, k: int, allowed: np.ndarray | None
               ) -> tuple[np.ndarray, np.ndarray] | None:
     """`MemoryColumn.top` of several postings slices: their float32 sums per row, added up in this thread's
     array of every row (reused: all zeros between calls, so no allocation and no page faults per call), then
-    the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, or None."""
+    the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, else None
+    (`contrib(s, e)` gives them for its rows)."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None or len(buf) < n_rows:
         buf = _SCRATCH.buf = np.zeros(n_rows, np.float32)
@@ -126,7 +195,7 @@ def _sums_top(rows: np.ndarray, contrib: np.ndarray, hits: list[tuple[int, int]]
             if f is not None:  # + 0.0 where the token is not: the sum unchanged
                 np.add(buf, f, out=buf)
             else:  # a token's rows are distinct: add.at adds what `buf[r] += c` adds, faster
-                np.add.at(buf, rows[s:e], contrib[s:e])
+                np.add.at(buf, rows[s:e], contrib(s, e))
         if (sum(e - s for s, e in hits) + SPARSE_BASE) * SPARSE_RATIO < n_rows:
             # few rows: their union (each slice is ascending), cheaper than a pass over every row
             srt = np.sort(np.concatenate([rows[s:e] for s, e in hits]))
@@ -204,17 +273,17 @@ def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, 
     return topk(pos[first], score[first], k)
 
 
-def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
+def memory_column(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
     """`column`'s postings from the pinned version `ds` (a Lance dataset), in the row order of `ids` (sorted
     row ids); None (and why, at debug level) when its index is not one this engine reproduces."""
     got = index_meta(ds, column)
     if isinstance(got, str):
-        return _skip(col, column, got)
+        return _skip(ds, column, got)
     args, meta, st = got
     t = ds.to_table(columns=[column], with_row_id=True)
     at = np.searchsorted(ids, t["_rowid"].to_numpy())
     if len(ids) != t.num_rows or not (ids[np.minimum(at, len(ids) - 1)] == t["_rowid"].to_numpy()).all():
-        return _skip(col, column, "rows differ from the pinned row ids")
+        return _skip(ds, column, "rows differ from the pinned row ids")
     import lance
 
     postings: dict[str, tuple[list[int], list[int]]] = {}
@@ -234,40 +303,31 @@ def memory_column(col: Collection, ds: Any, column: str, ids: np.ndarray) -> Mem
             r.append(p)
             fs.append(f)
     if (n_docs != meta.get("num_docs") or len(postings) != meta.get("num_tokens")) and not _updated(ds, st):
-        return _skip(col, column, f"index has {meta.get('num_docs')} documents / {meta.get('num_tokens')} tokens, "
+        return _skip(ds, column, f"index has {meta.get('num_docs')} documents / {meta.get('num_tokens')} tokens, "
                                   f"the rows give {n_docs} / {len(postings)}")
     tokens = list(postings)
     lengths = np.fromiter((len(postings[x][0]) for x in tokens), np.int64, len(tokens))
     ends = np.cumsum(lengths)
     rows = np.fromiter((p for x in tokens for p in postings[x][0]), np.int32, int(ends[-1]) if len(ends) else 0)
     freq = np.fromiter((f for x in tokens for f in postings[x][1]), np.int32, len(rows))
-    return _scored(args, tokens, lengths, rows, freq, len(ids))
+    return _scored(args, tokens, lengths, rows, freq, len(ids), dl)
 
 
 def _scored(args: dict[str, Any], tokens: list[str], lengths: np.ndarray, rows: np.ndarray, freq: np.ndarray,
-            n_rows: int) -> MemoryColumn:
-    """A MemoryColumn from its postings (token i's are the next lengths[i] entries of rows/freq): BM25 over
-    exactly these rows (N and avgdl count the rows with a token), as Lance scores a freshly built index."""
-    dl = np.bincount(rows, weights=freq, minlength=n_rows) if len(rows) else np.zeros(n_rows)
-    n_docs = int(np.count_nonzero(dl))
-    total = int(freq.sum(dtype=np.int64))
+            n_rows: int, dl: np.ndarray) -> MemoryColumn:
+    """A MemoryColumn from its postings (token i's are the next lengths[i] entries of rows/freq), scored as Lance
+    scores a freshly built index of exactly these rows (`MemoryColumn._contrib`, at their first use)."""
     ends = np.cumsum(lengths)
-    avgdl = np.float32(total) / np.float32(n_docs) if n_docs else np.float32(1)
-    norm = K1 * (np.float32(1) - B + B * dl.astype(np.float32) / avgdl)
-    f = freq.astype(np.float32)
-    weight = (K1 + np.float32(1)) * f / (f + norm[rows])
-    counts, where = np.unique(lengths, return_inverse=True)  # idf depends on a token's document count only
-    idf = np.array([_idf(int(n), n_docs) for n in counts], np.float32)[where.reshape(-1)]
-    contrib = (np.repeat(idf, lengths) * weight).astype(np.float32)
     slices = dict(zip(tokens, zip((ends - lengths).tolist(), ends.tolist())))
-    return MemoryColumn(args, slices, rows, contrib, n_rows, freq)
+    return MemoryColumn(args, slices, rows, None, n_rows, freq, dl)
 
 
 def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, added: list[tuple[int, str | None]]
                    ) -> MemoryColumn | None:
     """`old` (the postings of the rows `old_ids`) brought to the rows `ids` of a later version: the postings of
-    rows gone are dropped, those of `added` (position in `ids`, text) tokenized and appended, and every score
-    recomputed from the new counts: what `memory_column` builds from every row, tokenizing only the added ones.
+    rows gone are dropped, those of `added` (position in `ids`, text) tokenized and appended, and the rows'
+    token counts carried over (the scores follow from the new counts at their first use): what `memory_column`
+    builds from every row, tokenizing only the added ones.
     None when `old` has no term frequencies (an older file) or a kept row is not where it was (compaction moved
     the row ids): the caller builds from every row."""
     if old.freq is None or len(ids) == 0:
@@ -284,6 +344,9 @@ def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, adde
     at = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
     moved = np.where(ids[at] == old_ids, at, -1).astype(np.int64)  # old position -> new position (-1: gone)
     rows = moved[old.rows]
+    dl = np.zeros(len(ids), np.uint32)  # each row's token count: the kept rows' carried over, the added counted
+    live = moved >= 0
+    dl[moved[live]] = old.dl[live]
     gone = np.flatnonzero(rows < 0)  # the postings of rows gone: few (a round's notes)
     kept = lengths.copy()
     freq = old.freq
@@ -299,7 +362,9 @@ def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, adde
     for p, text in sorted(added, key=lambda x: x[0]):
         if not text:
             continue
-        for t, f in Counter(x.text for x in lance.tokenize(text, **old.tokenize_args)).items():
+        counts = Counter(x.text for x in lance.tokenize(text, **old.tokenize_args))
+        dl[p] = sum(counts.values())
+        for t, f in counts.items():
             i = index.get(t)
             if i is None:
                 i = index[t] = len(tokens)
@@ -320,7 +385,7 @@ def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, adde
     rows = rows.astype(np.int32)
     present = lengths > 0  # a token whose every row is gone is gone (Lance counts the tokens it holds)
     tokens = [t for t, k in zip(tokens, present.tolist()) if k]
-    return _scored(old.tokenize_args, tokens, lengths[present], rows, freq, len(ids))
+    return _scored(old.tokenize_args, tokens, lengths[present], rows, freq, len(ids), dl)
 
 
 def _updated(ds: Any, st: dict[str, Any]) -> bool:
@@ -381,5 +446,5 @@ def _idf(token_docs: int, num_docs: int) -> np.float32:
     return np.float32(math.log(float(x)))
 
 
-def _skip(col: Collection, column: str, why: str) -> None:
-    log.debug("full-text column %s of %s is searched by Lance: %s", column, col.name, why)
+def _skip(ds: Any, column: str, why: str) -> None:
+    log.debug("full-text column %s of %s is searched by Lance: %s", column, ds.uri, why)

@@ -7,50 +7,45 @@ cache (docs/performance.md#query-cost-at-scale). Written by `fanout index` (and 
 they pin, and by any process that built them itself (fanout/store/fts.py memory_columns); read at a process's first
 full-text call when `retrieve.fts_postings_file` is on.
 
-Where: `<db>/<collection>_chunks.postings/<column>.v<version>.<fingerprint>.arrow`, local databases only (on an
-object store the postings are built per process, as without the file). The fingerprint covers what the postings
-depend on: the table version, the index's tokenizer parameters, document and token counts and build time, the
-row count and a hash of the pinned row ids (the row positions in the file are positions in that order). A file
-whose name does not match is never opened; one that matches is checked (its recorded fingerprint, a CRC-32 of
-every array, offsets and row positions in range) and, if anything is wrong, ignored with a warning and rebuilt.
+Where, naming, writing, checking and pruning: fanout/store/version_files.py (kind `postings`:
+`<db>/<collection>_chunks.postings/<column>.v<version>.<fingerprint>.arrow`). The fingerprint covers what the
+postings depend on: the table version, the index's tokenizer parameters, document and token counts and build time,
+the row count and a hash of the pinned row ids (the row positions in the file are positions in that order). A file
+that matches is checked (its recorded fingerprint, a CRC-32 of every array, offsets and row positions in range).
 
-Format: an Arrow IPC file, one record batch, a row per token: `token` (string), `rows` (large_list<int32>: the row
-positions, ascending) and `contrib` (large_list<float32>: the BM25 contribution to each), the two lists sharing
-their offsets. The arrays are used in place (zero copy from the memory map): the scores are the built ones, bit
-for bit. Writes are atomic (a temporary file, then a rename); writing one removes the column's files of older
-versions (`prune` keeps only the pinned version's).
+The record batch: a row per token: `token` (string), `rows` (large_list<int32>: the row positions, ascending)
+and `freq` (large_list<int32>: the term frequency in each), the lists sharing their offsets; `dl`
+(large_list<uint32>): the first token's entry holds every row's token count (what the scores' document lengths
+are, read instead of summed from the postings at each load), the others none. No scores: every
+BM25 contribution depends on the version's document count and average length, so a file that held them would
+be recomputed whole for every added or deleted row; each process computes a token's at its first use
+(fanout/store/fts_memory.py `MemoryColumn`), the same bits a build gives.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
-import json
 import logging
 import os
-import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from fanout.store import storage, version_files
-
-if TYPE_CHECKING:
-    from fanout.store.db import Collection
-    from fanout.store.fts_memory import MemoryColumn
+from fanout.store import version_files
+from fanout.store.fts_memory import MemoryColumn
 
 log = logging.getLogger(__name__)
-FORMAT = 2  # bump when the layout changes: older files then never match a name
-_NAME = re.compile(r"^(?P<column>[A-Za-z0-9_]+)\.v(?P<version>\d+)\.(?P<fp>[0-9a-f]{16})\.arrow$")
+KIND = "postings"
+FORMAT = 3  # bump when the layout changes: older files then never match a name (3: no contributions)
+_SCHEMA = pa.schema([("token", pa.string()), ("rows", pa.large_list(pa.int32())),
+                     ("freq", pa.large_list(pa.int32())), ("dl", pa.large_list(pa.uint32()))])
 
 
-def folder(col: Collection) -> str | None:
-    """Where the collection's postings files live; None on an object store (not kept there)."""
-    if storage.scheme(col.db_dir) != "file":
-        return None
-    return os.path.join(col.db_dir, f"{col.chunks_name}.postings")
+def folder(ds: Any) -> str | None:
+    """Where the postings files of the chunks table `ds` live; None on an object store (not kept there)."""
+    return version_files.folder(ds, KIND)
 
 
 def fingerprint(ds: Any, column: str, ids: np.ndarray) -> tuple[str, dict[str, Any]] | None:
@@ -62,41 +57,27 @@ def fingerprint(ds: Any, column: str, ids: np.ndarray) -> tuple[str, dict[str, A
     if isinstance(got, str):
         return None
     args, meta, st = got
-    key = {"format": FORMAT, "column": column, "version": int(ds.version), "params": meta.get("params"),
+    key = {"column": column, "version": int(ds.version), "params": meta.get("params"),
            "num_docs": meta.get("num_docs"), "num_tokens": meta.get("num_tokens"),
            "updated": st.get("updated_at_timestamp_ms"), "rows": len(ids),
            "ids": hashlib.sha256(np.ascontiguousarray(ids, "<u8").tobytes()).hexdigest()}
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest(), args
+    return version_files.fingerprint(FORMAT, key), args
 
 
-def _path(col: Collection, column: str, version: int, fp: str) -> str | None:
-    d = folder(col)
-    if d is None or not re.fullmatch(r"[A-Za-z0-9_]+", column):
-        return None
-    return os.path.join(d, f"{column}.v{version}.{fp[:16]}.arrow")
-
-
-def load(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
+def load(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
     """`column`'s postings from its file for the version `ds` and row order `ids`; None when there is none
     (or none for this version, index and rows), or when it is damaged (a warning: the caller builds them)."""
-    from fanout.store.fts_memory import MemoryColumn
-
     got = fingerprint(ds, column, ids)
     if got is None:
         return None
     fp, args = got
-    path = _path(col, column, int(ds.version), fp)
+    path = version_files.path(ds, KIND, column, fp)
     if path is None or not os.path.isfile(path):
         return None
     try:
-        batch = _read(path)
-        meta = batch.schema.metadata or {}
-        if meta.get(b"fanout.fingerprint", b"").decode() != fp:
-            raise ValueError("its recorded fingerprint differs from its name")
-        tokens, rows, contrib, offsets, freq = _arrays(batch)
-        if not version_files.written_here(path) and \
-                meta.get(b"fanout.crc", b"").decode() != _crc(tokens, rows, contrib, offsets, freq):
-            raise ValueError("a checksum differs (the file was changed or is damaged)")
+        batch = version_files.read(path, fp, _SCHEMA)
+        tokens, rows, offsets, freq, dl = _arrays(batch)
+        version_files.check_crc(path, batch, lambda: _crc(tokens, rows, offsets, freq, dl))
         if offsets[0] != 0 or offsets[-1] != len(rows) or (len(offsets) > 1 and (np.diff(offsets) <= 0).any()):
             raise ValueError("its offsets are not increasing from 0 to the postings' length")
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= len(ids)):
@@ -105,61 +86,51 @@ def load(col: Collection, ds: Any, column: str, ids: np.ndarray) -> MemoryColumn
         slices = dict(zip(tokens.to_pylist(), itertools.pairwise(ends)))
         if len(slices) != len(tokens):
             raise ValueError("a token appears twice")
+        if len(tokens) and len(dl) != len(ids):
+            raise ValueError(f"{len(dl)} document lengths for {len(ids)} rows")
     except Exception as e:  # noqa: BLE001  a bad file must never fail a search: the postings are built instead
         log.warning("full-text postings file %s is not used (%s); the postings are built instead and the file "
                     "rewritten", path, e)
         return None
-    return MemoryColumn(args, slices, rows, contrib, len(ids), freq)
-
-
-def _read(path: str) -> pa.RecordBatch:
-    src = pa.memory_map(path)  # kept open by the arrays that point into it (zero copy)
-    reader = pa.ipc.open_file(src)
-    if reader.num_record_batches != 1:
-        raise ValueError(f"{reader.num_record_batches} record batches, expected 1")
-    batch = reader.get_batch(0)
-    want = pa.schema([("token", pa.string()), ("rows", pa.large_list(pa.int32())),
-                      ("contrib", pa.large_list(pa.float32())), ("freq", pa.large_list(pa.int32()))])
-    if not batch.schema.remove_metadata().equals(want):
-        raise ValueError(f"schema {batch.schema.remove_metadata()} is not {want}")
-    return batch
+    return MemoryColumn(args, slices, rows, None, len(ids), freq, dl if len(tokens) else None)
 
 
 def _arrays(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    tokens, rows, contrib, freq = batch.column(0), batch.column(1), batch.column(2), batch.column(3)
-    if tokens.null_count or rows.null_count or contrib.null_count or freq.null_count or rows.offset or \
-            contrib.offset or freq.offset:
+    """(tokens, rows, offsets, freq, dl) of a postings batch, zero copy; ValueError when they do not fit."""
+    tokens, rows, freq, dl = batch.column(0), batch.column(1), batch.column(2), batch.column(3)
+    if tokens.null_count or rows.null_count or freq.null_count or dl.null_count or rows.offset or freq.offset \
+            or dl.offset:
         raise ValueError("null or offset arrays")
     offsets = rows.offsets.to_numpy()
-    if not np.array_equal(offsets, contrib.offsets.to_numpy()) or not np.array_equal(offsets, freq.offsets.to_numpy()):
-        raise ValueError("rows, contrib and freq have different offsets")
-    r, c, f = rows.values, contrib.values, freq.values
-    if r.null_count or c.null_count or f.null_count or len(r) != len(c) or len(r) != len(f):
-        raise ValueError("rows, contrib and freq differ in length")
-    return (tokens, r.to_numpy(zero_copy_only=True), c.to_numpy(zero_copy_only=True), offsets,
-            f.to_numpy(zero_copy_only=True))
+    if not np.array_equal(offsets, freq.offsets.to_numpy()):
+        raise ValueError("rows and freq have different offsets")
+    r, f, d = rows.values, freq.values, dl.values
+    if r.null_count or f.null_count or d.null_count or len(r) != len(f):
+        raise ValueError("rows and freq differ in length")
+    if len(d) and dl.offsets.to_numpy()[1] != len(d):
+        raise ValueError("the document lengths are not the first token's entry")
+    return (tokens, r.to_numpy(zero_copy_only=True), offsets, f.to_numpy(zero_copy_only=True),
+            d.to_numpy(zero_copy_only=True))
 
 
-def _crc(tokens: pa.Array, rows: np.ndarray, contrib: np.ndarray, offsets: np.ndarray, freq: np.ndarray) -> str:
+def _crc(tokens: pa.Array, rows: np.ndarray, offsets: np.ndarray, freq: np.ndarray, dl: np.ndarray) -> str:
     """CRC-32 of every array the postings use (the tokens' offsets and bytes included)."""
     toff = np.frombuffer(tokens.buffers()[1], np.int32, len(tokens) + 1, tokens.offset * 4)
     data = tokens.buffers()[2]
     parts = [toff.tobytes(), memoryview(data)[toff[0]:toff[-1]] if data is not None else b"",
-             memoryview(np.ascontiguousarray(rows)).cast("B"), memoryview(np.ascontiguousarray(contrib)).cast("B"),
-             memoryview(np.ascontiguousarray(offsets)).cast("B"), memoryview(np.ascontiguousarray(freq)).cast("B")]
+             *(memoryview(np.ascontiguousarray(a)).cast("B") for a in (rows, offsets, freq, dl))]
     return version_files.crc32(parts)
 
 
-def save(col: Collection, ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None:
+def save(ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None:
     """Write `mem` (built from the version `ds` in the row order `ids`) as `column`'s postings file, atomically,
     and remove the column's files of older versions. Returns its path; None on an object store or when the
     index is not one the memory engine reproduces. Never raises (a warning: the postings stay in memory)."""
     try:
         got = fingerprint(ds, column, ids)
-        path = _path(col, column, int(ds.version), got[0]) if got is not None else None
+        path = version_files.path(ds, KIND, column, got[0]) if got is not None else None
         if path is None:
             return None
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         tokens = list(mem.slices)
         bounds = np.array([mem.slices[t] for t in tokens], np.int64).reshape(-1, 2)
         if len(bounds) and (bounds[0, 0] != 0 or (bounds[1:, 0] != bounds[:-1, 1]).any()
@@ -167,18 +138,20 @@ def save(col: Collection, ds: Any, column: str, ids: np.ndarray, mem: MemoryColu
             raise ValueError("the postings are not one contiguous run per token")
         offsets = pa.array(np.concatenate([[0], bounds[:, 1]]).astype(np.int64))
         tok = pa.array(tokens, pa.string())
-        rows = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.rows, np.int32)))
-        contrib = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.contrib, np.float32)))
         if mem.freq is None:
             raise ValueError("the postings hold no term frequencies")
-        freq = pa.LargeListArray.from_arrays(offsets, pa.array(np.asarray(mem.freq, np.int32)))
-        crc = _crc(tok, np.asarray(mem.rows, np.int32), np.asarray(mem.contrib, np.float32),
-                   offsets.to_numpy(), np.asarray(mem.freq, np.int32))
-        batch = pa.record_batch([tok, rows, contrib, freq], names=["token", "rows", "contrib", "freq"]
-                                ).replace_schema_metadata(
-            {"fanout.fingerprint": got[0], "fanout.crc": crc, "fanout.rows": str(len(ids))})
-        version_files.write_batch(path, batch)
-        prune(col, column, int(ds.version), keep=os.path.basename(path))
+        r, f = np.asarray(mem.rows, np.int32), np.asarray(mem.freq, np.int32)
+        d = np.asarray(mem.dl, np.uint32) if len(tokens) else np.zeros(0, np.uint32)
+        rows = pa.LargeListArray.from_arrays(offsets, pa.array(r))
+        freq = pa.LargeListArray.from_arrays(offsets, pa.array(f))
+        dl_ends = np.full(len(tokens) + 1, len(d), np.int64)
+        dl_ends[0] = 0
+        dl = pa.LargeListArray.from_arrays(pa.array(dl_ends), pa.array(d, pa.uint32()))
+        crc = _crc(tok, r, offsets.to_numpy(), f, d)
+        batch = pa.record_batch([tok, rows, freq, dl], names=["token", "rows", "freq", "dl"]
+                                ).replace_schema_metadata({"fanout.rows": str(len(ids))})
+        version_files.write(path, batch, got[0], crc)
+        version_files.prune(ds, KIND, column, keep=os.path.basename(path))
         log.info("wrote the full-text postings of %s v%d to %s (%.1f MB)", column, int(ds.version), path,
                  os.path.getsize(path) / 1e6)
         return path
@@ -187,83 +160,60 @@ def save(col: Collection, ds: Any, column: str, ids: np.ndarray, mem: MemoryColu
         return None
 
 
-def prune(col: Collection, column: str | None, version: int, keep: str | None = None, newer: bool = False
-          ) -> list[str]:
-    """Remove postings files of `column` (every column when None) older than `version`, and those of `version`
-    other than `keep` (superseded parameters or rows). Newer versions' files are left to their writers unless
-    `newer` (`ensure`: the pinned version is the only one kept; a table dropped and made anew counts again)."""
-    d = folder(col)
-    if d is None or not os.path.isdir(d):
-        return []
-    gone = []
-    for name in os.listdir(d):
-        m = _NAME.match(name)
-        if m is None or (column is not None and m["column"] != column):
-            continue
-        v = int(m["version"])
-        if v < version or (v == version and keep is not None and name != keep) or (newer and name != keep):
-            with contextlib.suppress(OSError):
-                os.remove(os.path.join(d, name))
-                gone.append(name)
-    return gone
-
-
-def ensure(col: Collection, columns: list[str]) -> dict[str, str]:
-    """The postings files of `columns` for the collection's pinned chunks version (`col.refresh()` first): each
-    kept when a valid one is there, else built and written, and every other version's files removed (what
-    `fanout index` and `fanout optimize` call last). Returns column -> `kept` / `written` / why not."""
+def ensure(ds: Any, columns: list[str], rowid_map_rows: int) -> dict[str, str]:
+    """The postings files of `columns` for the pinned chunks version `ds`: each kept when a valid one is there,
+    else built (or updated from an older version's file) and written, and every other version's files removed
+    (what `fanout index` and `fanout optimize` call last). The memory engine serves at most `rowid_map_rows`
+    rows (`retrieve.rowid_map_rows`). Returns column -> `kept` / `written` / `updated` / why not."""
     from fanout.store.chunk_rows import sorted_row_ids
     from fanout.store.fts_memory import memory_column
 
-    if folder(col) is None:
+    if folder(ds) is None:
         return {c: "object store: built per process" for c in columns}
-    ds = col.dataset(col.chunks_name)
-    limit = col.cfg.retrieve.rowid_map_rows if col.cfg is not None else 0
-    if not limit or ds.count_rows() > limit:  # (Collection.row_keys: the memory engine's row order)
+    if not rowid_map_rows or ds.count_rows() > rowid_map_rows:  # (Collection.row_keys: the memory engine's order)
         return {c: "above retrieve.rowid_map_rows: the memory engine is not used" for c in columns}
     ids = sorted_row_ids(ds)
     out = {}
     previous: dict[str, Any] = {}  # the older version's dataset and row ids, read once for every column
     for c in columns:
-        if load(col, ds, c, ids) is not None:
+        if load(ds, c, ids) is not None:
             out[c] = "kept"
-            path = _path(col, c, int(ds.version), fingerprint(ds, c, ids)[0])
+            path = version_files.path(ds, KIND, c, fingerprint(ds, c, ids)[0])
         else:
-            mem = _from_previous(col, ds, c, ids, previous)
+            mem = _from_previous(ds, c, ids, previous)
             how = "updated"
             if mem is None:
-                mem, how = memory_column(col, ds, c, ids), "written"
-            path = save(col, ds, c, ids, mem) if mem is not None else None
+                mem, how = memory_column(ds, c, ids), "written"
+            path = save(ds, c, ids, mem) if mem is not None else None
             out[c] = "not reproduced by the memory engine" if mem is None else (how if path else "not written")
-        prune(col, c, int(ds.version), keep=os.path.basename(path) if path else None, newer=True)
+        version_files.prune(ds, KIND, c, keep=os.path.basename(path) if path else None, newer=True)
     return out
 
 
-def _from_previous(col: Collection, ds: Any, column: str, ids: np.ndarray, previous: dict[str, Any]
-                   ) -> MemoryColumn | None:
+def _from_previous(ds: Any, column: str, ids: np.ndarray, previous: dict[str, Any]) -> MemoryColumn | None:
     """`column`'s postings for the version `ds` from the newest older version's file (fts_memory.updated_column:
     only the rows added since are tokenized); None when there is no usable one (the caller builds from every
     row). Never raises."""
+    import lance
+
     from fanout.store.chunk_rows import sorted_row_ids, take_rows
     from fanout.store.fts_memory import index_meta, updated_column
 
     try:
         if isinstance(index_meta(ds, column), str):
             return None
-        d = folder(col)
-        older = [(int(m["version"]), n) for n in (os.listdir(d) if d and os.path.isdir(d) else [])
-                 if (m := _NAME.match(n)) and m["column"] == column and int(m["version"]) < int(ds.version)]
+        older = version_files.older_versions(ds, KIND, column)
         if not older:
             return None
-        version = max(older)[0]
+        version = older[-1]
         if previous.get("version") != version:
-            old_ds = col.open_version(col.chunks_name, version)
+            old_ds = lance.dataset(ds.uri, version=version)
             old_ids = sorted_row_ids(old_ds)
             gone = np.setdiff1d(old_ids, ids, assume_unique=True)
             new = np.setdiff1d(ids, old_ids, assume_unique=True)
             previous.clear()
             previous.update(version=version, ds=old_ds, ids=old_ids, new=new, gone=len(gone))
-        old = load(col, previous["ds"], column, previous["ids"])
+        old = load(previous["ds"], column, previous["ids"])
         if old is None:
             return None
         new = previous["new"]

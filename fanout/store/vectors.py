@@ -16,7 +16,6 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from fanout.config import IndexConfig
-    from fanout.store.db import Collection
 
 log = logging.getLogger(__name__)
 
@@ -157,19 +156,20 @@ def build_vector_index(tbl, icfg: IndexConfig) -> dict[str, Any]:
             "built": time.time()}
 
 
-def rederive_vectors(col: Collection, vector_dim: int) -> tuple[int, int]:
-    """Rewrite the chunks table with `vector` at another Matryoshka size, from the stored full vectors.
+def rederive_vectors(db: Any, tbl: Any, vector_dim: int) -> tuple[int, int]:
+    """Rewrite the chunks table `tbl` (a lancedb table of the connection `db`) with `vector` at another
+    Matryoshka size, from the stored full vectors.
 
-    No re-embedding; every index of the table is dropped by the rewrite (the caller rebuilds them).
-    Returns (old dim, new dim).
+    No re-embedding; every index of the table is dropped by the rewrite (the caller rebuilds them, and forgets
+    its handles of the table). Returns (old dim, new dim).
     """
-    tbl = col.table(col.chunks_name)
+    name = tbl.name
     old, full = vector_dims(tbl)
     want = vector_dim or full
     if want == old:
         return old, want
     if VECTOR_FULL not in tbl.schema.names and old != full:
-        raise ValueError(f"{col.chunks_name} holds {old}-d vectors and no full ones, so {want} cannot be derived; "
+        raise ValueError(f"{name} holds {old}-d vectors and no full ones, so {want} cannot be derived; "
                          f"drop the collection's tables and run `fanout index` again to re-embed")
     rows = tbl.count_rows()
     reader = tbl.search().limit(None).to_batches(batch_size=REDERIVE_BATCH)  # streamed: no whole-table copy
@@ -182,8 +182,7 @@ def rederive_vectors(col: Collection, vector_dim: int) -> tuple[int, int]:
             yield from fit_vectors(pa.Table.from_batches([b]), vector_dim, native=full).to_batches()
 
     schema = first.schema if first is not None else fit_vectors(tbl.schema.empty_table(), vector_dim, full).schema
-    col.forget(col.chunks_name)
-    col.db.create_table(col.chunks_name, data=pa.RecordBatchReader.from_batches(schema, batches()),
+    db.create_table(name, data=pa.RecordBatchReader.from_batches(schema, batches()),
                         mode="overwrite")
-    log.info("re-derived %s vectors %d -> %d dims (%d rows, no re-embedding)", col.chunks_name, old, want, rows)
+    log.info("re-derived %s vectors %d -> %d dims (%d rows, no re-embedding)", name, old, want, rows)
     return old, want

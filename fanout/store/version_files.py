@@ -1,18 +1,63 @@
-"""Files fanout keeps next to a local index, one per table version (fanout/store/fts_postings.py: the memory
-full-text postings; fanout/store/exact_file.py: the exact-search vectors): written whole or not at all, and
-checked on load by a CRC-32 of their arrays."""
+"""Files fanout keeps next to a local table, one per table version and column: the memory full-text engine's
+postings (fanout/store/fts_postings.py, `<table>.postings/`) and exact search's vectors (fanout/store/
+vectors_file.py, `<table>.exact/`). This module owns what the two share: where they live, how they are named,
+fingerprinted, written, read back, checked and pruned; each kind says only what its fingerprint covers and what
+its one record batch holds.
+
+Where: `<db>/<table>.<kind>/<column>.v<version>.<fingerprint>.arrow`, local databases only (on an object store
+each process builds or loads its own copy, as without the files). The fingerprint (16 hex digits of a SHA-256 of
+the kind's key and format number) covers what the file's content depends on, so a file whose name does not match
+is never opened, and a table dropped and made anew never matches an old file. Format: an Arrow IPC file, one
+record batch, its fingerprint and a CRC-32 of its arrays in the schema metadata; the arrays are used in place
+(zero copy from a memory map, the pages shared through the page cache). Written whole or not at all (a temporary
+file, then a rename); a file that does not check out is ignored with a warning and rewritten.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import re
 import uuid
 import zlib
 from typing import Any
 
 import pyarrow as pa
 
+NAME = re.compile(r"^(?P<column>[A-Za-z0-9_]+)\.v(?P<version>\d+)\.(?P<fp>[0-9a-f]{16})\.arrow$")
+_COLUMN = re.compile(r"[A-Za-z0-9_]+")
 _WRITTEN: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) of the files this process wrote
+
+
+def folder(ds: Any, kind: str) -> str | None:
+    """`<table>.<kind>` next to the local table `ds`'s `<table>.lance` folder; None on an object store."""
+    uri = str(ds.uri).removeprefix("file://").rstrip("/")
+    if "://" in uri or not uri.endswith(".lance"):
+        return None
+    return uri[:-len(".lance")] + "." + kind
+
+
+def fingerprint(fmt: int, key: dict[str, Any]) -> str:
+    """The fingerprint of a file of format `fmt` whose content depends on `key` (JSON-able)."""
+    return hashlib.sha256(json.dumps({"format": fmt, **key}, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def path(ds: Any, kind: str, column: str, fp: str) -> str | None:
+    """The file of `column` at the version `ds` with fingerprint `fp`; None on an object store."""
+    d = folder(ds, kind)
+    if d is None or not _COLUMN.fullmatch(column):
+        return None
+    return os.path.join(d, f"{column}.v{int(ds.version)}.{fp[:16]}.arrow")
+
+
+def older_versions(ds: Any, kind: str, column: str) -> list[int]:
+    """The versions older than `ds`'s that have a file of `column` (what an update starts from), ascending."""
+    d = folder(ds, kind)
+    names = os.listdir(d) if d and os.path.isdir(d) else []
+    return sorted({int(m["version"]) for n in names if (m := NAME.match(n)) and m["column"] == column
+                   and int(m["version"]) < int(ds.version)})
 
 
 def written_here(path: str) -> bool:
@@ -25,9 +70,43 @@ def written_here(path: str) -> bool:
     return _WRITTEN.get(path) == (st.st_size, st.st_mtime_ns)
 
 
-def write_batch(path: str, batch: pa.RecordBatch) -> None:
-    """`batch` as an Arrow IPC file at `path`, atomically: a temp file in the same folder, renamed over it (a
-    reader sees the old file or the new one, never half of one); the temp file never outlives a failure."""
+def crc32(parts: list[Any]) -> str:
+    """CRC-32 over the bytes of `parts` (bytes-like objects), as 8 hex digits."""
+    crc = 0
+    for p in parts:
+        crc = zlib.crc32(p, crc)
+    return f"{crc:08x}"
+
+
+def read(path: str, fp: str, schema: pa.Schema) -> pa.RecordBatch:
+    """The one record batch of the file at `path`, memory-mapped (the arrays keep the map open); ValueError
+    when it is not one batch of `schema` recorded with the fingerprint `fp` (the caller checks its CRC:
+    `check_crc`)."""
+    reader = pa.ipc.open_file(pa.memory_map(path))
+    if reader.num_record_batches != 1:
+        raise ValueError(f"{reader.num_record_batches} record batches, expected 1")
+    batch = reader.get_batch(0)
+    if (batch.schema.metadata or {}).get(b"fanout.fingerprint", b"").decode() != fp:
+        raise ValueError("its recorded fingerprint differs from its name")
+    if not batch.schema.remove_metadata().equals(schema):
+        raise ValueError(f"schema {batch.schema.remove_metadata()} is not {schema}")
+    return batch
+
+
+def check_crc(path: str, batch: pa.RecordBatch, crc: Any) -> None:
+    """ValueError unless the CRC recorded in `batch` is `crc()` (computed only for a file this process did not
+    write itself: `written_here`)."""
+    if not written_here(path) and (batch.schema.metadata or {}).get(b"fanout.crc", b"").decode() != crc():
+        raise ValueError("a checksum differs (the file was changed or is damaged)")
+
+
+def write(path: str, batch: pa.RecordBatch, fp: str, crc: str) -> None:
+    """`batch` with its fingerprint and CRC as the file at `path`, atomically: a temp file in the same folder,
+    renamed over it (a reader sees the old file or the new one, never half of one); the temp file never
+    outlives a failure."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    batch = batch.replace_schema_metadata({**(batch.schema.metadata or {}), "fanout.fingerprint": fp,
+                                           "fanout.crc": crc})
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, batch.schema) as w:
@@ -42,12 +121,25 @@ def write_batch(path: str, batch: pa.RecordBatch) -> None:
             os.remove(tmp)
 
 
-def crc32(parts: list[Any]) -> str:
-    """CRC-32 over the bytes of `parts` (bytes-like objects), as 8 hex digits."""
-    crc = 0
-    for p in parts:
-        crc = zlib.crc32(p, crc)
-    return f"{crc:08x}"
+def prune(ds: Any, kind: str, column: str | None, keep: str | None = None, newer: bool = False) -> list[str]:
+    """Remove the files of `column` (every column when None) of versions older than `ds`'s, and those of its
+    version other than `keep` (a file name: superseded content). Newer versions' files are left to their
+    writers unless `newer` (the version `ds` is then the only one kept: a table dropped and made anew numbers
+    its versions from 1 again). Returns the names removed."""
+    d = folder(ds, kind)
+    if d is None or not os.path.isdir(d):
+        return []
+    version, gone = int(ds.version), []
+    for name in os.listdir(d):
+        m = NAME.match(name)
+        if m is None or (column is not None and m["column"] != column):
+            continue
+        v = int(m["version"])
+        if v < version or (v == version and keep is not None and name != keep) or (newer and name != keep):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(d, name))
+                gone.append(name)
+    return gone
 
 
 def version_key(ds: Any) -> tuple | None:
