@@ -127,7 +127,7 @@ def _variant_score(lib: Path) -> int:
     except AttributeError:
         return 0
     finally:
-        _ctypes.dlclose(handle._handle)  # type: ignore[attr-defined]
+        _ctypes.dlclose(handle._handle)
 
 
 def _why_unusable(score: int, flags: set[str] | None, amx_ok: bool) -> str:
@@ -163,7 +163,7 @@ def choose_cpu_variant(variants: list[Path], forced: str = "") -> tuple[Path, li
     scores = {v: _variant_score(v) for v in variants}
     amx_ok = any((s - 1) >> _AMX_BIT & 1 for s in scores.values() if s > 0) and _amx_permitted()
     died = refused_variants()
-    table = [{"variant": _variant_name(v), "score": scores[v], "why_not": _why_unusable(scores[v], flags, amx_ok)
+    table: list[dict[str, Any]] = [{"variant": _variant_name(v), "score": scores[v], "why_not": _why_unusable(scores[v], flags, amx_ok)
               or ("died with SIGILL in the set-up smoke test (see actors/_llama.py sigill_record)"
                   if _variant_name(v) in died else "")}
              for v in variants]

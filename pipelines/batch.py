@@ -130,7 +130,9 @@ def write_todo(fs: pafs.FileSystem, pdir: str) -> tuple[list[str], int]:
         left join (select id, min(_row) as first_row from staged group by id having count(*) > 1) d using (id)
         where s._row not in (select _row from done)
         order by s._row"""), TODO_FILE_ROWS)
-    files, n, buf = [], 0, []
+    files: list[str] = []
+    buf: list[pa.Table] = []
+    n = 0
     rows_in_buf = 0
 
     def flush() -> None:

@@ -51,7 +51,8 @@ def expand_context(col: Collection, cfg: Config) -> tuple[str | None, list[str]]
                 titles = sorted({" ".join(t.split()) for t in docs["title"].to_pylist() if t},
                                 key=str.casefold)[:cfg.expand.max_titles]
         return (langs[0] if langs else None), titles
-    return col.memo(("expand_context", cfg.expand.titles_in_prompt, cfg.expand.max_titles), build)
+    key = ("expand_context", cfg.expand.titles_in_prompt, cfg.expand.max_titles)
+    return col.memo(key, build)  # type: ignore[arg-type]  # any hashable key; Collection.memo says str
 
 
 def grounding(col: Collection, cfg: Config, queries: list[str], probe: list[list[dict] | None] | None
@@ -59,9 +60,8 @@ def grounding(col: Collection, cfg: Config, queries: list[str], probe: list[list
     """expand.ground_hits: each query's top BM25 pages as `title > heading: snippet` lines (the probe's lists
     when the search ran one, else a BM25 search here), for the fields prompt."""
     n, chars = cfg.expand.ground_hits, cfg.expand.ground_chars
-    if probe is None:
-        probe = fts_page_lists(col, queries, cfg)
-    tops = [[p["chunk_id"] for p in (pages or [])[:n]] for pages in probe]
+    lists: list[list[dict] | None] = list(fts_page_lists(col, queries, cfg)) if probe is None else probe
+    tops = [[p["chunk_id"] for p in (pages or [])[:n]] for pages in lists]
     rows = fetch_chunks(col, {c for ids in tops for c in ids})
     out = []
     for q, ids in zip(queries, tops):

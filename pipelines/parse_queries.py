@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 
@@ -28,6 +28,12 @@ class RowError(FanoutError, ValueError):
     def __init__(self, field: str, msg: str):
         super().__init__(msg)
         self.field = field
+
+
+@overload
+def _text(row: dict[str, Any], field: str, required: Literal[True]) -> str: ...
+@overload
+def _text(row: dict[str, Any], field: str, required: bool = False) -> str | None: ...
 
 
 def _text(row: dict[str, Any], field: str, required: bool = False) -> str | None:

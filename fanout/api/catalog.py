@@ -111,7 +111,7 @@ def list_files(col: Collection, prefix: str = "") -> list[dict[str, Any]]:
 def list_collections(db_dir: str | Path, cfg: Config | None = None) -> list[dict[str, Any]]:
     out = []
     for name in collection_names(db_dir, cfg):
-        col = Collection(db_dir, name, cfg)
+        col = Collection(str(db_dir), name, cfg)
         m = col.read_manifest()
         stats = m.get("stats") or {}
         out.append({"collection": name, "vault": m.get("vault"), "notes": stats.get("notes"),
@@ -121,7 +121,7 @@ def list_collections(db_dir: str | Path, cfg: Config | None = None) -> list[dict
 
 def remove_collection(db_dir: str | Path, name: str, cfg: Config | None = None) -> list[str]:
     """Drop a collection's tables (chunks, documents, caches) and its manifest; the vault is not touched."""
-    col = Collection(db_dir, name, cfg)
+    col = Collection(str(db_dir), name, cfg)
     if name not in collection_names(db_dir, cfg) and not col.has(col.chunks_name):
         known = collection_names(db_dir, cfg)
         raise FileNotFoundError(f"no collection {name!r} in {str(db_dir)!r}; collections: {known}")

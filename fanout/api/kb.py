@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from fanout.exec.runner import Runner
     from fanout.gaps.analysis import GapsResult
     from fanout.pipelines.index import IndexReport
+    from fanout.store.db import Collection
 
 RunnerMode = Literal["auto", "inproc", "ray"]
 RUNNER_MODES = ("auto", "inproc", "ray")
@@ -338,7 +339,7 @@ class KnowledgeBase:
         vault = vault_of(col)
         docs = indexed_docs(col)
         note, r = read_ref(ref, lambda name: locate(vault, name, docs),
-                           lambda target: read_note(vault, target, "note", col.cfg.index))
+                           lambda target: read_note(vault, target, "note", col.cfg.index if col.cfg else None))
         head, first, lines = note_lines(note, r.heading, r.line_from, r.line_to, max_lines)
         return Note(path=note["path"], title=note["title"], heading=head, first_line=first,
                     text="\n".join(lines), lang=note.get("lang"))
@@ -363,7 +364,7 @@ class KnowledgeBase:
             return make_report(as_path(answers, "answers"), as_path(out, "out"), self.db, self.collection,
                                self.cfg, previous=previous, progress=bar)
 
-    def _collection(self):
+    def _collection(self) -> Collection:
         from fanout.store.db import Collection
 
         if self._closed:

@@ -214,7 +214,7 @@ def sections(body: str) -> list[Section]:
     return out
 
 
-def read_note(vault: Path, target: Path, label: str = "`path`", limits: IndexConfig | None = None
+def read_note(vault: Path | None, target: Path, label: str = "`path`", limits: IndexConfig | None = None
               ) -> dict[str, Any]:
     """A note file -> {path, title, lang, body, body_line (file line of the body's first char), text}.
 
@@ -224,6 +224,8 @@ def read_note(vault: Path, target: Path, label: str = "`path`", limits: IndexCon
     from fanout.io.vault import read_regular
     from fanout.pipelines.scan_notes import parse_note
 
+    if vault is None:  # callers found `target` through find_file, which refuses a missing vault first
+        raise NoteError("the index does not name an existing vault (None); re-run `fanout index` on the vault")
     limits = limits or IndexConfig()
     rel = nfc(target.relative_to(vault.resolve()).as_posix())
     try:  # regular files only (never blocks on a FIFO), never a link swapped in after resolving

@@ -19,12 +19,15 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.config import Config
 from fanout.defaults import DEFAULT_COLLECTION
 from fanout.errors import FanoutError
 from fanout.exec.runner import Runner
+
+if TYPE_CHECKING:
+    from fanout.pipelines.search import Searcher
 
 MODES: dict[str, dict[str, Any]] = {
     "query": {},
@@ -75,7 +78,7 @@ def check_min_score(value: Any) -> float:
     """`min_score` as a float from 0 to 1 (scores are in [0, 1]: more returns nothing, NaN keeps nothing), or
     RequestError naming the field, what was given and what is allowed."""
     if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
-            or not 0.0 <= value <= 1.0):
+            or not 0.0 <= float(value) <= 1.0):
         raise RequestError(f"`min_score` must be a number from 0 to 1 (scores are in [0, 1]; 0 keeps every page), "
                            f"got {_show(value)}", field="min_score")
     return float(value)
@@ -157,7 +160,7 @@ class SearchService:
         self._searchers: dict[tuple[str, str], Any] = {}
         self.lock = threading.Lock()  # one search at a time: llama.cpp models are not thread-safe
 
-    def searcher(self, collection: str, mode: str):
+    def searcher(self, collection: str, mode: str) -> Searcher:
         from fanout.pipelines.search import Searcher
 
         if mode not in MODES:
@@ -231,7 +234,7 @@ class SearchService:
         resp = {"mode": mode, "collections": collections, "results": results, "errors": errors,
                 "timings": {k: round(v, 4) for k, v in timings.items()}, "expansion": expansion}
         if opts.explain:  # the query-level facts (the same in every result's explanation)
-            ex = next((r["explain"] for r in results if r.get("explain")), {})
+            ex: dict[str, Any] = next((r["explain"] for r in results if r.get("explain")), {})
             resp["explain"] = {"query": ex.get("query") or req.get("query"), "probe": ex.get("probe"),
                                "filter": ex.get("filter")}
         return resp

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsIndex, overload
 
 import pyarrow as pa
 
@@ -81,11 +81,15 @@ class Hits(list[Hit]):
             schema = HIT_SCHEMA.append(pa.field("sections", pa.list_(SECTION)))
         return pa.Table.from_pylist([{f.name: getattr(h, f.name) for f in schema} for h in self], schema=schema)
 
-    def __getitem__(self, i):  # a slice stays `Hits` (query, expansion, timings kept)
-        got = super().__getitem__(i)
+    @overload
+    def __getitem__(self, i: SupportsIndex) -> Hit: ...
+    @overload
+    def __getitem__(self, i: slice) -> Hits: ...
+
+    def __getitem__(self, i: SupportsIndex | slice) -> Hit | Hits:  # a slice stays `Hits` (query, expansion, ...)
         if isinstance(i, slice):
-            return Hits(got, self.query, self.expansion, self.timings, self.explain)
-        return got
+            return Hits(super().__getitem__(i), self.query, self.expansion, self.timings, self.explain)
+        return super().__getitem__(i)
 
     def to_pandas(self) -> Any:
         """A DataFrame; `rank` and `line` stay integer columns where a value is missing (pandas' nullable Int32)."""
@@ -122,6 +126,7 @@ class BatchResult:
         if self.table is None:
             from fanout.io.batch_out import read_output
 
+            assert self.out is not None  # held in memory (out=None) means the table is set
             self.table = read_output(self.out, self.storage)
             if self.extra is not None:
                 self.table = self.extra.join(self.table)

@@ -100,7 +100,7 @@ def read_agent_fields(path: str | Path, lang: str) -> dict[str, dict[str, str]]:
     for item in items:
         if not isinstance(item, dict) or not item.get("id"):
             continue
-        fields = {f: (item.get(f) if isinstance(item.get(f), str) else "").strip() for f in AGENT_FIELDS}
+        fields = {f: (v if isinstance(v := item.get(f), str) else "").strip() for f in AGENT_FIELDS}
         out[f"{lang}:{item['id']}"] = fields
     return out
 

@@ -287,7 +287,7 @@ def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]
     with make_runner(cfg, mode=cfg.runner.mode if cfg.runner.mode != "auto" else "inproc") as runner:
         if args.vault:
             ensure_index(Path(args.vault), db, name, cfg, runner)
-        col = Collection(db, name)
+        col = Collection(str(db), name)
         col.require()
         check_judged(col, qs)
         for mode, base, rerank in modes:
@@ -363,7 +363,7 @@ def main_eval(args: argparse.Namespace) -> int:
               f"| mode | {'collection' if own else 'lang'} | queries | ms/query |{secs_head}\n"
               f"|---|---|---|---|{'---|' * bool(secs_head)}\n{tim}\n")
     report += paired_section(per_query, args.bench, args.n_boot, with_published=not own)
-    if (out / "sections.md").is_file() and getattr(args, "sections", 0) and not own:
+    if (out / "sections.md").is_file() and getattr(args, "sections", None) and not own:
         report += "\n" + (out / "sections.md").read_text(encoding="utf-8")
     (out / "report.md").write_text(report, encoding="utf-8")
     plot_sets(rows, out / "ndcg5.png")

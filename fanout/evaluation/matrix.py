@@ -153,7 +153,7 @@ def render(per_query: pa.Table, timings: list[dict], spec: dict[str, Any], args:
     lines = [f"# eval matrix\n\nrows file: {args.spec}; limit per set: {args.limit or 'all'}\n",
              "## nDCG@5 [95% bootstrap] (Recall@10)\n", render_markdown(rows)]
     if hit1:
-        by = {}
+        by: dict[Any, Any] = {}
         for r in hit1:
             by.setdefault(r["system"], {})[r["set"]] = r["hit_1"]
         lines += ["\n## Hit@1\n", "| row | en-base | en-tricky | ru-base | ru-tricky |", "|---|---|---|---|---|"]

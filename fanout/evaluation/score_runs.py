@@ -111,7 +111,7 @@ def summarize(per_query: pa.Table) -> pa.Table:
         [("id", "count")] + [(m, "mean") for m in METRICS]
     )
     grouped = grouped.rename_columns(
-        {"id_count": "n", **{f"{m}_mean": m for m in METRICS}}  # type: ignore[arg-type]
+        {"id_count": "n", **{f"{m}_mean": m for m in METRICS}}
     )
     systems = list(dict.fromkeys(per_query.column("system").to_pylist()))
     rows = sorted(

@@ -122,7 +122,9 @@ class RayRunner(Runner):
         address = cfg.runner.ray_address or os.environ.get("RAY_ADDRESS", "")
         self._env_before: dict[str, str | None] = {}
         if not ray.is_initialized() and not private and not address:
-            ray.init(include_dashboard=False, logging_level="ERROR", configure_logging=False)
+            # ray.init takes a level name as well as a number (its annotation says int)
+            ray.init(include_dashboard=False, logging_level="ERROR",  # type: ignore[arg-type]
+                     configure_logging=False)
         elif not ray.is_initialized():
             if address:  # a cluster's auth mode is its operator's (docs/cluster.md): token clusters set it
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -132,7 +134,8 @@ class RayRunner(Runner):
                 # about lancedb's fork support before it execs (harmless: the child runs no lancedb code)
                 warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
                 if address:
-                    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+                    ray.init(address=address, log_to_driver=False,
+                             logging_level="ERROR")  # type: ignore[arg-type]  # a level name, as above
                 else:
                     self._tmp = tempfile.mkdtemp(prefix="fanout-ray-", dir="/tmp")
                     atexit.register(self.close)  # a run that dies before close() still removes its temp dir
@@ -141,8 +144,11 @@ class RayRunner(Runner):
                     warm_in_thread(WARM_IMPORTS, first=SHARED_IMPORTS)
                     for attempt in (1, 2):  # Ray gives its raylet 30 s; an overloaded box can miss that once
                         try:
-                            ray.init(num_cpus=local_cpus(cfg), include_dashboard=False, log_to_driver=False,
-                                     logging_level="ERROR", configure_logging=False, _temp_dir=self._tmp,
+                            # ignored below: Ray takes fractional CPUs and a level name (its annotations say int)
+                            ray.init(num_cpus=local_cpus(cfg),  # type: ignore[arg-type]
+                                     include_dashboard=False, log_to_driver=False,
+                                     logging_level="ERROR",  # type: ignore[arg-type]
+                                     configure_logging=False, _temp_dir=self._tmp,
                                      object_store_memory=cfg.runner.object_store_mb * 2**20)
                             break
                         except Exception as e:
@@ -337,7 +343,8 @@ class RayRunner(Runner):
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if self._watchdog is not None:  # it wakes on the closed pipe, finds nothing left, exits
             with contextlib.suppress(OSError):
-                self._watchdog.stdin.close()
+                if self._watchdog.stdin is not None:  # started with stdin=PIPE
+                    self._watchdog.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._watchdog.wait(timeout=5)
             self._watchdog = None
@@ -355,8 +362,8 @@ def _reload_auth_settings() -> None:
     """Ray reads RAY_AUTH_MODE / the token once per process (its C++ config and token cache): after the runner
     changes them, have it read them again (what Ray's own tests do between auth modes)."""
     try:
-        from ray._raylet import AuthenticationTokenLoader
-        from ray._raylet import Config as RayConfig
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]  # private, untyped
+        from ray._raylet import Config as RayConfig  # type: ignore[attr-defined]  # private, untyped
 
         RayConfig.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
@@ -404,7 +411,7 @@ def _kill_side_processes(ray: Any) -> None:
     procs = getattr(node, "all_processes", None)
     if not isinstance(procs, dict):
         return
-    side = [getattr(info, "process", None) for kind in SIDE_PROCESSES for info in procs.get(kind) or []]
+    side: list[Any] = [getattr(info, "process", None) for kind in SIDE_PROCESSES for info in procs.get(kind) or []]
     side = [p for p in side if p is not None and p.poll() is None]
     for proc in side:  # all killed first, then reaped
         with contextlib.suppress(Exception):

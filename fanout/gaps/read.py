@@ -201,7 +201,8 @@ def _numbers(col: pa.ChunkedArray, typ: pa.DataType, stats: ReadStats, where: st
     try:
         return col.cast(typ)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        out, bad = [], 0
+        out: list[float | int | None] = []
+        bad = 0
         for v in col.to_pylist():
             try:
                 if v is None or v == "":

@@ -30,6 +30,10 @@ from pathlib import Path
 
 from fanout.errors import FanoutError
 
+TYPE_CHECKING = False  # typing costs the CLI's warm path
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
+
 log = logging.getLogger(__name__)
 
 IGNORE_FILE = ".fanoutignore"
@@ -140,7 +144,7 @@ def read_regular(path: str | os.PathLike, max_bytes: int, root: str | None = Non
 class IgnoreRules:
     """`.fanoutignore` (gitignore syntax) plus Obsidian's `userIgnoreFilters`; paths are vault-relative."""
 
-    spec: object | None = None  # pathspec.GitIgnoreSpec
+    spec: GitIgnoreSpec | None = None
     prefixes: tuple[str, ...] = ()
     regexes: tuple[re.Pattern, ...] = ()
     sources: list[str] = field(default_factory=list)
@@ -231,11 +235,11 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
         try:
             with os.scandir(real_dir) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError as e:
-            if e.errno == errno.ENAMETOOLONG:
+        except OSError as err:
+            if err.errno == errno.ENAMETOOLONG:
                 _skip(out, prefix or ".", "path_too_long", too_long(real_dir, True))
             else:
-                _skip(out, prefix or ".", "unreadable", f"folder cannot be listed: {e.strerror or e}")
+                _skip(out, prefix or ".", "unreadable", f"folder cannot be listed: {err.strerror or err}")
             continue
         subdirs = []
         for e in entries:

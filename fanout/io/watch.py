@@ -21,7 +21,7 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from fanout.io.vault import IGNORE_FILE, IgnoreRules, inside, list_notes, resolve_vault
@@ -106,7 +106,7 @@ class VaultEvents:
             folders.append(here)
         return ((self.root,), True) if not linked else (tuple(folders), False)
 
-    def shown(self, changes: set[tuple[int, str]]) -> list[tuple[str, str]]:
+    def shown(self, changes: Iterable[tuple[int, str]]) -> list[tuple[str, str]]:
         """watchfiles' changes as sorted (kind, vault-relative path) pairs."""
         out = {(KINDS.get(int(c), str(c)), self.rel(p) or p) for c, p in changes}
         return sorted(out, key=lambda x: (x[1], x[0]))

@@ -8,6 +8,7 @@ driver resolves identities, so a CPU node never needs a model file.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, overload
 
 from fanout.config import Config
 
@@ -83,6 +84,12 @@ def model_id(cfg: Config, role: str, provision: bool = True) -> str:
     """Cache identity of a role's model: file name and hash prefix (no model load)."""
     name, sha = model_identity(cfg, role, provision)
     return f"{name}@{sha[:16]}"
+
+
+@overload
+def model_key(cfg: Config, role: str, required: Literal[True] = True) -> str: ...
+@overload
+def model_key(cfg: Config, role: str, required: bool) -> str | None: ...
 
 
 def model_key(cfg: Config, role: str, required: bool = True) -> str | None:

@@ -227,6 +227,7 @@ def asgi_app(app: App, limits: Any) -> Any:
         if data is None:  # not remembered: search, one request at a time
             async with searching:
                 status, data, _ = await loop.run_in_executor(None, answered, app.search, request, ticket)
+            assert data is not None  # only lookup answers None (nothing remembered); search always has a body
         return status, data, False
 
     async def asgi(scope: dict, receive: Any, send: Any) -> None:

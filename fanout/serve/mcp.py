@@ -150,8 +150,8 @@ class FanoutTools:
                                                                                     sections=sections))
         log.info("search %.0f ms %s", (time.perf_counter() - t) * 1000, out.timings)
         if out.errors.num_rows:
-            e = out.errors.to_pylist()[0]
-            raise ToolArgError(f"`{e['field']}`: {e['error']}")
+            bad = out.errors.to_pylist()[0]
+            raise ToolArgError(f"`{bad['field']}`: {bad['error']}")
         keys = ("path", "title", "heading", "snippet", "score")
         results = [{k: (round(r[k], 3) if k == "score" else r[k]) for k in keys}
                    | ({"sections": r["sections"] or []} if sections else {}) for r in out.results.to_pylist()]
@@ -231,8 +231,8 @@ def tool_list(tools: FanoutTools) -> list[types.Tool]:
     lang = language_line(tools.langs)
     d = {k: v.format(lang=lang, rerank="on" if tools.cfg.rerank.enabled else "off",
                      max_sections=tools.cfg.retrieve.max_sections).strip() for k, v in FIELD_DESC.items()}
-    text = {"type": "string"}
-    props = {k: {**text, "description": d[k]} for k in SEARCH_FIELDS if k != "searches"}
+    text: dict[str, Any] = {"type": "string"}
+    props: dict[str, dict[str, Any]] = {k: {**text, "description": d[k]} for k in SEARCH_FIELDS if k != "searches"}
     item = _schema({"type": {"type": "string", "enum": list(SEARCH_TYPES)}, "query": text}, ["type", "query"])
     props["searches"] = {"type": "array", "maxItems": MAX_SEARCHES, "items": item,
                          "description": d["searches"]}
