@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         NoteError,
         PlacementError,
         RequestError,
+        SearchRequest,
         StorageError,
         UserError,
         Watcher,
@@ -78,7 +79,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchResult", "CollectionBusy", "ConfigError", "FanoutError", "FilterError", "GapsResult", "Hit", "Hits",
            "IndexReport", "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError",
-           "RequestError", "StorageError", "UserError", "WatchRound", "Watcher", "__version__", "collections", "open"]
+           "RequestError", "SearchRequest", "StorageError", "UserError", "WatchRound", "Watcher", "__version__",
+           "collections", "open"]
 _LAZY = set(__all__) - {"FanoutError", "__version__"}
 
 

@@ -7,6 +7,8 @@ were (a `ConfigError` is still a `ValueError`), so existing `except ValueError` 
 
 from __future__ import annotations
 
+import re
+
 
 class FanoutError(Exception):
     """An error fanout raised on purpose; its message names the input, what is allowed and the fix."""
@@ -30,3 +32,13 @@ class ModelError(FanoutError, RuntimeError):
     """A model could not be resolved, downloaded, assembled or verified, or a served model (an `openai:` spec)
     failed to answer: the message names the backend (`openai:<model>@<host>`), what fanout sent and what came
     back, never a key."""
+
+
+class RequestError(FanoutError, ValueError):
+    """A malformed request or query (a 400 from `fanout serve`); the message names the field and what is
+    allowed, `field` holds the field's name."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        # the field a message names first (`n`, `mode`, ...) unless given
+        self.field = field or (m.group(1) if (m := re.search(r"`(\w+)`", message)) else None)

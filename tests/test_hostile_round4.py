@@ -430,7 +430,8 @@ def test_a_symlink_loop_is_reported_as_a_loop(tmp_path):
 
 
 def test_collection_name_messages_agree_on_the_limit():
-    from fanout.api.service import RequestError, check_request
+    from fanout.api.requests import parse_search_request as check_request
+    from fanout.errors import RequestError
     from fanout.store.db import check_collection_name
 
     check_collection_name("x" * 100)

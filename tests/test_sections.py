@@ -12,8 +12,7 @@ import shutil
 
 import pytest
 
-from fanout.api.service import RequestError
-from fanout.errors import FanoutError
+from fanout.errors import FanoutError, RequestError
 from tests.conftest import NOTES, running_serve, write_vault
 
 FILLER = " ".join(f"Paragraph {i} says the backup rotation keeps older copies of every file around." for i in range(6))

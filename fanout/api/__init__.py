@@ -9,11 +9,11 @@ May import the base, fanout.actors, fanout.pipelines and fanout.gaps; never the 
 
 from fanout.api.kb import KnowledgeBase, collections, open
 from fanout.api.notes import NoteError
-from fanout.api.service import RequestError
+from fanout.api.requests import SearchRequest
 from fanout.api.types import BatchResult, Hit, Hits, Note
 from fanout.api.watch import Watcher, WatchRound
 from fanout.config import ConfigError
-from fanout.errors import FanoutError, PlacementError, UserError
+from fanout.errors import FanoutError, PlacementError, RequestError, UserError
 from fanout.filters import FilterError
 from fanout.gaps.analysis import GapsResult
 from fanout.models.files import ModelError
@@ -24,4 +24,4 @@ from fanout.store.storage import StorageError
 
 __all__ = ["BatchResult", "CollectionBusy", "ConfigError", "FanoutError", "FilterError", "GapsResult", "Hit", "Hits",
            "IndexReport", "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError",
-           "RequestError", "StorageError", "UserError", "WatchRound", "Watcher", "collections", "open"]
+           "RequestError", "SearchRequest", "StorageError", "UserError", "WatchRound", "Watcher", "collections", "open"]

@@ -16,10 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.config.sections import IndexConfig
 from fanout.errors import FanoutError
+
+if TYPE_CHECKING:
+    from fanout.store.db import Collection
 
 _LINES = re.compile(r":(\d+)(?:-(\d+))?$")
 
@@ -37,7 +40,7 @@ def nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
-def find_file(vault: Path | None, rel: Any, label: str = "`path`") -> Path | None:
+def find_file(vault: Path | None, rel: object, label: str = "`path`") -> Path | None:
     """`rel` -> the note file inside `vault`, or None when there is no such file; raises NoteError for a
     reference that is malformed or leads outside the vault."""
     if rel is not None and not isinstance(rel, str):
@@ -72,11 +75,12 @@ def find_file(vault: Path | None, rel: Any, label: str = "`path`") -> Path | Non
     return None
 
 
-def resolve_path(vault: Path | None, rel: Any, known: Callable[[], list[str]], label: str = "`path`") -> Path:
+def resolve_path(vault: Path | None, rel: object, known: Callable[[], list[str]], label: str = "`path`") -> Path:
     """Like find_file, but a missing note raises NoteError with the closest indexed paths."""
     target = find_file(vault, rel, label)
     if target is not None:
         return target
+    assert isinstance(rel, str)  # find_file refuses anything else
     close = get_close_matches(nfc(rel.strip().replace("\\", "/")), known(), n=3)
     raise NoteError(f"{label}: no note {rel!r} in the vault" +
                     (f"; did you mean {close}?" if close else "; use a path from search results"))
@@ -327,13 +331,13 @@ def line_of(note: dict[str, Any], snippet: str, heading: str | None = None) -> i
     return None
 
 
-def vault_of(col: Any) -> Path | None:
+def vault_of(col: Collection) -> Path | None:
     """The vault a collection was indexed from, as its manifest records it (None: not recorded)."""
     v = col.read_manifest().get("vault")
     return Path(v).resolve() if v else None
 
 
-def indexed_docs(col: Any) -> Callable[[], list[dict]]:
+def indexed_docs(col: Collection) -> Callable[[], list[dict]]:
     """A loader of the collection's documents (path, title, aliases), read once on first call: what `locate`
     matches titles and aliases against."""
     rows: list[dict] = []

@@ -174,7 +174,7 @@ def _to_pandas(table: pa.Table) -> Any:
     return table.to_pandas(types_mapper=ints.get)
 
 
-def as_path(value: Any, what: str) -> str:
+def as_path(value: object, what: str) -> str:
     """A str or os.PathLike as a string; anything else is a typed error naming the argument."""
     import os
 

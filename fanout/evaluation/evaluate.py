@@ -340,7 +340,7 @@ def main_eval(args: argparse.Namespace) -> int:
     if args.overrides:
         cfg = cfg.replace(**_overrides(args.overrides))
     if args.sections:
-        from fanout.api.service import check_sections
+        from fanout.api.requests import check_sections
 
         check_sections(args.sections, cfg.retrieve.max_sections)  # the cap every face applies
     per_query, timings = run_own(args, cfg) if own else run_modes(args, cfg)

@@ -27,7 +27,7 @@ from fanout.exec.runner import Chain, Instances, StageSpec, fuse_specs
 from fanout.exec.runs import Parts, Run, RunStats, Source, pop_stats
 
 if TYPE_CHECKING:
-    from fanout.exec.ray_runner import RayRunner
+    from fanout.exec.ray_runner import Dataset, RayRunner
 
 
 def check_fits(runner: RayRunner, specs: list[StageSpec], sizes: list[int] | None = None,
@@ -110,7 +110,8 @@ def map_opts(runner: RayRunner, spec: StageSpec, size: int = 0) -> dict[str, Any
 
 def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-            rows: int = 0, block_rows: int = 0, parts: Parts | None = None, source: Any = None) -> Any:
+            rows: int = 0, block_rows: int = 0, parts: Parts | None = None, source: Dataset | None = None
+            ) -> Dataset:
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver, one block each) -> map_batches per
     stage (actor pools). Lazy: nothing runs until it is iterated. With `parts`, the last operator writes
     its answered rows there as parts and hands on only their counters (`Parts.write_block`).

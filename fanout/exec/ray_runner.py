@@ -20,7 +20,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -32,6 +32,9 @@ from fanout.exec.ray_data import placement
 from fanout.exec.runner import Pipeline, Runner, StageSpec
 from fanout.exec.runs import Parts, Run, Source
 from fanout.models.identity import actor_class, role_backend
+
+if TYPE_CHECKING:  # the one module that imports ray: the Dataset type for the others (fanout.ray, ray_data)
+    from ray.data import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +299,7 @@ class RayRunner(Runner):
 
     def dataset(self, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
                 progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-                rows: int = 0, block_rows: int = 0, source: Any = None) -> Any:
+                rows: int = 0, block_rows: int = 0, source: Dataset | None = None) -> Dataset:
         """ONE lazy Dataset: read (or the caller's `source` Dataset) -> map_batches per stage (see
         ray_data.dataset)."""
         return ray_data.dataset(self, specs, paths, filesystem, progress, tables, preserve_order, rows,

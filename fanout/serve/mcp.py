@@ -34,8 +34,9 @@ from fanout.api import KnowledgeBase
 from fanout.api.catalog import count_languages
 from fanout.api.catalog import status as collection_status
 from fanout.api.notes import NoteError, headings_of, locate, note_lines, read_note, read_ref
-from fanout.api.service import RequestError, check_sections
+from fanout.api.requests import check_sections
 from fanout.config import Config
+from fanout.errors import RequestError
 from fanout.exec.runner import Runner
 from fanout.filters import KINDS as FILTER_KINDS
 from fanout.pipelines.clean_fields import collection_titles
