@@ -28,6 +28,7 @@ from fanout.pipelines.index import write_postings
 from fanout.pipelines.write_index import build_fts, vector_index_reason
 
 from fanout.config import Config, load_config
+from fanout.errors import InputMissing, UserError
 from fanout.store.db import Collection, check_collection_name
 from fanout.store.locks import collection_lock
 from fanout.store.vectors import build_vector_index, ensure_scalar_index
@@ -72,13 +73,13 @@ def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days
     index built (if any). `cfg` (default: the active profile) gives index settings and storage options.
     """
     if keep_days < 0:
-        raise ValueError(f"keep_days must be >= 0, got {keep_days}; 7 keeps a week of old versions for readers")
+        raise UserError(f"keep_days must be >= 0, got {keep_days}; 7 keeps a week of old versions for readers")
     cfg = cfg or load_config()
     col = Collection(str(db_dir), collection or "", cfg)
     if collection:
         names = collection_tables(col)
         if not names:
-            raise FileNotFoundError(
+            raise InputMissing(
                 f"no tables of collection {collection!r} in {str(db_dir)!r}; tables there: {col.table_names()}")
     else:
         names = sorted(col.table_names())

@@ -13,6 +13,7 @@ from typing import Any
 
 from fanout.agent_fields import count_languages
 from fanout.config import Config
+from fanout.errors import InputMissing
 from fanout.store import file_states, manifest, storage
 from fanout.store.db import Collection
 
@@ -124,7 +125,7 @@ def remove_collection(db_dir: str | Path, name: str, cfg: Config | None = None) 
     col = Collection(str(db_dir), name, cfg)
     if name not in collection_names(db_dir, cfg) and not col.has(col.chunks_name):
         known = collection_names(db_dir, cfg)
-        raise FileNotFoundError(f"no collection {name!r} in {str(db_dir)!r}; collections: {known}")
+        raise InputMissing(f"no collection {name!r} in {str(db_dir)!r}; collections: {known}")
     dropped = []
     for n in [col.chunks_name, col.documents_name] + [f"{name}_cache_{c}" for c in CACHE_TABLES]:
         if col.has(n):

@@ -19,17 +19,13 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from fanout.config.sections import IndexConfig
-from fanout.errors import FanoutError
+from fanout.errors import NoteError
 
 if TYPE_CHECKING:
     from fanout.store.db import Collection
 
 _LINES = re.compile(r":(\d+)(?:-(\d+))?$")
 
-
-
-class NoteError(FanoutError, ValueError):
-    """A note reference that cannot be served; the message names the field and the fix."""
 
 
 def _norm(text: str) -> str:

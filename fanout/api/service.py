@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.api.requests import MODES, SearchRequest, parse_search_request
 from fanout.config import Config
 from fanout.defaults import DEFAULT_COLLECTION
+from fanout.errors import RequestError
 from fanout.exec.runner import Runner
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class SearchService:
         from fanout.pipelines.search import Searcher
 
         if mode not in MODES:
-            raise ValueError(f"unknown search mode {mode!r}; choose one of {sorted(MODES)}")
+            raise RequestError(f"unknown search mode {mode!r}; choose one of {sorted(MODES)}")
         key = (collection, mode)
         if key not in self._searchers:
             cfg = self.cfg.replace(**MODES[mode]) if MODES[mode] else self.cfg

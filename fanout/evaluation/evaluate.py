@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fanout.errors import UserError
 from fanout.evaluation.bench_data import AGENT_FIELDS
 
 if TYPE_CHECKING:  # the CLI imports this module to build its parser: keep that free of pyarrow
@@ -101,7 +102,7 @@ def _overrides(items: list[str]) -> dict:
         key, _, raw = item.partition("=")
         section, _, field = key.partition(".")
         if not field:
-            raise ValueError(f"--set {item!r}: use section.key=value, e.g. fuse.k=60")
+            raise UserError(f"--set {item!r}: use section.key=value, e.g. fuse.k=60")
         try:
             value = json.loads(raw)
         except ValueError:
@@ -149,7 +150,7 @@ def _modes(spec: str) -> list[tuple[str, str, bool]]:
     for mode in spec.split(","):
         base, rerank = mode.split("+")[0], mode.endswith("+rerank")
         if base not in MODES:
-            raise ValueError(f"--modes: unknown mode {base!r}; choose from {sorted(MODES)} (+rerank)")
+            raise UserError(f"--modes: unknown mode {base!r}; choose from {sorted(MODES)} (+rerank)")
         out.append((mode, base, rerank))
     return out
 
@@ -280,8 +281,8 @@ def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]
     modes = _modes(args.modes or (DEFAULT_MODES if fields else OWN_MODES))
     for mode, base, _ in modes:
         if MODES[base][1] and not fields:
-            raise ValueError(f"--modes {mode} uses agent fields: give --fields FILE (keyed by your query ids) "
-                             f"or leave the mode out (without fields: {OWN_MODES})")
+            raise UserError(f"--modes {mode} uses agent fields: give --fields FILE (keyed by your query ids) "
+                            f"or leave the mode out (without fields: {OWN_MODES})")
     qs = _limit(queries, args.limit)
     per_query, timings = [], []
     with make_runner(cfg, mode=cfg.runner.mode if cfg.runner.mode != "auto" else "inproc") as runner:
@@ -331,11 +332,11 @@ def main_eval(args: argparse.Namespace) -> int:
         return 0
     own = args.vault is not None or args.collection is not None
     if args.sections < 0 or (own and args.sections):
-        raise ValueError(f"--sections {args.sections}: give a whole number >= 1, on the benchmark only (the "
-                         "section judgments are the benchmark's)")
+        raise UserError(f"--sections {args.sections}: give a whole number >= 1, on the benchmark only (the "
+                        "section judgments are the benchmark's)")
     if own and not args.queries:
-        raise ValueError("--vault / -c score your own judged queries: give them with --queries FILE "
-                         "(format: `fanout eval --help`)")
+        raise UserError("--vault / -c score your own judged queries: give them with --queries FILE "
+                        "(format: `fanout eval --help`)")
     cfg = load_config(args.config)
     if args.overrides:
         cfg = cfg.replace(**_overrides(args.overrides))

@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from fanout.errors import InputMissing
+
 log = logging.getLogger(__name__)
 
 ROLES = ("embedder", "expander", "reranker")
@@ -110,8 +112,8 @@ def fields_from(prefix: str, langs: list[str]) -> dict[str, dict[str, str]]:
     for lang in langs:
         path = Path(f"{prefix}-{lang}.json")
         if not path.is_file():
-            raise FileNotFoundError(f"fields_from: {path} not found; write it first (e.g. python "
-                                    "bench/weak_fields/weak_fields.py) or fix the row's `fields_from` prefix")
+            raise InputMissing(f"fields_from: {path} not found; write it first (e.g. python "
+                               "bench/weak_fields/weak_fields.py) or fix the row's `fields_from` prefix")
         out.update(read_agent_fields(path, lang))
     return out
 

@@ -353,7 +353,7 @@ def run(runner: RayRunner, specs: list[StageSpec], source: Source, parts: Parts 
                     on_rows(done)
         except Exception as e:  # a pool that timed out starting: say why in our words
             if "actor" in str(e).lower() and "time" in str(e).lower():
-                raise RuntimeError(f"{e}; {_pool_list(runner.cfg, fuse_specs(specs))}") from e
+                raise PlacementError(f"{e}; {_pool_list(runner.cfg, fuse_specs(specs))}") from e
             raise
     return Run(blocks)
 

@@ -28,7 +28,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fanout.errors import FanoutError
+from fanout.errors import VaultError
 
 TYPE_CHECKING = False  # typing costs the CLI's warm path
 if TYPE_CHECKING:
@@ -40,10 +40,6 @@ IGNORE_FILE = ".fanoutignore"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _KINDS = {stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFCHR: "character device", stat.S_IFBLK: "block device",
           stat.S_IFSOCK: "socket", stat.S_IFDIR: "folder"}
-
-
-class VaultError(FanoutError, ValueError):
-    """The vault path itself is unusable (empty, missing, not a folder)."""
 
 
 class NotARegularFile(OSError):

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from fanout.errors import InputMissing
 from fanout.io.vault import IGNORE_FILE, IgnoreRules, inside, list_notes, resolve_vault
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ def batches(events: VaultEvents, stop: threading.Event, *, step_ms: int, debounc
     while not stop.is_set():
         born = events.identity()
         if born is None:
-            raise FileNotFoundError(f"the vault folder {events.root} is gone")
+            raise InputMissing(f"the vault folder {events.root} is gone")
         paths, recursive = events.watch_plan()
         for changes in watchfiles.watch(*map(Path, paths), watch_filter=events, debounce=debounce_ms, step=step_ms,
                                         stop_event=stop, rust_timeout=tick_ms, yield_on_timeout=True,

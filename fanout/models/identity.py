@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, overload
 
-from fanout.config import Config
+from fanout.config import Config, ConfigError
+from fanout.errors import UserError
 
 # Model roles by import path, per `models.backend`: the base names the actor classes but never imports them
 # at module level (layers point one way: actors sit above the runner); the class is imported where the
@@ -42,9 +43,9 @@ def actor_class(role: str, backend: str = "llama") -> type:
 
     roles = BACKENDS.get(backend)
     if roles is None:
-        raise ValueError(f"unknown models.backend {backend!r}; choose one of {sorted(BACKENDS)}")
+        raise ConfigError(f"unknown models.backend {backend!r}; choose one of {sorted(BACKENDS)}")
     if role not in roles:
-        raise ValueError(f"unknown actor role {role!r}; choose one of {sorted(roles)}")
+        raise UserError(f"unknown actor role {role!r}; choose one of {sorted(roles)}")
     mod, name = roles[role].split(":")
     return getattr(importlib.import_module(mod), name)
 
