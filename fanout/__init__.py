@@ -76,6 +76,7 @@ if TYPE_CHECKING:
         RequestError,
         RowError,
         SearchRequest,
+        SearchResponse,
         StorageError,
         ToolArgError,
         UserError,
@@ -89,9 +90,9 @@ if TYPE_CHECKING:
 __all__ = ["BackendError", "BatchResult", "BenchNotFoundError", "CollectionBusy", "ConfigError", "DiskFull",
            "FanoutError", "FilterError", "GPUBackendMissing", "GapsResult", "Hit", "Hits", "IndexMissing",
            "IndexReport", "IndexStateError", "InputMissing", "KnowledgeBase", "ModelError", "Note",
-           "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "StorageError",
-           "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher", "__version__", "collections",
-           "open"]
+           "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "SearchResponse",
+           "StorageError", "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher", "__version__",
+           "collections", "open"]
 _LAZY = set(__all__) - {"FanoutError", "__version__"}
 
 

@@ -9,7 +9,7 @@ May import the base, fanout.actors, fanout.pipelines and fanout.gaps; never the 
 
 from fanout.api.kb import KnowledgeBase, collections, open
 from fanout.api.requests import SearchRequest
-from fanout.api.types import BatchResult, Hit, Hits, Note
+from fanout.api.types import BatchResult, Hit, Hits, Note, SearchResponse
 from fanout.api.watch import Watcher, WatchRound
 from fanout.config import ConfigError
 from fanout.errors import (
@@ -38,5 +38,6 @@ from fanout.store.storage import DiskFull, StorageError
 __all__ = ["BackendError", "BatchResult", "BenchNotFoundError", "CollectionBusy", "ConfigError", "DiskFull",
            "FanoutError", "FilterError", "GPUBackendMissing", "GapsResult", "Hit", "Hits", "IndexMissing",
            "IndexReport", "IndexStateError", "InputMissing", "KnowledgeBase", "ModelError", "Note",
-           "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "StorageError",
-           "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher", "collections", "open"]
+           "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "SearchResponse",
+           "StorageError", "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher", "collections",
+           "open"]

@@ -31,6 +31,7 @@ from fanout.errors import RequestError, UserError
 if TYPE_CHECKING:
     from fanout.api.requests import Mode, SearchRequest
     from fanout.api.service import SearchService
+    from fanout.api.types import SearchResponse
     from fanout.api.watch import Watcher, WatchRound
     from fanout.exec.runner import Runner
     from fanout.gaps.analysis import GapsResult
@@ -220,7 +221,7 @@ class KnowledgeBase:
             raise RequestError(f"{e['field'] or 'query'}: {why}", field=e["field"] or "query")
         return Hits.from_response(resp, query)
 
-    def answer(self, request: SearchRequest | Mapping[str, Any]) -> dict[str, Any]:
+    def answer(self, request: SearchRequest | Mapping[str, Any]) -> SearchResponse:
         """One search request -> the JSON-ready response the CLI prints and the server sends (results, errors,
         timings, expansion). `request`: a `SearchRequest`, or the JSON object `fanout serve` takes (mode,
         collections, query, agent fields, n, min_score, filter, expand, rerank, explain, full, line_numbers,

@@ -63,8 +63,8 @@ class SearchRequest:
         return {"id": "q", **{k: v for k in ROW_FIELDS if (v := getattr(self, k)) is not None}}
 
     def to_json(self) -> dict[str, Any]:
-        """The request as JSON again (what `fanout serve` remembers an answer under)."""
-        return {**asdict(self), "collections": list(self.collections)}
+        """The request as the JSON object it parses from (what `fanout serve` remembers an answer under)."""
+        return {**asdict(self), "collections": list(self.collections) or None, "sections": self.sections or None}
 
 
 def parse_search_request(req: object, max_results: int, max_sections: int = 20,

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fanout.api.requests import MODES, SearchRequest, parse_search_request
 from fanout.config import Config
@@ -26,6 +26,7 @@ from fanout.errors import RequestError
 from fanout.exec.runner import Runner
 
 if TYPE_CHECKING:
+    from fanout.api.types import ErrorRow, ResultRow, SearchResponse
     from fanout.pipelines.search import Searcher
 
 class SearchService:
@@ -65,7 +66,7 @@ class SearchService:
         return parse_search_request(req, self.cfg.serve.max_results, self.cfg.retrieve.max_sections,
                                     self.cfg.serve.max_collections)
 
-    def run(self, req: SearchRequest | Mapping[str, Any]) -> dict[str, Any]:
+    def run(self, req: SearchRequest | Mapping[str, Any]) -> SearchResponse:
         """One search -> the JSON-ready response (mode, collections, results, errors, timings, expansion and,
         with `explain`, the query-level explanation). A mapping is parsed first (`parse`)."""
         from fanout.filters import as_option, parse_filter
@@ -84,8 +85,8 @@ class SearchService:
                              filter=as_option(parse_filter(req.filter or {})),
                              sections=req.sections)
         collections = list(req.collections) or [DEFAULT_COLLECTION]
-        results: list[dict] = []
-        errors: list[dict] = []
+        results: list[dict[str, Any]] = []  # ResultRow and the merge's own keys (_ci, _rrf, _rerank)
+        errors: list[ErrorRow] = []
         timings: dict[str, float] = {}
         expansion: dict[str, str] = {}  # collection -> where the variants came from (agent, cache, model, ...)
         with self.lock:
@@ -114,8 +115,9 @@ class SearchService:
         if req.line_numbers or req.full:
             self._add_text(results, req.full)
         timings["total"] = time.perf_counter() - t0
-        resp: dict[str, Any] = {"mode": mode, "collections": collections, "results": results, "errors": errors,
-                "timings": {k: round(v, 4) for k, v in timings.items()}, "expansion": expansion}
+        rows = cast("list[ResultRow]", results)  # the merge's own keys are gone: ResultRow's fields alone
+        resp: SearchResponse = {"mode": mode, "collections": collections, "results": rows, "errors": errors,
+                                "timings": {k: round(v, 4) for k, v in timings.items()}, "expansion": expansion}
         if opts.explain:  # the query-level facts (the same in every result's explanation)
             ex: dict[str, Any] = next((r["explain"] for r in results if r.get("explain")), {})
             resp["explain"] = {"query": ex.get("query") or req.query, "probe": ex.get("probe"),

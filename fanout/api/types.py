@@ -1,5 +1,5 @@
 """The public API's result types: `Hit` / `Hits` (a search's pages), `BatchResult` (a batch job's answers),
-`Note` (what `get` reads). Arrow is the interchange format: every result converts with `.to_arrow()` and
+`Note` (what `get` reads); `SearchResponse`, the JSON-ready answer `fanout serve` sends and `Hits` is made from. Arrow is the interchange format: every result converts with `.to_arrow()` and
 `.to_pandas()` (pandas only when asked for)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, SupportsIndex, overload
+from typing import Any, NotRequired, SupportsIndex, TypedDict, overload
 
 import pyarrow as pa
 
@@ -15,6 +15,44 @@ HIT_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("path", pa.string()), ("title", pa.string()), ("heading", pa.string()),
     ("snippet", pa.string()), ("score", pa.float64()), ("collection", pa.string()), ("line", pa.int32()),
 ])
+
+
+class ResultRow(TypedDict):
+    """One page of a SearchResponse (what `Hit` is made from)."""
+
+    collection: str
+    rank: int
+    path: str
+    title: str
+    heading: str | None
+    snippet: str | None
+    score: float
+    sections: NotRequired[list[dict[str, Any]]]  # sections=N
+    explain: NotRequired[dict[str, Any]]  # explain
+    line: NotRequired[int | None]  # line_numbers or full
+    section: NotRequired[dict[str, Any]]  # full
+
+
+class ErrorRow(TypedDict):
+    """Why the query was refused (in one collection: the same row fails the same way in the others)."""
+
+    collection: str
+    field: str | None
+    error: str
+
+
+class SearchResponse(TypedDict):
+    """The answer to a SearchRequest as JSON: what `KnowledgeBase.answer` returns, `fanout serve` sends and the
+    CLI prints (fanout/api/service.py builds it)."""
+
+    mode: str
+    collections: list[str]
+    results: list[ResultRow]
+    errors: list[ErrorRow]
+    timings: dict[str, float]  # seconds per stage, summed over the collections; `total`
+    expansion: dict[str, str]  # collection -> where the variants came from (agent, cache, model, ...)
+    explain: NotRequired[dict[str, Any]]  # explain: the query-level facts (query, probe, filter)
+    answered: NotRequired[str]  # "memory": `fanout serve` gave a remembered answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +100,7 @@ class Hits(list[Hit]):
         self.explain = explain
 
     @classmethod
-    def from_response(cls, resp: dict[str, Any], query: str = "") -> Hits:
+    def from_response(cls, resp: SearchResponse, query: str = "") -> Hits:
         """The service's JSON-ready response (fanout/api/service.py) as typed hits."""
         hits = [Hit(rank=r["rank"], path=r["path"], title=r["title"], heading=r["heading"] or "",
                     snippet=r["snippet"] or "", score=float(r["score"]), collection=r["collection"],

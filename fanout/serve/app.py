@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.api.requests import SearchRequest, parse_search_request
 from fanout.serve.client import ANSWER_HINT
+
+if TYPE_CHECKING:
+    from fanout.api import KnowledgeBase
+    from fanout.api.types import SearchResponse
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ class App:
     object-store db (s3://...) works as a local folder does: one small read per collection and request.
     """
 
-    def __init__(self, db: str, kb: Any, max_answers: int = 0):
+    def __init__(self, db: str, kb: KnowledgeBase, max_answers: int = 0):
         import secrets
         import threading
         from collections import OrderedDict
@@ -50,7 +55,7 @@ class App:
         # answers of repeated requests, keyed by the request and its collections' index states; least recently
         # used dropped first. Each entry: (the answer, the collections it searched)
         self.max_answers = max_answers
-        self.answers: OrderedDict[str, tuple[dict[str, Any], tuple[str, ...]]] = OrderedDict()
+        self.answers: OrderedDict[str, tuple[SearchResponse, tuple[str, ...]]] = OrderedDict()
         self._answers_lock = threading.Lock()
         self._stale: set[str] = set()  # collections whose Searchers must be reopened before the next search
 
@@ -93,7 +98,7 @@ class App:
         if stale:
             self.kb.forget(stale)
 
-    def run(self, req: object) -> dict[str, Any]:
+    def run(self, req: object) -> SearchResponse:
         """The answer to one request (the JSON body's `request`): from memory, else searched."""
         hit, ticket = self.lookup(req)
         if hit is not None:
@@ -101,7 +106,7 @@ class App:
         assert ticket is not None  # lookup gives one or the other
         return self.search(ticket)
 
-    def lookup(self, req: object) -> tuple[dict[str, Any] | None, Ticket | None]:
+    def lookup(self, req: object) -> tuple[SearchResponse | None, Ticket | None]:
         """(the remembered answer, None) or (None, the ticket `search` needs): parses the request (RequestError,
         before its collections name any file) and reads the index states; never waits for a search."""
         from fanout.cli.common import DEFAULT_COLLECTION
@@ -120,7 +125,7 @@ class App:
                 return {**hit[0], "answered": "memory"}, None
         return None, Ticket(parsed, key, names, states)
 
-    def search(self, ticket: Ticket) -> dict[str, Any]:
+    def search(self, ticket: Ticket) -> SearchResponse:
         """Search (one at a time: the KnowledgeBase's lock) and remember the answer under `lookup`'s ticket."""
         self._reopen()
         resp = self.kb.answer(ticket.request)
@@ -134,7 +139,7 @@ class App:
         return resp
 
 
-def json_bytes(data: dict[str, Any]) -> bytes:
+def json_bytes(data: Mapping[str, Any]) -> bytes:
     try:
         return json.dumps(data, ensure_ascii=False).encode()
     except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") echoed from the request
