@@ -71,6 +71,8 @@ def split_reused(chunks: pa.Table, reuse: dict[str, list[float]]) -> pa.Table:
 
 
 def _embed(chunks: pa.Table, runner: Runner | None) -> pa.Table:
+    if chunks.num_rows == 0:  # as embed_chunks: nothing to embed, no runner needed
+        return chunks
     assert runner is not None, "embed_reusing: neither `fresh` vectors nor a runner to embed the chunks with"
     return embed_chunks(chunks, runner)
 

@@ -164,8 +164,9 @@ def dataset(runner: RayRunner, specs: list[StageSpec], paths: list[str] | None =
         read_rows = max((t.num_rows for t in tables), default=0)  # rows per block
         rows = rows or sum(t.num_rows for t in tables)
     else:
-        assert paths is not None  # no `tables`: the caller gave parquet paths
-        blocks = read_blocks(runner.cfg, specs, rows, len(paths), block_rows) if rows else None
+        if rows:
+            assert paths is not None  # rows counted: read from parquet `paths` (the caller's Dataset counts none)
+            blocks = read_blocks(runner.cfg, specs, rows, len(paths), block_rows)
         read_rows = -(-rows // blocks) if rows and blocks else 0
     cuts = [model_block_rows(runner.cfg, spec, rows, read_rows) for spec in specs]
     sizes = pool_sizes(runner.cfg, specs, cuts, rows, read_rows)
