@@ -21,6 +21,15 @@ demo: setup
 models: setup
 	.venv/bin/python -m fanout.cli.main models list
 
+# ruff, then mypy over fanout, fanout.actors and fanout.pipelines (pyproject's [tool.mypy] states the strictness).
+# mypy cannot follow setuptools' editable import hook, so it reads the wheel's layout from a tree of symlinks in
+# build/typecheck (fanout/'s entries, actors -> fanout/actors, pipelines -> fanout/pipelines), rebuilt each run:
+# the same names the wheel installs, with or without an editable install and whatever fanout/__init__.py does.
+TYPECHECK := build/typecheck
 lint:
-	@test -x .venv/bin/ruff || FANOUT_SETUP_SKIP_MODELS=1 bash scripts/setup.sh
+	@test -x .venv/bin/ruff -a -x .venv/bin/mypy || FANOUT_SETUP_SKIP_MODELS=1 bash scripts/setup.sh
 	.venv/bin/ruff check .
+	@rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/fanout
+	@for f in fanout/*; do ln -s "$(CURDIR)/$$f" $(TYPECHECK)/fanout/; done
+	@ln -s "$(CURDIR)/actors" $(TYPECHECK)/fanout/actors && ln -s "$(CURDIR)/pipelines" $(TYPECHECK)/fanout/pipelines
+	cd $(TYPECHECK) && $(CURDIR)/.venv/bin/mypy --config-file $(CURDIR)/pyproject.toml -p fanout

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout.config import ActorConfig, Config
-from fanout.errors import FanoutError
+from fanout.errors import BackendError, GPUBackendMissing
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def _variant_score(lib: Path) -> int:
     except AttributeError:
         return 0
     finally:
-        _ctypes.dlclose(handle._handle)  # type: ignore[attr-defined]
+        _ctypes.dlclose(handle._handle)
 
 
 def _why_unusable(score: int, flags: set[str] | None, amx_ok: bool) -> str:
@@ -163,24 +163,24 @@ def choose_cpu_variant(variants: list[Path], forced: str = "") -> tuple[Path, li
     scores = {v: _variant_score(v) for v in variants}
     amx_ok = any((s - 1) >> _AMX_BIT & 1 for s in scores.values() if s > 0) and _amx_permitted()
     died = refused_variants()
-    table = [{"variant": _variant_name(v), "score": scores[v], "why_not": _why_unusable(scores[v], flags, amx_ok)
+    table: list[dict[str, Any]] = [{"variant": _variant_name(v), "score": scores[v], "why_not": _why_unusable(scores[v], flags, amx_ok)
               or ("died with SIGILL in the set-up smoke test (see actors/_llama.py sigill_record)"
                   if _variant_name(v) in died else "")}
              for v in variants]
     by_name = dict(zip((_variant_name(v) for v in variants), variants))
     if forced:
         if forced not in by_name:
-            raise RuntimeError(f"FANOUT_GGML_CPU={forced!r}: no libggml-cpu-{forced}.so in the llama-cpp-python "
+            raise BackendError(f"FANOUT_GGML_CPU={forced!r}: no libggml-cpu-{forced}.so in the llama-cpp-python "
                                f"wheel; choose one of {sorted(by_name)} or unset FANOUT_GGML_CPU")
         row = next(r for r in table if r["variant"] == forced)
         if row["why_not"]:
             ok = sorted(r["variant"] for r in table if not r["why_not"])
-            raise RuntimeError(f"FANOUT_GGML_CPU={forced!r} cannot run on this CPU: {row['why_not']}; "
+            raise BackendError(f"FANOUT_GGML_CPU={forced!r} cannot run on this CPU: {row['why_not']}; "
                                f"usable here: {ok}")
         return by_name[forced], table
     usable = [(r["score"], by_name[r["variant"]]) for r in table if not r["why_not"]]
     if not usable:
-        raise RuntimeError(f"no ggml CPU variant can run on this CPU ({table}); rebuild llama-cpp-python "
+        raise BackendError(f"no ggml CPU variant can run on this CPU ({table}); rebuild llama-cpp-python "
                            f"(scripts/setup.sh) or set FANOUT_GGML_CPU")
     return max(usable)[1], table
 
@@ -223,7 +223,7 @@ def load_backends() -> None:
     with _quiet_stderr():  # ggml logs "load_backend: loaded CPU backend from ..." on fd 2
         handle = ggml.ggml_backend_load(str(lib).encode())
     if not handle:
-        raise RuntimeError(f"{lib} did not load (ggml_backend_load returned NULL); set FANOUT_GGML_CPU to one "
+        raise BackendError(f"{lib} did not load (ggml_backend_load returned NULL); set FANOUT_GGML_CPU to one "
                            f"of {[r['variant'] for r in table if not r['why_not']]}")
     for name in _NON_CPU_BACKENDS:
         for other in sorted(bindir.glob(f"libggml-{name}*.so")):
@@ -252,10 +252,6 @@ def _bindir() -> Path:
     import llama_cpp
 
     return Path(llama_cpp.__file__).resolve().parent.parent / "bin"
-
-
-class GPUBackendMissing(FanoutError, RuntimeError):
-    """A role asks for GPU offload (`n_gpu_layers != 0`) and no GPU backend is loaded in this process."""
 
 
 def check_gpu_offload(acfg: ActorConfig, role: str) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 from fanout.actors._llama import load_llama, model_path
 
-from fanout.config import Config
+from fanout.config import Config, ConfigError
 from fanout.models.files import file_sha256
 from fanout.schemas import QUERY_TEXTS
 
@@ -27,7 +27,7 @@ PROMPTS: dict[str, dict[str, str]] = {
 
 def format_prompt(style: str, role: str, text: str, title: str | None = None) -> str:
     if style not in PROMPTS:
-        raise ValueError(f"models.embed_prompt {style!r} is unknown; choose one of {sorted(PROMPTS)}")
+        raise ConfigError(f"models.embed_prompt {style!r} is unknown; choose one of {sorted(PROMPTS)}")
     return PROMPTS[style][role].format(text=text, title=title or "none")
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from importlib import resources
+from typing import Any
 
 import pyarrow as pa
 from fanout.actors._llama import load_llama, model_path, render_chat
@@ -93,7 +94,7 @@ def _fields_system(lang: str, fields: tuple[str, ...]) -> str:
 
 
 # The example is on a topic no help site of ours covers, so that it teaches the format, not an answer.
-FIELDS_PROMPTS: dict[str, dict[str, str]] = {
+FIELDS_PROMPTS: dict[str, dict[str, Any]] = {  # strings, and example_hits a list of them
     "en": {
         "titles": "The knowledge base has pages with these titles (short_query is usually one of them):",
         "query": "Question: {query}", "intent": "Context: {intent}",
@@ -290,7 +291,7 @@ class QueryExpander:
             prompt, grammar=self.grammar, max_tokens=self.cfg.expand.max_tokens,
             temperature=self.cfg.expand.temperature, top_k=20, top_p=0.8, seed=0,
             stop=self.stop)
-        choice = out["choices"][0]  # type: ignore[index]
+        choice = out["choices"][0]
         text = str(choice["text"])
         if choice["finish_reason"] == "stop" and text and not text.endswith("\n"):
             text += "\n"

@@ -19,6 +19,7 @@ import pyarrow as pa
 from fanout.actors._llama import load_llama, model_path, render_chat
 
 from fanout.config import Config
+from fanout.errors import ModelError
 from fanout.models.identity import model_id
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,7 @@ class ParallelScorer:
         self._llm = llm  # the weights must outlive this context: freed only after __del__ frees it
         self.ctx = llama_cpp.llama_init_from_model(llm._model.model, p)
         if not self.ctx:
-            raise RuntimeError(f"rerank.parallel {n_seq}: llama.cpp could not make a context of {p.n_ctx} tokens")
+            raise ModelError(f"rerank.parallel {n_seq}: llama.cpp could not make a context of {p.n_ctx} tokens")
         self.mem = llama_cpp.llama_get_memory(self.ctx)
         self.batch = llama_cpp.llama_batch_init(p.n_batch, 0, n_seq)
 
@@ -206,7 +207,7 @@ class ParallelScorer:
             last.append(k - 1)
         b.n_tokens = k
         if rc := llama_cpp.llama_decode(self.ctx, b):
-            raise RuntimeError(f"llama_decode returned {rc} for {len(parts)} parallel sequences of {k} tokens")
+            raise ModelError(f"llama_decode returned {rc} for {len(parts)} parallel sequences of {k} tokens")
         return last
 
     def score(self, prefix: list[int], docs: list[list[int]], yes: int, no: int) -> list[float]:

@@ -108,13 +108,14 @@ class ServedExpander(QueryExpander):
     def __init__(self, cfg: Config):  # no super().__init__: there is no model to load
         spec = cfg.served("expander")
         assert spec is not None
-        self.cfg, self.path, self.llm, self.grammar = cfg, None, None, None
+        self.cfg, self.llm, self.grammar = cfg, None, None
+        self.path = None  # type: ignore[assignment]  # no model file: the model is the server's
         self.client = ServedClient(spec, cfg.remote, "expander")
         self.model_id = f"{spec.name}"
         self.stats: dict[str, int] = {"queries": 0, "model": 0, "fallback_empty": 0, "fallback_error": 0}
         self.stop = [] if cfg.expand.format == "qmd" else ["\n"] if len(cfg.expand.fields) == 1 else ["\n\n"]
         # remote.structured: auto starts with the JSON schema and steps down when the server refuses it
-        self.structured = "json_schema" if cfg.remote.structured == "auto" else cfg.remote.structured
+        self.structured: str = "json_schema" if cfg.remote.structured == "auto" else cfg.remote.structured
         self.confirmed = False  # auto: has the server answered self.structured once?
 
     def fits(self, text: str, budget: int) -> bool:

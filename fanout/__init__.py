@@ -43,32 +43,46 @@ warnings.filterwarnings("ignore", message="lancedb fork support is experimental"
 TYPE_CHECKING = False  # typing costs the CLI's warm path ~5 ms of imports
 if TYPE_CHECKING:
     from fanout.api import (
+        BackendError,
         BatchResult,
+        BenchNotFoundError,
         CollectionBusy,
         ConfigError,
+        DiskFull,
         FilterError,
         GapsResult,
+        GPUBackendMissing,
         Hit,
         Hits,
+        IndexMissing,
         IndexReport,
         IndexStateError,
+        InputMissing,
         KnowledgeBase,
         ModelError,
         Note,
         NoteError,
         PlacementError,
         RequestError,
+        RowError,
+        SearchRequest,
+        SearchResponse,
         StorageError,
+        ToolArgError,
         UserError,
+        VaultError,
         Watcher,
         WatchRound,
         collections,
         open,
     )
 
-__all__ = ["BatchResult", "CollectionBusy", "ConfigError", "FanoutError", "FilterError", "GapsResult", "Hit", "Hits",
-           "IndexReport", "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError",
-           "RequestError", "StorageError", "UserError", "WatchRound", "Watcher", "__version__", "collections", "open"]
+__all__ = ["BackendError", "BatchResult", "BenchNotFoundError", "CollectionBusy", "ConfigError", "DiskFull",
+           "FanoutError", "FilterError", "GPUBackendMissing", "GapsResult", "Hit", "Hits", "IndexMissing",
+           "IndexReport", "IndexStateError", "InputMissing", "KnowledgeBase", "ModelError", "Note",
+           "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "SearchResponse",
+           "StorageError", "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher", "__version__",
+           "collections", "open"]
 _LAZY = set(__all__) - {"FanoutError", "__version__"}
 
 

@@ -1,11 +1,18 @@
-"""The base of every error fanout raises on purpose (base layer: imports nothing).
+"""Every error fanout raises on purpose, in one place (base layer: imports nothing of fanout).
 
 Each message says what was given, what is allowed and how to fix it. Subclasses keep the builtin they always
-were (a `ConfigError` is still a `ValueError`), so existing `except ValueError` code keeps working, and
-`except fanout.FanoutError` catches every one of them (the CLI does exactly that).
+were (a `RequestError` is still a `ValueError`), so existing `except ValueError` code keeps working, and
+`except fanout.FanoutError` catches every one of them (the CLI does exactly that). Every class here is exported
+by `fanout` and listed in docs/api.md (tests/test_errors.py checks both).
+
+The store's and the config's errors (`IndexStateError`, `IndexMissing`, `StorageError`, `DiskFull`,
+`CollectionBusy`, `ConfigError`) are still declared beside their code (fanout/store, fanout/config) until those
+packages' rework lands; they are `FanoutError`s and exported all the same.
 """
 
 from __future__ import annotations
+
+import re
 
 
 class FanoutError(Exception):
@@ -17,16 +24,68 @@ class UserError(FanoutError, ValueError):
     traceback) and exits 2."""
 
 
-class PlacementError(FanoutError, RuntimeError):
-    """A job's actor pools cannot be placed on the Ray cluster as it is (nothing was started); the message
-    lists the pools and the nodes and says what to change."""
-
-
 class InputMissing(UserError, FileNotFoundError):
     """A file the user named (a query file, a vault) does not exist; still a FileNotFoundError."""
 
 
+class RequestError(FanoutError, ValueError):
+    """A malformed request or query (a 400 from `fanout serve`); the message names the field and what is
+    allowed, `field` holds the field's name."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        # the field a message names first (`n`, `mode`, ...) unless given
+        self.field = field or (m.group(1) if (m := re.search(r"`(\w+)`", message)) else None)
+
+
+class FilterError(FanoutError, ValueError):
+    """A bad filter value; `field` names it (`filter.tag`) for the row's error."""
+
+    def __init__(self, field: str, msg: str):
+        super().__init__(msg)
+        self.field = field
+
+
+class RowError(FanoutError, ValueError):
+    """A bad query row (a batch row, a served or MCP query): `field` names the column (`query`,
+    `searches[0].query`, ...); the row becomes an error row, the batch goes on."""
+
+    def __init__(self, field: str, msg: str):
+        super().__init__(msg)
+        self.field = field
+
+
+class NoteError(FanoutError, ValueError):
+    """A note reference that cannot be served; the message names the field and the fix."""
+
+
+class ToolArgError(NoteError):
+    """A bad MCP tool argument; the message names the field and the fix."""
+
+
+class VaultError(FanoutError, ValueError):
+    """The vault path itself is unusable (empty, missing, not a folder)."""
+
+
+class BenchNotFoundError(FanoutError, FileNotFoundError):
+    """The benchmark folder (`--bench`, $FANOUT_BENCH) cannot be found."""
+
+
+class PlacementError(FanoutError, RuntimeError):
+    """A job's actor pools cannot be placed on the Ray cluster as it is (nothing was started, or a pool timed
+    out starting); the message lists the pools and the nodes and says what to change."""
+
+
 class ModelError(FanoutError, RuntimeError):
-    """A model could not be resolved, downloaded, assembled or verified, or a served model (an `openai:` spec)
-    failed to answer: the message names the backend (`openai:<model>@<host>`), what fanout sent and what came
-    back, never a key."""
+    """A model could not be resolved, downloaded, assembled, verified or run, or a served model (an `openai:`
+    spec) failed to answer: the message names the backend (`openai:<model>@<host>`), what fanout sent and what
+    came back, never a key."""
+
+
+class BackendError(FanoutError, RuntimeError):
+    """The llama.cpp library cannot run here: no ggml CPU variant this CPU can run, a forced one
+    ($FANOUT_GGML_CPU) that is missing or unusable, a backend library that did not load."""
+
+
+class GPUBackendMissing(BackendError):
+    """A role asks for GPU offload (`n_gpu_layers != 0`) and no GPU backend is loaded in this process."""

@@ -32,7 +32,7 @@ def probe_text(probe: dict[str, Any] | None) -> str:
     src = probe.get("expansion")
     if probe.get("skip_expansion") and src != "probe_skip":
         head += " (clear winner)"
-    return f"{head} -> {SOURCE_WORDS.get(src, src or 'no variants')}"
+    return f"{head} -> {SOURCE_WORDS.get(src or '', src or 'no variants')}"
 
 
 def lists_compact(lists: list[dict[str, Any]]) -> str:

@@ -20,7 +20,7 @@ import math
 import re
 import unicodedata
 
-from fanout.errors import FanoutError
+from fanout.errors import FilterError
 
 TYPE_CHECKING = False  # typing itself costs the warm client ~5 ms of import
 if TYPE_CHECKING:
@@ -39,14 +39,6 @@ MAX_VALUES = 50  # per kind: a longer list is a mistake (pass a folder instead o
 _LANG = r"(?i)[a-z]{2,3}([-_][a-z0-9]{2,8})?"
 _INLINE_TAG = r"(?<![\w#&/\\])#([^\s#.,;:!?()\[\]{}<>'\"`|*=+~^$%@\\]+)"
 _FENCE = r"^[ \t]{0,3}(```+|~~~+)"
-
-
-class FilterError(FanoutError, ValueError):
-    """A bad filter value; `field` names it (`filter.tag`) for the row's error."""
-
-    def __init__(self, field: str, msg: str):
-        super().__init__(msg)
-        self.field = field
 
 
 def _norm(s: str) -> str:

@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.config import Config
 from fanout.errors import UserError
 
+if TYPE_CHECKING:
+    from fanout.exec.ray_session import Dataset  # ray.data.Dataset (a type only: the runner imports ray)
 
-def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
+
+def search(ds: Dataset, *, db: str | os.PathLike, collection: str = "notes",
            config: str | os.PathLike | Config | None = None, query_column: str = "query",
            id_column: str | None = None, field_columns: Mapping[str, str] | None = None, n: int = 10,
            min_score: float = 0.0, filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
            rerank: bool | None = None, hits_column: str = "hits", error_column: str = "error",
-           sections: int | None = None) -> Any:
+           sections: int | None = None) -> Dataset:
     """`ds` (a ray.data.Dataset) with fanout's answer to each row added, lazily.
 
     `query_column`: the column holding the query text. The agent fields and a per-row filter are read from
@@ -47,7 +50,7 @@ def search(ds: Any, *, db: str | os.PathLike, collection: str = "notes",
     """
     from fanout.api.checks import check_count, check_flag
     from fanout.api.kb import resolve_config
-    from fanout.api.service import check_collection, check_min_score, check_sections
+    from fanout.api.requests import check_collection, check_min_score, check_sections
     from fanout.api.types import as_path
     from fanout.exec.ray_runner import RayRunner
     from fanout.exec.runner import StageSpec

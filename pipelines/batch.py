@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from fanout.pipelines.search import Searcher, SearchOptions
 from fanout.pipelines.write_explained import write_explained
 
+from fanout.errors import UserError
 from fanout.exec.runs import Parts, Source
 from fanout.io.batch_io import filesystem, read_input
 from fanout.io.batch_out import arrow_reader, check_out, parts_dataset, write_results
@@ -70,8 +71,8 @@ def stage_input(in_uri: str | Path, fs: pafs.FileSystem, pdir: str,
         if not isinstance(old, dict):
             old = {"input": ident}
         if old.get("input") != ident:
-            raise ValueError(f"{pdir!r} holds the parts of another input ({old.get('input', {}).get('path')}, "
-                             f"changed since); delete that folder to start over, or restore the input")
+            raise UserError(f"{pdir!r} holds the parts of another input ({old.get('input', {}).get('path')}, "
+                            f"changed since); delete that folder to start over, or restore the input")
         if old.get("staged") is not None:
             return int(old["staged"])
     fs.create_dir(f"{pdir}/input", recursive=True)
@@ -130,7 +131,9 @@ def write_todo(fs: pafs.FileSystem, pdir: str) -> tuple[list[str], int]:
         left join (select id, min(_row) as first_row from staged group by id having count(*) > 1) d using (id)
         where s._row not in (select _row from done)
         order by s._row"""), TODO_FILE_ROWS)
-    files, n, buf = [], 0, []
+    files: list[str] = []
+    buf: list[pa.Table] = []
+    n = 0
     rows_in_buf = 0
 
     def flush() -> None:

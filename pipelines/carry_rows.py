@@ -51,9 +51,9 @@ class WrapRows:
         # row numbers unique across blocks and workers without coordination (a Dataset's rows have no global
         # position before execution); ids: the caller's, else one per row
         rows = [secrets.randbits(62) for _ in range(n)]
-        ids = ([None if v is None else str(v) for v in batch.column(self.id_column).to_pylist()]
+        ids: list[str | None] = ([None if v is None else str(v) for v in batch.column(self.id_column).to_pylist()]
                if self.id_column in have else [None] * n)
-        ids = [v if v not in (None, "") else f"row-{r:x}" for v, r in zip(ids, rows)]
+        ids = [v if v else f"row-{r:x}" for v, r in zip(ids, rows)]  # None or "": one of ours
         self.stats["rows"] += n
         out = pa.table({"_row": pa.array(rows, pa.int64()), "id": ids, "raw": raws,
                         "_error": pa.nulls(n, pa.string()), "_dup": pa.nulls(n, pa.int64())}, schema=INPUT_ROWS)

@@ -70,19 +70,26 @@ def split_reused(chunks: pa.Table, reuse: dict[str, list[float]]) -> pa.Table:
     return chunks.filter(pa.array([t not in reuse for t in chunks["embed_text"].to_pylist()]))
 
 
+def _embed(chunks: pa.Table, runner: Runner | None) -> pa.Table:
+    if chunks.num_rows == 0:  # as embed_chunks: nothing to embed, no runner needed
+        return chunks
+    assert runner is not None, "embed_reusing: neither `fresh` vectors nor a runner to embed the chunks with"
+    return embed_chunks(chunks, runner)
+
+
 def embed_reusing(chunks: pa.Table, runner: Runner | None, reuse: dict[str, list[float]],
                   fresh: pa.Table | None = None) -> tuple[pa.Table, int]:
     """CHUNKS -> (CHUNKS + vector, how many vectors came from `reuse`); the rest go to the embedder, or come
     embedded already as `fresh` (split_reused's rows + vector, in order: the Ray Data index path)."""
     if not reuse or chunks.num_rows == 0:
-        return (fresh if fresh is not None else embed_chunks(chunks, runner)), 0
+        return (fresh if fresh is not None else _embed(chunks, runner)), 0
     texts = chunks["embed_text"].to_pylist()
     known = np.array([t in reuse for t in texts])
     if not known.any():
-        return (fresh if fresh is not None else embed_chunks(chunks, runner)), 0
+        return (fresh if fresh is not None else _embed(chunks, runner)), 0
     fresh_idx = np.flatnonzero(~known)
     if fresh is None:
-        fresh = embed_chunks(chunks.take(pa.array(fresh_idx)), runner) if len(fresh_idx) else None
+        fresh = _embed(chunks.take(pa.array(fresh_idx)), runner) if len(fresh_idx) else None
     elif not len(fresh_idx):
         fresh = None
     dim = len(next(iter(reuse.values())))

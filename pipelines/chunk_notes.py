@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -189,7 +190,7 @@ def chunk_note(path: str, title: str, lang: str, body: str, body_offset: int, cf
             merged[-1] = (ps, e, php, gi)
         else:
             merged.append((s, e, hp, gi))
-    out = []
+    out: list[dict[str, Any]] = []
     for s0, e0, hp, _ in merged:
         heading = " > ".join(hp)
         crumb = " > ".join([title, *hp]) if cfg.breadcrumb else ""

@@ -49,7 +49,8 @@ def expand_context(col: Collection, cfg: Config) -> tuple[str | None, list[str]]
                 titles = sorted({" ".join(t.split()) for t in docs["title"].to_pylist() if t},
                                 key=str.casefold)[:cfg.expand.max_titles]
         return (langs[0] if langs else None), titles
-    return col.memo(("expand_context", cfg.expand.titles_in_prompt, cfg.expand.max_titles), build)
+    key = ("expand_context", cfg.expand.titles_in_prompt, cfg.expand.max_titles)
+    return col.memo(key, build)  # type: ignore[arg-type]  # any hashable key; Collection.memo says str
 
 
 class LookupExpansions:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from typing import Any
 
 import pyarrow as pa
 
@@ -23,7 +24,7 @@ def format_results(cands: list[dict], n: int, min_score: float = 0.0, hits: list
         explain[h["path"]].append({"vid": h["vid"], "kind": h["kind"], "lane": h["lane"],
                                    "text": (texts or {}).get(h["vid"], ""), "rank": h["_rank"],
                                    "score": round(h["_score"], 4)})
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, c in enumerate(cands):
         if len(rows) >= n or c["score"] < min_score:
             continue

@@ -101,9 +101,9 @@ def fuse_rows(hits: list[dict], cfg: FuseConfig, qids: list[str] | None = None, 
         elif h["lane"] == "alias":
             alias_hit.add(h["qid"])
     if sent is not None:
-        for s in sent:
-            if s["lane"] != "alias":
-                lists[(s["qid"], s["vid"], s["lane"])] = list_weight(s["kind"], s["lane"], cfg)
+        for sl in sent:
+            if sl["lane"] != "alias":
+                lists[(sl["qid"], sl["vid"], sl["lane"])] = list_weight(sl["kind"], sl["lane"], cfg)
     max_score: dict[str, float] = defaultdict(float)
     for (qid, _, _), w in lists.items():
         max_score[qid] += w / (cfg.k + 1)

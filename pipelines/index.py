@@ -158,7 +158,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
                  full_check: bool = False) -> IndexReport:
     t0 = time.perf_counter()
     vault = resolve_vault(vault)
-    col = Collection(db_dir, collection, cfg)
+    col = Collection(str(db_dir), collection, cfg)
     col.vault_hint = str(vault)
     manifest = index_manifest(cfg, vault)
     old = _old_manifest(col)

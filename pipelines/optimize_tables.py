@@ -28,6 +28,7 @@ from fanout.pipelines.index import write_postings
 from fanout.pipelines.write_index import build_fts, vector_index_reason
 
 from fanout.config import Config, load_config
+from fanout.errors import InputMissing, UserError
 from fanout.store.db import Collection, check_collection_name
 from fanout.store.locks import collection_lock
 from fanout.store.vectors import build_vector_index, ensure_scalar_index
@@ -72,13 +73,13 @@ def optimize_tables(db_dir: str | Path, collection: str | None = None, keep_days
     index built (if any). `cfg` (default: the active profile) gives index settings and storage options.
     """
     if keep_days < 0:
-        raise ValueError(f"keep_days must be >= 0, got {keep_days}; 7 keeps a week of old versions for readers")
+        raise UserError(f"keep_days must be >= 0, got {keep_days}; 7 keeps a week of old versions for readers")
     cfg = cfg or load_config()
-    col = Collection(db_dir, collection or "", cfg)
+    col = Collection(str(db_dir), collection or "", cfg)
     if collection:
         names = collection_tables(col)
         if not names:
-            raise FileNotFoundError(
+            raise InputMissing(
                 f"no tables of collection {collection!r} in {str(db_dir)!r}; tables there: {col.table_names()}")
     else:
         names = sorted(col.table_names())
@@ -116,7 +117,7 @@ def _optimize(col: Collection, db_dir: str | Path, names: list[str], keep_days: 
         log.info("optimized %s: %s", name, row)
         out.append(row)
     for prefix in sorted({n.rsplit("_", 1)[0] for n in names if n.endswith(("_chunks", "_documents"))}):
-        owner = Collection(db_dir, prefix, cfg)
+        owner = Collection(str(db_dir), prefix, cfg)
         m = owner.read_manifest()
         fts = m.get("fts")
         if f"{prefix}_chunks" in names and isinstance(fts, dict) and fts.get("stale_rows"):
@@ -136,7 +137,7 @@ def pinned_versions(db_dir: str | Path, names: list[str], cfg: Config) -> dict[s
     out: dict[str, int] = {}
     for prefix in sorted({n.rsplit("_", 1)[0] for n in names if n.endswith(("_chunks", "_documents"))}):
         try:
-            tables = Collection(db_dir, prefix, cfg).read_manifest().get("tables")
+            tables = Collection(str(db_dir), prefix, cfg).read_manifest().get("tables")
         except ValueError:  # not a name fanout gives a collection: no manifest of ours
             continue
         if isinstance(tables, dict):

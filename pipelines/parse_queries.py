@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 
 from fanout.config.vocab import FIELD_KINDS
-from fanout.errors import FanoutError
-from fanout.filters import FilterError, combine, parse_filter
+from fanout.errors import FilterError, RowError
+from fanout.filters import combine, parse_filter
 from fanout.schemas import CARRY, ERRORS, QUERIES, VARIANT
 from fanout.text import nfc
 
@@ -24,10 +24,10 @@ MAX_CHARS = 2000  # longer text is a mistake (a whole document pasted as a query
 MAX_SEARCHES = 10
 
 
-class RowError(FanoutError, ValueError):
-    def __init__(self, field: str, msg: str):
-        super().__init__(msg)
-        self.field = field
+@overload
+def _text(row: dict[str, Any], field: str, required: Literal[True]) -> str: ...
+@overload
+def _text(row: dict[str, Any], field: str, required: bool = False) -> str | None: ...
 
 
 def _text(row: dict[str, Any], field: str, required: bool = False) -> str | None:

@@ -58,7 +58,8 @@ def best_passage(text: str, query: str, max_tokens: int, keys: set[str] | None =
     best, best_i, best_j = (-1, -1), 0, 1
     # each start i's window is lines i..j-1, as many as fit max_tokens (at least line i); j never moves back
     # as i moves on, so one pass adds each line once and drops it once (a count per term: its distinct ones)
-    n, size, j, hits, count = len(lines), 0, 0, 0, Counter()
+    n, size, j, hits = len(lines), 0, 0, 0
+    count: Counter[str] = Counter()
     for i in range(n):
         if i:
             size -= toks[i - 1]

@@ -192,7 +192,7 @@ class PickSections:
         lines = None
         if text is not None and all(text[a:b].strip() == t.strip() for a, b, t in s["spans"]):
             lines = _lines_of(text, s["start"], s["end"])
-        body = text[s["start"]:s["end"]] if lines else "\n".join(s["texts"])
+        body = text[s["start"]:s["end"]] if lines and text is not None else "\n".join(s["texts"])
         if lines is None:
             self.stats["no_lines"] += 1
         ref = f"{path}:{lines[0]}-{lines[1]}" if lines else (f"{path}#{s['heading']}" if s["heading"] else path)

@@ -65,7 +65,7 @@ def filter_where(col: Collection, filters: list[dict[str, list[str]]]) -> tuple[
     return where_sql(filters), None, None
 
 
-def _filter_values(col: Collection) -> dict[str, list[str]]:
+def _filter_values(col: Collection) -> dict[str, list[str] | None]:
     """What a folder, path or tag filter can name in this index version: the notes' paths (sorted), their
     folders and their tags (nested tags with their parents, as indexed)."""
     with col.guard(col.documents_name):
@@ -93,7 +93,7 @@ def _names_nothing(kind: str, value: str, named: dict[str, list[str] | None], n:
     with the names closest to the first."""
     have = named[kind] or []
     if kind == "path":
-        pool = named["folder"] + named["path"]
+        pool = (named["folder"] or []) + (named["path"] or [])
     else:
         pool = have
     last = value.rstrip("/").rsplit("/", 1)[-1].casefold()

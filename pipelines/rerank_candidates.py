@@ -74,7 +74,7 @@ class LookupRerank:
         top_n = self.cfg.rerank.top_n
         rows = batch.select(["query", "intent", "error", "candidates"]).to_pylist()
         pairs = top_pairs(rows, top_n)
-        scores = self.caches.get_rerank(self.model, list(pairs)) if self.caches and pairs else {}
+        scores = self.caches.get_rerank(self.model, list(pairs)) if self.caches and self.model and pairs else {}
         self.stats["pairs"] += len(pairs)
         self.stats["cached"] += len(scores)
         if not scores:

@@ -10,6 +10,7 @@ them (fuse_rrf), keeps each query's top pages and fetches their chunks for title
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -155,8 +156,8 @@ class Retrieve:
         text, vectors, alias; variants in order within each)."""
         cfg, k, lanes = self.cfg, self.cfg.retrieve.k, set(self.cfg.retrieve.lanes)
         rows = batch.select(["qid", "error", "variants"]).to_pylist()
-        probe = batch.column("_probe").to_pylist() if "_probe" in batch.column_names else [None] * len(rows)
-        wheres = batch.column("_where").to_pylist() if "_where" in batch.column_names else [None] * len(rows)
+        probe: list[Any] = batch.column("_probe").to_pylist() if "_probe" in batch.column_names else [None] * len(rows)
+        wheres: list[Any] = batch.column("_where").to_pylist() if "_where" in batch.column_names else [None] * len(rows)
         vids, matrix = query_vectors(batch)
         ok = [i for i, r in enumerate(rows) if r["error"] is None]
         out: list[dict] = []

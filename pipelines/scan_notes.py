@@ -253,8 +253,8 @@ class VaultScan:
             row = parse_note(rel, raw, mtime, self.default_lang, self.limits)
             self.rows[rel], self.hashes[rel] = row, row["content_hash"]
         except (NotARegularFile, OutsideVault, TooLarge) as e:
-            reason = {NotARegularFile: "not_regular_file", OutsideVault: "outside_vault", TooLarge: "too_large"}
-            self.skips[rel] = {"path": rel, "reason": reason[type(e)], "detail": str(e)}
+            kinds = {NotARegularFile: "not_regular_file", OutsideVault: "outside_vault", TooLarge: "too_large"}
+            self.skips[rel] = {"path": rel, "reason": kinds[type(e)], "detail": str(e)}
             return  # decided by the file's kind and place, not its bytes: not recorded
         except OSError as e:
             if e.errno == errno.ENAMETOOLONG:
@@ -264,7 +264,7 @@ class VaultScan:
             return
         except ValueError as e:
             reason, detail = e.args if len(e.args) == 2 else ("bad_file", str(e))
-            self.skips[rel] = {"path": rel, "reason": reason, "detail": detail}
+            self.skips[rel] = {"path": rel, "reason": str(reason), "detail": str(detail)}
         except RecursionError:  # the depth limit should prevent it; one note never stops the scan
             self.skips[rel] = {"path": rel, "reason": "bad_yaml", "detail": "front matter is nested too deeply "
                                "to read; simplify it (or lower index.front_matter_max_depth)"}

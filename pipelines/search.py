@@ -169,7 +169,7 @@ class Searcher:
         self.cfg = self.base_cfg = cfg
         self.db = db_dir
         self.collection = collection
-        self.col = Collection(db_dir, collection, cfg)
+        self.col = Collection(str(db_dir), collection, cfg)
         self.runner = runner
         self._pipes: dict[SearchOptions, Pipeline] = {}
         self._stages: dict = {}  # stage instances by (class, kwargs), shared by the pipelines of other options

@@ -11,7 +11,7 @@ Streamed from the parts like `write_results` (duckdb over the parts dataset, inp
 from __future__ import annotations
 
 import json
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pyarrow as pa
@@ -50,7 +50,7 @@ def _readable(explain: str | None) -> tuple[str | None, str | None]:
     return probe_text(ex.get("probe")) or None, lists_compact(ex.get("lists", []))
 
 
-def write_explained(parts: Any, out: str, storage_cfg: Any = None, index: str | None = None) -> dict[str, int]:
+def write_explained(parts: Any, out: str | Path, storage_cfg: Any = None, index: str | None = None) -> dict[str, int]:
     """Like `fanout.io.batch_out.write_results`, with the explain columns; returns {queries, errors}."""
     import duckdb
     import pyarrow.csv as pcsv

@@ -159,7 +159,8 @@ def test_two_concurrent_index_runs_one_line_and_a_consistent_index(tmp_path):
 
 
 def test_collection_name_messages_agree_on_the_limit():
-    from fanout.api.service import RequestError, check_request
+    from fanout.api.requests import parse_search_request as check_request
+    from fanout.errors import RequestError
     from fanout.store.db import check_collection_name
 
     check_collection_name("x" * 100)

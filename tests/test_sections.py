@@ -12,8 +12,7 @@ import shutil
 
 import pytest
 
-from fanout.api.service import RequestError
-from fanout.errors import FanoutError
+from fanout.errors import FanoutError, RequestError
 from tests.support.serve import running_serve
 from tests.support.vault import NOTES, write_vault
 

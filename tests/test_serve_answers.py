@@ -19,10 +19,10 @@ class CountingService:
         self.open = {"t"}  # collections with open searchers
         self.calls = 0
 
-    def answer(self, req):
+    def answer(self, req):  # a SearchRequest: the server parsed the JSON
         self.calls += 1
-        self.open |= set(req.get("collections") or ["notes"])
-        return {"results": [{"path": f"answer {self.calls}"}], "errors": [] if req.get("query") else [{"e": 1}]}
+        self.open |= set(req.collections or ["notes"])
+        return {"results": [{"path": f"answer {self.calls}"}], "errors": [] if req.query else [{"e": 1}]}
 
     def forget(self, collections):
         self.open -= set(collections)

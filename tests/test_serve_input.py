@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout.api.service import check_request
+from fanout.api.requests import parse_search_request as check_request
 from fanout.serve.client import PORT_FILE
 from tests.support.serve import running_serve
 from tests.support.serve_http import ask, exchange, post

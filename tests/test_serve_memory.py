@@ -160,11 +160,11 @@ def test_an_answer_from_memory_does_not_wait_for_a_search(tmp_path):
         def forget(self, names):
             pass
 
-        def answer(self, req):
+        def answer(self, req):  # a SearchRequest: the server parsed the JSON
             with self.lock:
-                if req["query"] == "slow":
+                if req.query == "slow":
                     time.sleep(1.5)
-                return {"results": [{"path": req["query"]}], "errors": []}
+                return {"results": [{"path": req.query}], "errors": []}
 
     (tmp_path / "t.manifest.json").write_text("{}")
     app = _App(str(tmp_path), Slow(), max_answers=8)

@@ -8,20 +8,36 @@ May import the base, fanout.actors, fanout.pipelines and fanout.gaps; never the 
 """
 
 from fanout.api.kb import KnowledgeBase, collections, open
-from fanout.api.notes import NoteError
-from fanout.api.service import RequestError
-from fanout.api.types import BatchResult, Hit, Hits, Note
+from fanout.api.requests import SearchRequest
+from fanout.api.types import BatchResult, Hit, Hits, Note, SearchResponse
 from fanout.api.watch import Watcher, WatchRound
 from fanout.config import ConfigError
-from fanout.errors import FanoutError, PlacementError, UserError
-from fanout.filters import FilterError
+from fanout.errors import (
+    BackendError,
+    BenchNotFoundError,
+    FanoutError,
+    FilterError,
+    GPUBackendMissing,
+    InputMissing,
+    ModelError,
+    NoteError,
+    PlacementError,
+    RequestError,
+    RowError,
+    ToolArgError,
+    UserError,
+    VaultError,
+)
 from fanout.gaps.analysis import GapsResult
-from fanout.models.files import ModelError
 from fanout.pipelines.index import IndexReport
-from fanout.store.integrity import IndexStateError
+from fanout.store.integrity import IndexMissing, IndexStateError
 from fanout.store.locks import CollectionBusy
-from fanout.store.storage import StorageError
+from fanout.store.storage import DiskFull, StorageError
 
-__all__ = ["BatchResult", "CollectionBusy", "ConfigError", "FanoutError", "FilterError", "GapsResult", "Hit", "Hits",
-           "IndexReport", "IndexStateError", "KnowledgeBase", "ModelError", "Note", "NoteError", "PlacementError",
-           "RequestError", "StorageError", "UserError", "WatchRound", "Watcher", "collections", "open"]
+# the errors are every class of fanout/errors.py and the store's and the config's (declared beside their code)
+__all__ = ["BackendError", "BatchResult", "BenchNotFoundError", "CollectionBusy", "ConfigError", "DiskFull",
+           "FanoutError", "FilterError", "GPUBackendMissing", "GapsResult", "Hit", "Hits", "IndexMissing",
+           "IndexReport", "IndexStateError", "InputMissing", "KnowledgeBase", "ModelError", "Note",
+           "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "SearchResponse",
+           "StorageError", "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher", "collections",
+           "open"]

@@ -8,14 +8,14 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
 from fanout.api.types import as_path
 from fanout.errors import UserError
 
-Rows = pa.Table | Iterable[Mapping[str, Any]] | str | os.PathLike | Any  # Any: a pandas DataFrame
+Rows: TypeAlias = pa.Table | Iterable[Mapping[str, Any]] | str | os.PathLike | Any  # Any: a pandas DataFrame
 
 
 def column_name(value: Any, what: str) -> str:
@@ -42,7 +42,8 @@ def input_file(rows: Rows, tmp: str, query_column: str = "query", id_column: str
                             "a file's rows name their fields `query` and `id` (fanout batch's input format)")
         return as_path(rows, "rows"), None, None
     if type(rows).__name__ == "DataFrame" and hasattr(rows, "to_dict"):  # pandas, without importing it
-        _has_columns([str(c) for c in rows.columns], query_column, id_column)
+        cols = rows.columns  # type: ignore[union-attr]  # a DataFrame (tested by name above)
+        _has_columns([str(c) for c in cols], query_column, id_column)
         try:
             rows = pa.Table.from_pandas(rows, preserve_index=False)
         except (pa.ArrowException, TypeError, ValueError, UnicodeError):  # a column of mixed types, a lone
@@ -133,7 +134,7 @@ class Extra:
         for name in self.names:
             if name in answers.column_names:  # the caller's `id` beside JSONL's: the same value
                 continue
-            vals = [None if i is None or self.rows[i] is None else self.rows[i].get(name) for i in at]
+            vals = [None if i is None else (self.rows[i] or {}).get(name) for i in at]
             try:
                 col = pa.array(vals)
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # values of mixed types: as text

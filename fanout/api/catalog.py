@@ -13,6 +13,7 @@ from typing import Any
 
 from fanout.agent_fields import count_languages
 from fanout.config import Config
+from fanout.errors import InputMissing
 from fanout.store import file_states, manifest, storage
 from fanout.store.db import Collection
 
@@ -111,7 +112,7 @@ def list_files(col: Collection, prefix: str = "") -> list[dict[str, Any]]:
 def list_collections(db_dir: str | Path, cfg: Config | None = None) -> list[dict[str, Any]]:
     out = []
     for name in collection_names(db_dir, cfg):
-        col = Collection(db_dir, name, cfg)
+        col = Collection(str(db_dir), name, cfg)
         m = col.read_manifest()
         stats = m.get("stats") or {}
         out.append({"collection": name, "vault": m.get("vault"), "notes": stats.get("notes"),
@@ -121,10 +122,10 @@ def list_collections(db_dir: str | Path, cfg: Config | None = None) -> list[dict
 
 def remove_collection(db_dir: str | Path, name: str, cfg: Config | None = None) -> list[str]:
     """Drop a collection's tables (chunks, documents, caches) and its manifest; the vault is not touched."""
-    col = Collection(db_dir, name, cfg)
+    col = Collection(str(db_dir), name, cfg)
     if name not in collection_names(db_dir, cfg) and not col.has(col.chunks_name):
         known = collection_names(db_dir, cfg)
-        raise FileNotFoundError(f"no collection {name!r} in {str(db_dir)!r}; collections: {known}")
+        raise InputMissing(f"no collection {name!r} in {str(db_dir)!r}; collections: {known}")
     dropped = []
     for n in [col.chunks_name, col.documents_name] + [f"{name}_cache_{c}" for c in CACHE_TABLES]:
         if col.has(n):

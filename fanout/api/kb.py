@@ -26,14 +26,17 @@ from fanout.api.batch_rows import Rows, column_name, input_file
 from fanout.api.checks import check_count, check_flag
 from fanout.api.types import BatchResult, Hits, Note, as_path
 from fanout.config import Config, ConfigError, load_config
-from fanout.errors import UserError
+from fanout.errors import RequestError, UserError
 
 if TYPE_CHECKING:
+    from fanout.api.requests import Mode, SearchRequest
     from fanout.api.service import SearchService
+    from fanout.api.types import SearchResponse
     from fanout.api.watch import Watcher, WatchRound
     from fanout.exec.runner import Runner
     from fanout.gaps.analysis import GapsResult
     from fanout.pipelines.index import IndexReport
+    from fanout.store.db import Collection
 
 RunnerMode = Literal["auto", "inproc", "ray"]
 RUNNER_MODES = ("auto", "inproc", "ray")
@@ -66,7 +69,7 @@ class KnowledgeBase:
     def __init__(self, db: str | os.PathLike, collection: str = "notes",
                  config: str | os.PathLike | Config | None = None, *, runner: RunnerMode | None = None,
                  lent: Runner | None = None):
-        from fanout.api.service import check_collection
+        from fanout.api.requests import check_collection
         from fanout.store import storage
 
         self.db = storage.normalize_uri(as_path(db, "db"))
@@ -183,7 +186,7 @@ class KnowledgeBase:
     def search(self, query: str, *, short_query: str | None = None, rephrased_query: str | None = None,
                expected_answer: str | None = None, intent: str | None = None, n: int = 10,
                filter: Mapping[str, Any] | str | None = None, expand: bool | None = None,
-               rerank: bool | None = None, explain: bool = False, mode: Literal["query", "search", "vsearch"] = "query",
+               rerank: bool | None = None, explain: bool = False, mode: Mode = "query",
                min_score: float = 0.0, line_numbers: bool = False, full: bool = False,
                collections: list[str] | None = None, sections: int | None = None) -> Hits:
         """The pages that answer `query`, best first: the answers of `fanout query` (`mode="search"`: full text
@@ -196,8 +199,6 @@ class KnowledgeBase:
         file lines, score, snippet, a `ref` that `get` reads back; pages ranked as without). Raises `RequestError` (a `FanoutError`) naming the
         field for bad input, `IndexStateError` when there is no index to search.
         """
-        from fanout.api.service import RequestError
-
         fields = {"short_query": short_query, "rephrased_query": rephrased_query,
                   "expected_answer": expected_answer, "intent": intent}
         for name, value in {"query": query, **fields}.items():
@@ -205,29 +206,29 @@ class KnowledgeBase:
                 raise RequestError(f"`{name}` must be text (str), got {type(value).__name__}", field=name)
         if isinstance(filter, Mapping):
             filter = dict(filter)
-        req: dict[str, Any] = {"mode": mode, "collections": collections or [self.collection], "query": query,
-                               "n": n, "min_score": min_score, "explain": explain, "full": full,
-                               "line_numbers": line_numbers, "filter": filter,
-                               **{k: v for k, v in fields.items() if v is not None}}
-        if sections is not None:
-            req["sections"] = sections
+        given: dict[str, Any] = {"mode": mode, "collections": collections or [self.collection], "query": query,
+                                 "n": n, "min_score": min_score, "explain": explain, "full": full,
+                                 "line_numbers": line_numbers, "filter": filter, "sections": sections,
+                                 **{k: v for k, v in fields.items() if v is not None}}
         if mode == "query":
-            req.update(expand=expand, rerank=rerank)
+            given.update(expand=expand, rerank=rerank)
         with self.lock:
-            resp = self._svc().run(req)
+            svc = self._svc()
+            resp = svc.run(svc.parse(given))  # the arguments checked as `fanout serve` checks its JSON
         if resp["errors"]:
             e = resp["errors"][0]
             why = re.sub(r"^row \d+: ", "", e["error"])  # one query: no batch row to name
             raise RequestError(f"{e['field'] or 'query'}: {why}", field=e["field"] or "query")
         return Hits.from_response(resp, query)
 
-    def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """One search request as the JSON object `fanout serve` takes (mode, collections, query, agent fields,
-        n, min_score, filter, expand, rerank, explain, full, line_numbers, sections) -> the JSON-ready response the CLI
-        prints and the server sends (results, errors, timings, expansion). Raises RequestError for a malformed
-        request; a bad query comes back as an error in `errors`."""
+    def answer(self, request: SearchRequest | Mapping[str, Any]) -> SearchResponse:
+        """One search request -> the JSON-ready response the CLI prints and the server sends (results, errors,
+        timings, expansion). `request`: a `SearchRequest`, or the JSON object `fanout serve` takes (mode,
+        collections, query, agent fields, n, min_score, filter, expand, rerank, explain, full, line_numbers,
+        sections), parsed into one. Raises RequestError for a malformed request; a bad query comes back as an
+        error in `errors`."""
         with self.lock:
-            return self._svc().run(dict(request) if isinstance(request, Mapping) else request)
+            return self._svc().run(request)
 
     def warm(self, collections: list[str] | tuple[str, ...] = ()) -> None:
         """Open the searchers of `collections` and load the in-process embedder now, so the first request pays
@@ -272,7 +273,7 @@ class KnowledgeBase:
         `to_arrow()` / `to_pandas()` (matched by id; the `out` file keeps `fanout batch`'s columns). A table
         without the query column, or whose columns collide with the answers' own, is refused before any work.
         """
-        from fanout.api.service import check_min_score, check_sections
+        from fanout.api.requests import check_min_score, check_sections
         from fanout.exec.engines import job_mode
         from fanout.exec.progress import Progress
         from fanout.filters import as_option, parse_filter
@@ -338,7 +339,7 @@ class KnowledgeBase:
         vault = vault_of(col)
         docs = indexed_docs(col)
         note, r = read_ref(ref, lambda name: locate(vault, name, docs),
-                           lambda target: read_note(vault, target, "note", col.cfg.index))
+                           lambda target: read_note(vault, target, "note", col.cfg.index if col.cfg else None))
         head, first, lines = note_lines(note, r.heading, r.line_from, r.line_to, max_lines)
         return Note(path=note["path"], title=note["title"], heading=head, first_line=first,
                     text="\n".join(lines), lang=note.get("lang"))
@@ -363,7 +364,7 @@ class KnowledgeBase:
             return make_report(as_path(answers, "answers"), as_path(out, "out"), self.db, self.collection,
                                self.cfg, previous=previous, progress=bar)
 
-    def _collection(self):
+    def _collection(self) -> Collection:
         from fanout.store.db import Collection
 
         if self._closed:

@@ -16,17 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.config.sections import IndexConfig
-from fanout.errors import FanoutError
+from fanout.errors import NoteError
+
+if TYPE_CHECKING:
+    from fanout.store.db import Collection
 
 _LINES = re.compile(r":(\d+)(?:-(\d+))?$")
 
-
-
-class NoteError(FanoutError, ValueError):
-    """A note reference that cannot be served; the message names the field and the fix."""
 
 
 def _norm(text: str) -> str:
@@ -37,7 +36,7 @@ def nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
-def find_file(vault: Path | None, rel: Any, label: str = "`path`") -> Path | None:
+def find_file(vault: Path | None, rel: object, label: str = "`path`") -> Path | None:
     """`rel` -> the note file inside `vault`, or None when there is no such file; raises NoteError for a
     reference that is malformed or leads outside the vault."""
     if rel is not None and not isinstance(rel, str):
@@ -72,11 +71,12 @@ def find_file(vault: Path | None, rel: Any, label: str = "`path`") -> Path | Non
     return None
 
 
-def resolve_path(vault: Path | None, rel: Any, known: Callable[[], list[str]], label: str = "`path`") -> Path:
+def resolve_path(vault: Path | None, rel: object, known: Callable[[], list[str]], label: str = "`path`") -> Path:
     """Like find_file, but a missing note raises NoteError with the closest indexed paths."""
     target = find_file(vault, rel, label)
     if target is not None:
         return target
+    assert isinstance(rel, str)  # find_file refuses anything else
     close = get_close_matches(nfc(rel.strip().replace("\\", "/")), known(), n=3)
     raise NoteError(f"{label}: no note {rel!r} in the vault" +
                     (f"; did you mean {close}?" if close else "; use a path from search results"))
@@ -214,7 +214,7 @@ def sections(body: str) -> list[Section]:
     return out
 
 
-def read_note(vault: Path, target: Path, label: str = "`path`", limits: IndexConfig | None = None
+def read_note(vault: Path | None, target: Path, label: str = "`path`", limits: IndexConfig | None = None
               ) -> dict[str, Any]:
     """A note file -> {path, title, lang, body, body_line (file line of the body's first char), text}.
 
@@ -224,6 +224,8 @@ def read_note(vault: Path, target: Path, label: str = "`path`", limits: IndexCon
     from fanout.io.vault import read_regular
     from fanout.pipelines.scan_notes import parse_note
 
+    if vault is None:  # callers found `target` through find_file, which refuses a missing vault first
+        raise NoteError("the index does not name an existing vault (None); re-run `fanout index` on the vault")
     limits = limits or IndexConfig()
     rel = nfc(target.relative_to(vault.resolve()).as_posix())
     try:  # regular files only (never blocks on a FIFO), never a link swapped in after resolving
@@ -325,13 +327,13 @@ def line_of(note: dict[str, Any], snippet: str, heading: str | None = None) -> i
     return None
 
 
-def vault_of(col: Any) -> Path | None:
+def vault_of(col: Collection) -> Path | None:
     """The vault a collection was indexed from, as its manifest records it (None: not recorded)."""
     v = col.read_manifest().get("vault")
     return Path(v).resolve() if v else None
 
 
-def indexed_docs(col: Any) -> Callable[[], list[dict]]:
+def indexed_docs(col: Collection) -> Callable[[], list[dict]]:
     """A loader of the collection's documents (path, title, aliases), read once on first call: what `locate`
     matches titles and aliases against."""
     rows: list[dict] = []

@@ -13,155 +13,35 @@ blended score. Ties keep the collection order given.
 from __future__ import annotations
 
 import json
-import math
-import numbers
-import re
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from fanout.api.requests import MODES, SearchRequest, parse_search_request
 from fanout.config import Config
 from fanout.defaults import DEFAULT_COLLECTION
-from fanout.errors import FanoutError
+from fanout.errors import RequestError
 from fanout.exec.runner import Runner
 
-MODES: dict[str, dict[str, Any]] = {
-    "query": {},
-    "search": {"retrieve": {"lanes": ("fts",)}},
-    "vsearch": {"retrieve": {"lanes": ("vec",)}},
-}
-ROW_FIELDS = ("query", "intent", "short_query", "rephrased_query", "expected_answer")
-FLAGS = ("expand", "rerank", "explain", "full", "line_numbers")  # true, false or null (the config's default)
-REQUEST_FIELDS = ("mode", "collections", "n", "min_score", "filter", "sections", *FLAGS, *ROW_FIELDS)
-COLLECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # fanout.store.db.check_collection_name's rule
-
-
-class RequestError(FanoutError, ValueError):
-    """A malformed request or query (a 400 from `fanout serve`); the message names the field and what is
-    allowed, `field` holds the field's name."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        # the field a message names first (`n`, `mode`, ...) unless given
-        self.field = field or (m.group(1) if (m := re.search(r"`(\w+)`", message)) else None)
-
-
-COLLECTION_RULE = ("letters, digits, `_`, `-` and `.`, starting with a letter or digit, at most 100 characters; "
-                   "`fanout collection list` names them")
-
-
-def check_collection(name: object) -> str:
-    """`name` when it is a collection name (COLLECTION_NAME), else RequestError saying what is allowed."""
-    if not isinstance(name, str) or not COLLECTION_NAME.fullmatch(name):
-        raise RequestError(f"{_show(name)} is not a collection name ({COLLECTION_RULE})", field="collection")
-    return name
-
-
-def check_sections(value: Any, cap: int) -> int:
-    """`sections` (--sections N) as a count: None -> 0 (off); else a whole number from 1 to `cap`
-    (retrieve.max_sections), or RequestError naming the field, what was given and what is allowed."""
-    if value is None:
-        return 0
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= cap:
-        raise RequestError(f"`sections` must be a whole number from 1 to {cap} (retrieve.max_sections; leave it "
-                           f"out for pages only), got {_show(value)}", field="sections")
-    return value
-
-
-def check_min_score(value: Any) -> float:
-    """`min_score` as a float from 0 to 1 (scores are in [0, 1]: more returns nothing, NaN keeps nothing), or
-    RequestError naming the field, what was given and what is allowed."""
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
-            or not 0.0 <= value <= 1.0):
-        raise RequestError(f"`min_score` must be a number from 0 to 1 (scores are in [0, 1]; 0 keeps every page), "
-                           f"got {_show(value)}", field="min_score")
-    return float(value)
-
-
-def check_request(req: Any, max_results: int, max_sections: int = 20, max_collections: int = 16) -> None:
-    """Raise RequestError unless `req` is an object of REQUEST_FIELDS with values of the right type and range.
-
-    The row's text fields and `filter` are checked by the pipeline's own parser (their errors come back as
-    error rows, as in a batch).
-    """
-    if not isinstance(req, dict):
-        raise RequestError(f"the request must be an object with the fields {list(REQUEST_FIELDS)}, got "
-                           f"{type(req).__name__}")
-    extra = sorted(str(k) for k in set(req) - set(REQUEST_FIELDS))
-    if extra:
-        raise RequestError(f"unknown request field {extra[0][:40]!r}; allowed: {list(REQUEST_FIELDS)}")
-    for key, value in req.items():
-        if not _encodable(value):
-            raise RequestError(f"`{key}` holds a lone surrogate (JSON \\ud800-\\udfff alone): not Unicode text; "
-                               "send the text as UTF-8")
-    mode = req.get("mode", "query")
-    if not isinstance(mode, str) or mode not in MODES:
-        raise RequestError(f"`mode` must be one of {sorted(MODES)}, got {_show(mode)}")
-    names = req.get("collections")
-    if names is not None:
-        if not isinstance(names, list) or not names:
-            raise RequestError(f"`collections` must be a non-empty list of collection names, got {_show(names)}")
-        if len(names) > max_collections:
-            raise RequestError(f"`collections` names {len(names)} collections; at most {max_collections} "
-                               "(serve.max_collections) are searched in one request: split it", field="collections")
-        for name in names:
-            if not isinstance(name, str) or not COLLECTION_NAME.fullmatch(name):
-                raise RequestError(f"`collections`: {_show(name)} is not a collection name ({COLLECTION_RULE})",
-                                   field="collections")
-        if len(set(names)) < len(names):
-            twice = next(x for i, x in enumerate(names) if x in names[:i])
-            raise RequestError(f"`collections` names {twice!r} more than once; name each collection once "
-                               "(a page would come back at several ranks)", field="collections")
-    n = req.get("n", 10)
-    if isinstance(n, float) and n.is_integer():
-        n = int(n)
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= max_results:
-        raise RequestError(f"`n` must be a whole number from 1 to {max_results} (serve.max_results), got "
-                           f"{_show(n)}")
-    check_sections(req.get("sections"), max_sections)
-    check_min_score(req.get("min_score", 0.0))
-    for flag in FLAGS:
-        if req.get(flag) is not None and not isinstance(req[flag], bool):
-            raise RequestError(f"`{flag}` must be true, false or null, got {_show(req[flag])}")
-
-
-def _encodable(value: Any) -> bool:
-    """True unless a string in `value` (or in its lists and objects) cannot be written as UTF-8."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
-    if isinstance(value, list):
-        return all(_encodable(v) for v in value)
-    if isinstance(value, dict):
-        return all(_encodable(k) and _encodable(v) for k, v in value.items())
-    return True
-
-
-def _show(value: Any) -> str:
-    """A value for an error message, as JSON, cut at 60 characters."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 60 else text[:60] + "..."
-
+if TYPE_CHECKING:
+    from fanout.api.types import ErrorRow, ResultRow, SearchResponse
+    from fanout.pipelines.search import Searcher
 
 class SearchService:
     """Searchers per (collection, mode), built once; `run(request)` answers one interactive query."""
 
     def __init__(self, db: str | Path, cfg: Config, runner: Runner):
         self.db, self.cfg, self.runner = str(db), cfg, runner
-        self._searchers: dict[tuple[str, str], Any] = {}
+        self._searchers: dict[tuple[str, str], Searcher] = {}
         self.lock = threading.Lock()  # one search at a time: llama.cpp models are not thread-safe
 
-    def searcher(self, collection: str, mode: str):
+    def searcher(self, collection: str, mode: str) -> Searcher:
         from fanout.pipelines.search import Searcher
 
         if mode not in MODES:
-            raise ValueError(f"unknown search mode {mode!r}; choose one of {sorted(MODES)}")
+            raise RequestError(f"unknown search mode {mode!r}; choose one of {sorted(MODES)}")
         key = (collection, mode)
         if key not in self._searchers:
             cfg = self.cfg.replace(**MODES[mode]) if MODES[mode] else self.cfg
@@ -181,25 +61,32 @@ class SearchService:
             for key in [k for k in self._searchers if k[0] in names]:
                 del self._searchers[key]
 
-    def run(self, req: dict[str, Any]) -> dict[str, Any]:
+    def parse(self, req: object) -> SearchRequest:
+        """A JSON request as a SearchRequest, checked against this config's limits (RequestError if not)."""
+        return parse_search_request(req, self.cfg.serve.max_results, self.cfg.retrieve.max_sections,
+                                    self.cfg.serve.max_collections)
+
+    def run(self, req: SearchRequest | Mapping[str, Any]) -> SearchResponse:
+        """One search -> the JSON-ready response (mode, collections, results, errors, timings, expansion and,
+        with `explain`, the query-level explanation). A mapping is parsed first (`parse`)."""
         from fanout.filters import as_option, parse_filter
         from fanout.pipelines.search import SearchOptions
 
         t0 = time.perf_counter()
-        check_request(req, self.cfg.serve.max_results, self.cfg.retrieve.max_sections,
-                      self.cfg.serve.max_collections)
-        mode = req.get("mode", "query")
-        row = {"id": "q", **{k: req[k] for k in ROW_FIELDS if req.get(k) is not None}}
+        if not isinstance(req, SearchRequest):
+            req = self.parse(req)
+        mode = req.mode
+        row = req.row()
         plain = mode != "query"
-        opts = SearchOptions(n=int(req.get("n", 10)), min_score=float(req.get("min_score", 0.0)),
-                             expand=False if plain else req.get("expand"),
-                             rerank=False if plain else req.get("rerank"),
-                             explain=bool(req.get("explain")),
-                             filter=as_option(parse_filter(req.get("filter") or {})),
-                             sections=check_sections(req.get("sections"), self.cfg.retrieve.max_sections))
-        collections = req.get("collections") or [DEFAULT_COLLECTION]
-        results: list[dict] = []
-        errors: list[dict] = []
+        opts = SearchOptions(n=req.n, min_score=req.min_score,
+                             expand=False if plain else req.expand,
+                             rerank=False if plain else req.rerank,
+                             explain=req.explain,
+                             filter=as_option(parse_filter(req.filter or {})),
+                             sections=req.sections)
+        collections = list(req.collections) or [DEFAULT_COLLECTION]
+        results: list[dict[str, Any]] = []  # ResultRow and the merge's own keys (_ci, _rrf, _rerank)
+        errors: list[ErrorRow] = []
         timings: dict[str, float] = {}
         expansion: dict[str, str] = {}  # collection -> where the variants came from (agent, cache, model, ...)
         with self.lock:
@@ -225,14 +112,15 @@ class SearchService:
             r["rank"] = i
             for k in ("_ci", "_rrf", "_rerank"):
                 r.pop(k)
-        if req.get("line_numbers") or req.get("full"):
-            self._add_text(results, bool(req.get("full")))
+        if req.line_numbers or req.full:
+            self._add_text(results, req.full)
         timings["total"] = time.perf_counter() - t0
-        resp = {"mode": mode, "collections": collections, "results": results, "errors": errors,
-                "timings": {k: round(v, 4) for k, v in timings.items()}, "expansion": expansion}
+        rows = cast("list[ResultRow]", results)  # the merge's own keys are gone: ResultRow's fields alone
+        resp: SearchResponse = {"mode": mode, "collections": collections, "results": rows, "errors": errors,
+                                "timings": {k: round(v, 4) for k, v in timings.items()}, "expansion": expansion}
         if opts.explain:  # the query-level facts (the same in every result's explanation)
-            ex = next((r["explain"] for r in results if r.get("explain")), {})
-            resp["explain"] = {"query": ex.get("query") or req.get("query"), "probe": ex.get("probe"),
+            ex: dict[str, Any] = next((r["explain"] for r in results if r.get("explain")), {})
+            resp["explain"] = {"query": ex.get("query") or req.query, "probe": ex.get("probe"),
                                "filter": ex.get("filter")}
         return resp
 

@@ -1,5 +1,5 @@
 """The public API's result types: `Hit` / `Hits` (a search's pages), `BatchResult` (a batch job's answers),
-`Note` (what `get` reads). Arrow is the interchange format: every result converts with `.to_arrow()` and
+`Note` (what `get` reads); `SearchResponse`, the JSON-ready answer `fanout serve` sends and `Hits` is made from. Arrow is the interchange format: every result converts with `.to_arrow()` and
 `.to_pandas()` (pandas only when asked for)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, SupportsIndex, TypedDict, overload
 
 import pyarrow as pa
 
@@ -15,6 +15,44 @@ HIT_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("path", pa.string()), ("title", pa.string()), ("heading", pa.string()),
     ("snippet", pa.string()), ("score", pa.float64()), ("collection", pa.string()), ("line", pa.int32()),
 ])
+
+
+class ResultRow(TypedDict):
+    """One page of a SearchResponse (what `Hit` is made from)."""
+
+    collection: str
+    rank: int
+    path: str
+    title: str
+    heading: str | None
+    snippet: str | None
+    score: float
+    sections: NotRequired[list[dict[str, Any]]]  # sections=N
+    explain: NotRequired[dict[str, Any]]  # explain
+    line: NotRequired[int | None]  # line_numbers or full
+    section: NotRequired[dict[str, Any]]  # full
+
+
+class ErrorRow(TypedDict):
+    """Why the query was refused (in one collection: the same row fails the same way in the others)."""
+
+    collection: str
+    field: str | None
+    error: str
+
+
+class SearchResponse(TypedDict):
+    """The answer to a SearchRequest as JSON: what `KnowledgeBase.answer` returns, `fanout serve` sends and the
+    CLI prints (fanout/api/service.py builds it)."""
+
+    mode: str
+    collections: list[str]
+    results: list[ResultRow]
+    errors: list[ErrorRow]
+    timings: dict[str, float]  # seconds per stage, summed over the collections; `total`
+    expansion: dict[str, str]  # collection -> where the variants came from (agent, cache, model, ...)
+    explain: NotRequired[dict[str, Any]]  # explain: the query-level facts (query, probe, filter)
+    answered: NotRequired[str]  # "memory": `fanout serve` gave a remembered answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +100,7 @@ class Hits(list[Hit]):
         self.explain = explain
 
     @classmethod
-    def from_response(cls, resp: dict[str, Any], query: str = "") -> Hits:
+    def from_response(cls, resp: SearchResponse, query: str = "") -> Hits:
         """The service's JSON-ready response (fanout/api/service.py) as typed hits."""
         hits = [Hit(rank=r["rank"], path=r["path"], title=r["title"], heading=r["heading"] or "",
                     snippet=r["snippet"] or "", score=float(r["score"]), collection=r["collection"],
@@ -81,11 +119,15 @@ class Hits(list[Hit]):
             schema = HIT_SCHEMA.append(pa.field("sections", pa.list_(SECTION)))
         return pa.Table.from_pylist([{f.name: getattr(h, f.name) for f in schema} for h in self], schema=schema)
 
-    def __getitem__(self, i):  # a slice stays `Hits` (query, expansion, timings kept)
-        got = super().__getitem__(i)
+    @overload
+    def __getitem__(self, i: SupportsIndex) -> Hit: ...
+    @overload
+    def __getitem__(self, i: slice) -> Hits: ...
+
+    def __getitem__(self, i: SupportsIndex | slice) -> Hit | Hits:  # a slice stays `Hits` (query, expansion, ...)
         if isinstance(i, slice):
-            return Hits(got, self.query, self.expansion, self.timings, self.explain)
-        return got
+            return Hits(super().__getitem__(i), self.query, self.expansion, self.timings, self.explain)
+        return super().__getitem__(i)
 
     def to_pandas(self) -> Any:
         """A DataFrame; `rank` and `line` stay integer columns where a value is missing (pandas' nullable Int32)."""
@@ -122,6 +164,7 @@ class BatchResult:
         if self.table is None:
             from fanout.io.batch_out import read_output
 
+            assert self.out is not None  # held in memory (out=None) means the table is set
             self.table = read_output(self.out, self.storage)
             if self.extra is not None:
                 self.table = self.extra.join(self.table)
@@ -169,7 +212,7 @@ def _to_pandas(table: pa.Table) -> Any:
     return table.to_pandas(types_mapper=ints.get)
 
 
-def as_path(value: Any, what: str) -> str:
+def as_path(value: object, what: str) -> str:
     """A str or os.PathLike as a string; anything else is a typed error naming the argument."""
     import os
 

@@ -95,7 +95,7 @@ class Watcher:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
-    def start(self) -> Watcher:
+    def start(self) -> Self:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="fanout-watch", daemon=True)
             self._thread.start()

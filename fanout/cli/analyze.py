@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout.errors import UserError
+from fanout.errors import InputMissing, UserError
 from fanout.store import manifest
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def connect(path: str | Path | None = None, db: str | Path | None = None, collec
     if path is not None:
         p = Path(path)
         if not p.exists():
-            raise FileNotFoundError(f"{str(p)!r} does not exist; give an eval --out folder or a batch output file")
+            raise InputMissing(f"{str(p)!r} does not exist; give an eval --out folder or a batch output file")
         if p.is_dir() and manifest.names(str(p)) and db is None:
             db = p  # `fanout analyze DB`: an index folder
         else:

@@ -54,7 +54,7 @@ def _help_width() -> int:
         cols = 0
     if not cols:
         try:
-            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns
+            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]  # None: caught
         except (AttributeError, ValueError, OSError):
             cols = 80
     return cols - 2

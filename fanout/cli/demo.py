@@ -11,6 +11,7 @@ import json
 import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 from fanout.config import data_dir, load_config
 
@@ -50,7 +51,7 @@ def run_demo(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         searcher.search(rows, SearchOptions(n=3))
         again = time.perf_counter() - t
-    top = {}
+    top: dict[str, Any] = {}
     for r in res.results.to_pylist():
         top.setdefault(r["qid"], []).append(r)
     hit = 0

@@ -13,6 +13,8 @@ import os
 import sys
 
 TYPE_CHECKING = False  # typing and pathlib cost the warm `fanout query` path ~13 ms of imports
+if TYPE_CHECKING:
+    from typing import Any
 
 from fanout.cli.args import _fmt, filter_arg
 from fanout.cli.args import build_parser as _build_parser
@@ -144,7 +146,8 @@ def cmd_multi_get(args: argparse.Namespace) -> int:
     refs = match_many(args.pattern, [d["path"] for d in docs()])
     if not refs:
         raise UserError(f"no indexed note matches {args.pattern!r}; see `fanout ls` for the paths")
-    out, bad = [], 0
+    out: list[dict[str, Any]] = []
+    bad = 0
     for ref in refs:
         try:
             target = locate(vault, ref, docs)

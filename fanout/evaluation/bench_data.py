@@ -16,7 +16,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from fanout.errors import FanoutError
+from fanout.errors import BenchNotFoundError, UserError
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +31,6 @@ SET_TITLES: dict[str, str] = {
 }
 AGENT_FIELDS: tuple[str, ...] = ("short_query", "rephrased_query", "expected_answer")
 _RUN_NAME = re.compile(r"^(?P<system>.+)-(?P<lang>en|ru)$")
-
-
-class BenchNotFoundError(FanoutError, FileNotFoundError):
-    """Raised when the benchmark folder cannot be found."""
 
 
 def default_bench_dir() -> Path:
@@ -100,7 +96,7 @@ def read_agent_fields(path: str | Path, lang: str) -> dict[str, dict[str, str]]:
     for item in items:
         if not isinstance(item, dict) or not item.get("id"):
             continue
-        fields = {f: (item.get(f) if isinstance(item.get(f), str) else "").strip() for f in AGENT_FIELDS}
+        fields = {f: (v if isinstance(v := item.get(f), str) else "").strip() for f in AGENT_FIELDS}
         out[f"{lang}:{item['id']}"] = fields
     return out
 
@@ -169,7 +165,7 @@ def load_published_table(bench_dir: str | Path | None = None) -> dict[str, dict[
 def corpus_dir(bench_dir: str | Path | None, lang: str) -> Path:
     """Return ``corpus/<lang>`` of the benchmark (the vault searched for that language)."""
     if lang not in LANGS:
-        raise ValueError(f"unknown benchmark language {lang!r}; expected one of {LANGS}")
+        raise UserError(f"unknown benchmark language {lang!r}; expected one of {LANGS}")
     path = resolve_bench_dir(bench_dir) / "corpus" / lang
     if not path.is_dir():
         raise BenchNotFoundError(f"benchmark corpus folder missing: {path}")

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fanout.errors import UserError
 from fanout.evaluation.bench_data import AGENT_FIELDS
 
 if TYPE_CHECKING:  # the CLI imports this module to build its parser: keep that free of pyarrow
@@ -101,7 +102,7 @@ def _overrides(items: list[str]) -> dict:
         key, _, raw = item.partition("=")
         section, _, field = key.partition(".")
         if not field:
-            raise ValueError(f"--set {item!r}: use section.key=value, e.g. fuse.k=60")
+            raise UserError(f"--set {item!r}: use section.key=value, e.g. fuse.k=60")
         try:
             value = json.loads(raw)
         except ValueError:
@@ -149,7 +150,7 @@ def _modes(spec: str) -> list[tuple[str, str, bool]]:
     for mode in spec.split(","):
         base, rerank = mode.split("+")[0], mode.endswith("+rerank")
         if base not in MODES:
-            raise ValueError(f"--modes: unknown mode {base!r}; choose from {sorted(MODES)} (+rerank)")
+            raise UserError(f"--modes: unknown mode {base!r}; choose from {sorted(MODES)} (+rerank)")
         out.append((mode, base, rerank))
     return out
 
@@ -280,14 +281,14 @@ def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]
     modes = _modes(args.modes or (DEFAULT_MODES if fields else OWN_MODES))
     for mode, base, _ in modes:
         if MODES[base][1] and not fields:
-            raise ValueError(f"--modes {mode} uses agent fields: give --fields FILE (keyed by your query ids) "
-                             f"or leave the mode out (without fields: {OWN_MODES})")
+            raise UserError(f"--modes {mode} uses agent fields: give --fields FILE (keyed by your query ids) "
+                            f"or leave the mode out (without fields: {OWN_MODES})")
     qs = _limit(queries, args.limit)
     per_query, timings = [], []
     with make_runner(cfg, mode=cfg.runner.mode if cfg.runner.mode != "auto" else "inproc") as runner:
         if args.vault:
             ensure_index(Path(args.vault), db, name, cfg, runner)
-        col = Collection(db, name)
+        col = Collection(str(db), name)
         col.require()
         check_judged(col, qs)
         for mode, base, rerank in modes:
@@ -331,16 +332,16 @@ def main_eval(args: argparse.Namespace) -> int:
         return 0
     own = args.vault is not None or args.collection is not None
     if args.sections < 0 or (own and args.sections):
-        raise ValueError(f"--sections {args.sections}: give a whole number >= 1, on the benchmark only (the "
-                         "section judgments are the benchmark's)")
+        raise UserError(f"--sections {args.sections}: give a whole number >= 1, on the benchmark only (the "
+                        "section judgments are the benchmark's)")
     if own and not args.queries:
-        raise ValueError("--vault / -c score your own judged queries: give them with --queries FILE "
-                         "(format: `fanout eval --help`)")
+        raise UserError("--vault / -c score your own judged queries: give them with --queries FILE "
+                        "(format: `fanout eval --help`)")
     cfg = load_config(args.config)
     if args.overrides:
         cfg = cfg.replace(**_overrides(args.overrides))
     if args.sections:
-        from fanout.api.service import check_sections
+        from fanout.api.requests import check_sections
 
         check_sections(args.sections, cfg.retrieve.max_sections)  # the cap every face applies
     per_query, timings = run_own(args, cfg) if own else run_modes(args, cfg)
@@ -363,7 +364,7 @@ def main_eval(args: argparse.Namespace) -> int:
               f"| mode | {'collection' if own else 'lang'} | queries | ms/query |{secs_head}\n"
               f"|---|---|---|---|{'---|' * bool(secs_head)}\n{tim}\n")
     report += paired_section(per_query, args.bench, args.n_boot, with_published=not own)
-    if (out / "sections.md").is_file() and getattr(args, "sections", 0) and not own:
+    if (out / "sections.md").is_file() and getattr(args, "sections", None) and not own:
         report += "\n" + (out / "sections.md").read_text(encoding="utf-8")
     (out / "report.md").write_text(report, encoding="utf-8")
     plot_sets(rows, out / "ndcg5.png")

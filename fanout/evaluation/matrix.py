@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from fanout.errors import InputMissing
+
 log = logging.getLogger(__name__)
 
 ROLES = ("embedder", "expander", "reranker")
@@ -110,8 +112,8 @@ def fields_from(prefix: str, langs: list[str]) -> dict[str, dict[str, str]]:
     for lang in langs:
         path = Path(f"{prefix}-{lang}.json")
         if not path.is_file():
-            raise FileNotFoundError(f"fields_from: {path} not found; write it first (e.g. python "
-                                    "bench/weak_fields/weak_fields.py) or fix the row's `fields_from` prefix")
+            raise InputMissing(f"fields_from: {path} not found; write it first (e.g. python "
+                               "bench/weak_fields/weak_fields.py) or fix the row's `fields_from` prefix")
         out.update(read_agent_fields(path, lang))
     return out
 
@@ -153,7 +155,7 @@ def render(per_query: pa.Table, timings: list[dict], spec: dict[str, Any], args:
     lines = [f"# eval matrix\n\nrows file: {args.spec}; limit per set: {args.limit or 'all'}\n",
              "## nDCG@5 [95% bootstrap] (Recall@10)\n", render_markdown(rows)]
     if hit1:
-        by = {}
+        by: dict[Any, Any] = {}
         for r in hit1:
             by.setdefault(r["system"], {})[r["set"]] = r["hit_1"]
         lines += ["\n## Hit@1\n", "| row | en-base | en-tricky | ru-base | ru-tricky |", "|---|---|---|---|---|"]

@@ -8,6 +8,7 @@ import logging
 import unicodedata
 from pathlib import Path
 
+from fanout.errors import UserError
 from fanout.evaluation.bench_data import AGENT_FIELDS as FIELDS
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ def load_judged(path: str | Path) -> list[dict]:
         try:
             items = [(f"item {i}", x) for i, x in enumerate(json.loads(text), 1)]
         except ValueError as e:
-            raise ValueError(f"{path}: not valid JSON ({e}); give a JSON list or one object per line") from None
+            raise UserError(f"{path}: not valid JSON ({e}); give a JSON list or one object per line") from None
     else:
         items = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -65,9 +66,9 @@ def load_judged(path: str | Path) -> list[dict]:
                     "subset": extra.get("subset", ""), "category": extra.get("category", ""),
                     "set": extra.get("subset", "all")})
     if problems:
-        raise ValueError(f"{path}: {len(problems)} problem(s) in the judged queries:\n  " + "\n  ".join(problems[:20])
-                         + "\nformat: one JSON object a line with id, query, relevant [paths], optional partial, "
-                         "subset, category, lang (see `fanout eval --help`)")
+        raise UserError(f"{path}: {len(problems)} problem(s) in the judged queries:\n  " + "\n  ".join(problems[:20])
+                        + "\nformat: one JSON object a line with id, query, relevant [paths], optional partial, "
+                        "subset, category, lang (see `fanout eval --help`)")
     return out
 
 
@@ -82,8 +83,8 @@ def load_own_fields(files: list[str], ids: set[str]) -> dict[str, dict[str, str]
                 fields[str(item["id"])] = {k: item[k].strip() for k in FIELDS if isinstance(item.get(k), str)}
     unknown = sorted(set(fields) - ids)
     if fields and len(unknown) == len(fields):
-        raise ValueError(f"agent fields in {files} are keyed by ids like {unknown[:3]}, none of which is a "
-                         f"query id (e.g. {sorted(ids)[:3]}); key them by the judged queries' `id`")
+        raise UserError(f"agent fields in {files} are keyed by ids like {unknown[:3]}, none of which is a "
+                        f"query id (e.g. {sorted(ids)[:3]}); key them by the judged queries' `id`")
     if unknown:
         log.warning("%d agent-field entries match no query id (e.g. %s); ignored", len(unknown), unknown[:3])
     return fields
@@ -102,6 +103,6 @@ def check_judged(col, queries: list[dict]) -> None:
     for qid, p in missing[:10]:
         close = get_close_matches(p, known, n=1)
         lines.append(f"{qid}: {p!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise ValueError(f"{len(missing)} judged path(s) are not notes of collection {col.name!r} "
-                     f"({len(known)} notes, vault {col.read_manifest().get('vault')}):\n  " + "\n  ".join(lines)
-                     + "\npaths are relative to the vault root, with .md, as `fanout ls` prints them")
+    raise UserError(f"{len(missing)} judged path(s) are not notes of collection {col.name!r} "
+                    f"({len(known)} notes, vault {col.read_manifest().get('vault')}):\n  " + "\n  ".join(lines)
+                    + "\npaths are relative to the vault root, with .md, as `fanout ls` prints them")

@@ -119,10 +119,10 @@ def plot_sets(rows: pa.Table | Iterable[Row], path: str | Path, metric: str = "n
 
     raw = _as_rows(rows)
     data = [{**r, "label": _label(r, raw)} for r in raw]
-    x_min = min([0.4] + [float(r.get("low") if r.get("low") is not None else r[metric]) - 0.05 for r in raw])
+    x_min = min([0.4] + [float(r["low"] if r.get("low") is not None else r[metric]) - 0.05 for r in raw])
     systems = list(dict.fromkeys(r["label"] for r in data))
     published = {r["label"] for r in data if r.get("published")}
-    palette = plt.get_cmap("tab10").colors
+    palette = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]  # tab10 is a ListedColormap
     ours = [s for s in systems if s not in published]
     colour = {s: ("0.55" if s in published else palette[ours.index(s) % len(palette)]) for s in systems}
     sets = sets_of(raw)
@@ -245,8 +245,10 @@ def category_table(per_query: pa.Table) -> str:
     import duckdb
 
     t = per_query  # noqa: F841 - read by duckdb by name
-    rows = duckdb.sql("select system, coalesce(nullif(concat_ws(':', nullif(lang, ''), nullif(category, '')), ''),"
-                      " '-') as cat, count(*) n, avg(ndcg_5) v from t group by all order by cat, system").fetchall()
+    rel = duckdb.sql("select system, coalesce(nullif(concat_ws(':', nullif(lang, ''), nullif(category, '')), ''),"
+                     " '-') as cat, count(*) n, avg(ndcg_5) v from t group by all order by cat, system")
+    assert rel is not None  # a SELECT always gives a relation (None is for statements)
+    rows = rel.fetchall()
     systems = list(dict.fromkeys(r[0] for r in rows))
     cats = list(dict.fromkeys(r[1] for r in rows))
     val = {(r[0], r[1]): (r[2], r[3]) for r in rows}

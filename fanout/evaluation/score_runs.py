@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from fanout.errors import UserError
 from fanout.evaluation.bench_data import nfc, parse_run, run_name_parts, set_key
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def summarize(per_query: pa.Table) -> pa.Table:
         [("id", "count")] + [(m, "mean") for m in METRICS]
     )
     grouped = grouped.rename_columns(
-        {"id_count": "n", **{f"{m}_mean": m for m in METRICS}}  # type: ignore[arg-type]
+        {"id_count": "n", **{f"{m}_mean": m for m in METRICS}}
     )
     systems = list(dict.fromkeys(per_query.column("system").to_pylist()))
     rows = sorted(
@@ -135,7 +136,7 @@ def read_run(path: str | Path, lang: str | None = None) -> tuple[str, dict[str, 
     name_system, name_lang = run_name_parts(path)
     lang = lang or name_lang
     if lang is None:
-        raise ValueError(f"cannot tell the language of {path}: name it <system>-en/-ru.json or pass lang")
+        raise UserError(f"cannot tell the language of {path}: name it <system>-en/-ru.json or pass lang")
     obj = json.loads(Path(path).read_text(encoding="utf-8"))
     return str(obj.get("system") or name_system), parse_run(obj, lang)
 

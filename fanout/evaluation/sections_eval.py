@@ -19,6 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fanout.errors import InputMissing, UserError
+
 JUDGMENTS = Path(__file__).resolve().parents[2] / "bench" / "data" / "deep_sections.jsonl"
 
 
@@ -26,15 +28,15 @@ def load_judgments(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """id -> judgment (path, heading, accept, how)."""
     p = Path(path) if path else JUDGMENTS
     if not p.is_file():
-        raise ValueError(f"--section-judgments: no file {p}; give the deep-section judgments JSONL "
-                         "(bench/data/deep_sections.jsonl in a source checkout)")
+        raise InputMissing(f"--section-judgments: no file {p}; give the deep-section judgments JSONL "
+                           "(bench/data/deep_sections.jsonl in a source checkout)")
     out = {}
     for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
             j = json.loads(line)
             for key in ("id", "path", "heading"):
                 if not isinstance(j.get(key), str) or not j[key]:
-                    raise ValueError(f"{p}:{n}: `{key}` must be a non-empty string")
+                    raise UserError(f"{p}:{n}: `{key}` must be a non-empty string")
             out[j["id"]] = j
     return out
 
@@ -45,7 +47,7 @@ def heading_lines(vault: Path, judgment: dict[str, Any]) -> list[int]:
 
     target = find_file(vault, judgment["path"], "judged path")
     if target is None:
-        raise ValueError(f"judged page {judgment['path']!r} is not in {vault}")
+        raise UserError(f"judged page {judgment['path']!r} is not in {vault}")
     note = read_note(vault, target)
     lines = []
     for head in [judgment["heading"], *judgment.get("accept", [])]:

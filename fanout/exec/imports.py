@@ -32,8 +32,10 @@ class _Deferred(types.ModuleType):
             raise AttributeError(attr)
         with _lock:
             if type(self) is _Deferred:
-                self.__class__ = types.ModuleType
-                self.__spec__.loader.exec_module(self)
+                self.__class__ = types.ModuleType  # type: ignore[assignment]  # the module turns plain as it loads
+                spec = self.__spec__
+                assert spec is not None and spec.loader is not None  # defer_package made it from a found spec
+                spec.loader.exec_module(self)
         return getattr(self, attr)
 
 

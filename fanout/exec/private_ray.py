@@ -91,7 +91,8 @@ class PrivateRay:
         shutil.rmtree(self.tmp, ignore_errors=True)
         if self._watchdog is not None:  # it wakes on the closed pipe, finds nothing left, exits
             with contextlib.suppress(OSError):
-                self._watchdog.stdin.close()
+                if self._watchdog.stdin is not None:  # started with stdin=PIPE
+                    self._watchdog.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._watchdog.wait(timeout=5)
             self._watchdog = None
@@ -183,10 +184,10 @@ def kill_side_processes(ray: Any) -> None:
     if not isinstance(procs, dict):
         return
     side = [getattr(info, "process", None) for kind in SIDE_PROCESSES for info in procs.get(kind) or []]
-    side = [p for p in side if p is not None and p.poll() is None]
-    for proc in side:  # all killed first, then reaped
+    alive = [p for p in side if p is not None and p.poll() is None]
+    for proc in alive:  # all killed first, then reaped
         with contextlib.suppress(Exception):
             proc.kill()
-    for proc in side:
+    for proc in alive:
         with contextlib.suppress(Exception):
             proc.wait(timeout=1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import IO, Self
+from typing import IO, Any, Self
 
 PLURAL = {"query": "queries"}
 # what an index run's line says before its first group of chunks is written (the embedder loads first)
@@ -34,7 +34,7 @@ class Progress:
         self.tty = self.stream.isatty() if tty is None else tty
         self.t0 = time.monotonic()
         self.done = self.total = 0
-        self.bar = None
+        self.bar: Any = None  # a tqdm bar (tqdm ships no types), made on the first update on a TTY
         self.lines = 0  # one-line updates written (off a TTY)
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None

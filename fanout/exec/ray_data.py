@@ -16,7 +16,7 @@ import math
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow as pa
 
@@ -27,6 +27,8 @@ from fanout.exec.ray_session import RaySession
 from fanout.exec.runner import Chain, Instances, StageSpec, fuse_specs
 from fanout.exec.runs import Parts, Run, RunStats, Source, pop_stats
 
+if TYPE_CHECKING:
+    from fanout.exec.ray_session import Dataset
 
 def check_fits(runner: RaySession, specs: list[StageSpec], sizes: list[int] | None = None,
                reserve: float = IO_CPUS, fit: bool = True) -> None:
@@ -108,7 +110,8 @@ def map_opts(runner: RaySession, spec: StageSpec, size: int = 0) -> dict[str, An
 
 def dataset(runner: RaySession, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-            rows: int = 0, block_rows: int = 0, parts: Parts | None = None, source: Any = None) -> Any:
+            rows: int = 0, block_rows: int = 0, parts: Parts | None = None, source: Dataset | None = None
+            ) -> Dataset:
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver, one block each) -> map_batches per
     stage (actor pools). Lazy: nothing runs until it is iterated. With `parts`, the last operator writes
     its answered rows there as parts and hands on only their counters (`Parts.write_block`).
@@ -161,7 +164,9 @@ def dataset(runner: RaySession, specs: list[StageSpec], paths: list[str] | None 
         read_rows = max((t.num_rows for t in tables), default=0)  # rows per block
         rows = rows or sum(t.num_rows for t in tables)
     else:
-        blocks = read_blocks(runner.cfg, specs, rows, len(paths), block_rows) if rows else None
+        if rows:
+            assert paths is not None  # rows counted: read from parquet `paths` (the caller's Dataset counts none)
+            blocks = read_blocks(runner.cfg, specs, rows, len(paths), block_rows)
         read_rows = -(-rows // blocks) if rows and blocks else 0
     cuts = [model_block_rows(runner.cfg, spec, rows, read_rows) for spec in specs]
     sizes = pool_sizes(runner.cfg, specs, cuts, rows, read_rows)
@@ -349,7 +354,7 @@ def run(runner: RaySession, specs: list[StageSpec], source: Source, parts: Parts
                     on_rows(done)
         except Exception as e:  # a pool that timed out starting: say why in our words
             if "actor" in str(e).lower() and "time" in str(e).lower():
-                raise RuntimeError(f"{e}; {_pool_list(runner.cfg, fuse_specs(specs))}") from e
+                raise PlacementError(f"{e}; {_pool_list(runner.cfg, fuse_specs(specs))}") from e
             raise
     return Run(blocks)
 

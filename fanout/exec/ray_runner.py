@@ -80,7 +80,8 @@ class RayRunner(Runner):
         self._owns = False
         address = cfg.runner.ray_address or os.environ.get("RAY_ADDRESS", "")
         if not ray.is_initialized() and not private and not address:
-            ray.init(include_dashboard=False, logging_level="ERROR", configure_logging=False)
+            ray.init(include_dashboard=False, logging_level="ERROR",  # type: ignore[arg-type]  # a level name works
+                     configure_logging=False)
         elif not ray.is_initialized():
             if address:  # a cluster's auth mode is its operator's (docs/cluster.md): token clusters set it
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -90,7 +91,8 @@ class RayRunner(Runner):
                     # Ray forks its node processes; once lancedb is loaded, each fork child warns on our stderr
                     # about lancedb's fork support before it execs (harmless: the child runs no lancedb code)
                     warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
-                    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+                    ray.init(address=address, log_to_driver=False,
+                             logging_level="ERROR")  # type: ignore[arg-type]  # a level name, as above
             else:  # fanout/exec/private_ray.py: its temp dir, token and watchdog
                 self._local = PrivateRay(ray, _reload_auth_settings)
                 atexit.register(self.close)  # a run that dies before close() still removes its temp dir
@@ -280,8 +282,8 @@ def _reload_auth_settings() -> None:
     Ray's token settings change (fanout/exec/private_ray.py), have it read them again (what Ray's own tests do
     between auth modes)."""
     try:
-        from ray._raylet import AuthenticationTokenLoader
-        from ray._raylet import Config as RayConfig
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]  # private, untyped
+        from ray._raylet import Config as RayConfig  # type: ignore[attr-defined]  # private, untyped
 
         RayConfig.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()

@@ -23,6 +23,7 @@ and fanout/exec/ray_data.py reaches `ray.data` through the runner.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -41,6 +42,11 @@ log = logging.getLogger(__name__)
 
 def _batches(table: pa.Table, size: int) -> list[pa.Table]:
     return [table.slice(i, size) for i in range(0, table.num_rows, size)] or [table]
+
+
+def _offset(on_rows: Callable[[int], Any], base: int, k: int) -> None:
+    """on_rows(base + k): a slice's row count reported after the `base` rows of the slices before it."""
+    on_rows(base + k)
 
 
 @dataclass(frozen=True)
@@ -293,7 +299,7 @@ class Runner:
                 s0, c0 = dict(pipe.seconds), pipe.stats()
                 # steps only when someone watches the progress: a slice in one call keeps the batching (and the
                 # embed calls' float sums, which depend on which texts share a call) independent of timing
-                out = steps.run(pipe, t, lambda k, base=done: on_rows(base + k)) if on_rows else pipe(t)
+                out = steps.run(pipe, t, functools.partial(_offset, on_rows, done)) if on_rows else pipe(t)
                 stats.add(RunStats.since(pipe.seconds, pipe.stats(), s0, c0))
                 done += t.num_rows
                 if parts is not None and out.num_rows:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fanout.errors import UserError
+from fanout.errors import InputMissing, UserError
 
 log = logging.getLogger(__name__)
 BANDS = ("lost", "unanswered", "weak")  # flagged bands; lost: its page of the previous run is gone (--previous)
@@ -91,7 +91,7 @@ def read_answers(uri: str, storage_cfg: Any = None, stats: ReadStats | None = No
     fs, path = filesystem(uri, storage_cfg)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"answers file {str(uri)!r} not found; give the --out file of `fanout batch`")
+        raise InputMissing(f"answers file {str(uri)!r} not found; give the --out file of `fanout batch`")
     if info.type != pafs.FileType.File:
         raise UserError(f"answers file {str(uri)!r} is not a file; give the --out file of `fanout batch`")
     total = info.size or 0
@@ -201,7 +201,8 @@ def _numbers(col: pa.ChunkedArray, typ: pa.DataType, stats: ReadStats, where: st
     try:
         return col.cast(typ)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        out, bad = [], 0
+        out: list[float | int | None] = []
+        bad = 0
         for v in col.to_pylist():
             try:
                 if v is None or v == "":

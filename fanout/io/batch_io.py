@@ -68,7 +68,7 @@ def rows_table(rows: list[dict] | pa.Table, start: int = 1) -> pa.Table:
     """In-memory rows (list of dicts or a table) -> INPUT_ROWS, positions from `start`."""
     if isinstance(rows, pa.Table):
         rows = rows.to_pylist()
-    out = {"_row": [], "id": [], "raw": [], "_error": [], "_dup": []}
+    out: dict[str, list[Any]] = {"_row": [], "id": [], "raw": [], "_error": [], "_dup": []}
     for n, r in enumerate(rows, start):
         err = r.get("_error") if isinstance(r, dict) else None
         out["_row"].append(n)
@@ -153,7 +153,7 @@ def _read_json(text: io.TextIOBase, acc: _Rows, ext: str) -> Iterator[pa.Table]:
             continue
         try:
             row = json.loads(line)
-        except ValueError as e:
+        except json.JSONDecodeError as e:  # the only ValueError json.loads raises on text
             acc.add(f"line-{lineno}", None, f"line {lineno} is not valid JSON ({e.msg} at column {e.colno}); "
                                             f"fix the line")
         except RecursionError:  # thousands of nested [ or {: Python's JSON reader recurses per level

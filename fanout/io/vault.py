@@ -28,7 +28,11 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fanout.errors import FanoutError
+from fanout.errors import VaultError
+
+TYPE_CHECKING = False  # typing costs the CLI's warm path
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +40,6 @@ IGNORE_FILE = ".fanoutignore"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _KINDS = {stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFCHR: "character device", stat.S_IFBLK: "block device",
           stat.S_IFSOCK: "socket", stat.S_IFDIR: "folder"}
-
-
-class VaultError(FanoutError, ValueError):
-    """The vault path itself is unusable (empty, missing, not a folder)."""
 
 
 class NotARegularFile(OSError):
@@ -140,7 +140,7 @@ def read_regular(path: str | os.PathLike, max_bytes: int, root: str | None = Non
 class IgnoreRules:
     """`.fanoutignore` (gitignore syntax) plus Obsidian's `userIgnoreFilters`; paths are vault-relative."""
 
-    spec: object | None = None  # pathspec.GitIgnoreSpec
+    spec: GitIgnoreSpec | None = None
     prefixes: tuple[str, ...] = ()
     regexes: tuple[re.Pattern, ...] = ()
     sources: list[str] = field(default_factory=list)
@@ -231,11 +231,11 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
         try:
             with os.scandir(real_dir) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError as e:
-            if e.errno == errno.ENAMETOOLONG:
+        except OSError as err:
+            if err.errno == errno.ENAMETOOLONG:
                 _skip(out, prefix or ".", "path_too_long", too_long(real_dir, True))
             else:
-                _skip(out, prefix or ".", "unreadable", f"folder cannot be listed: {e.strerror or e}")
+                _skip(out, prefix or ".", "unreadable", f"folder cannot be listed: {err.strerror or err}")
             continue
         subdirs = []
         for e in entries:

@@ -21,9 +21,10 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from fanout.errors import InputMissing
 from fanout.io.vault import IGNORE_FILE, IgnoreRules, inside, list_notes, resolve_vault
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class VaultEvents:
             folders.append(here)
         return ((self.root,), True) if not linked else (tuple(folders), False)
 
-    def shown(self, changes: set[tuple[int, str]]) -> list[tuple[str, str]]:
+    def shown(self, changes: Iterable[tuple[int, str]]) -> list[tuple[str, str]]:
         """watchfiles' changes as sorted (kind, vault-relative path) pairs."""
         out = {(KINDS.get(int(c), str(c)), self.rel(p) or p) for c, p in changes}
         return sorted(out, key=lambda x: (x[1], x[0]))
@@ -129,7 +130,7 @@ def batches(events: VaultEvents, stop: threading.Event, *, step_ms: int, debounc
     while not stop.is_set():
         born = events.identity()
         if born is None:
-            raise FileNotFoundError(f"the vault folder {events.root} is gone")
+            raise InputMissing(f"the vault folder {events.root} is gone")
         paths, recursive = events.watch_plan()
         for changes in watchfiles.watch(*map(Path, paths), watch_filter=events, debounce=debounce_ms, step=step_ms,
                                         stop_event=stop, rust_timeout=tick_ms, yield_on_timeout=True,

@@ -8,8 +8,10 @@ driver resolves identities, so a CPU node never needs a model file.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, overload
 
-from fanout.config import Config
+from fanout.config import Config, ConfigError
+from fanout.errors import UserError
 
 # Model roles by import path, per `models.backend`: the base names the actor classes but never imports them
 # at module level (layers point one way: actors sit above the runner); the class is imported where the
@@ -41,9 +43,9 @@ def actor_class(role: str, backend: str = "llama") -> type:
 
     roles = BACKENDS.get(backend)
     if roles is None:
-        raise ValueError(f"unknown models.backend {backend!r}; choose one of {sorted(BACKENDS)}")
+        raise ConfigError(f"unknown models.backend {backend!r}; choose one of {sorted(BACKENDS)}")
     if role not in roles:
-        raise ValueError(f"unknown actor role {role!r}; choose one of {sorted(roles)}")
+        raise UserError(f"unknown actor role {role!r}; choose one of {sorted(roles)}")
     mod, name = roles[role].split(":")
     return getattr(importlib.import_module(mod), name)
 
@@ -83,6 +85,12 @@ def model_id(cfg: Config, role: str, provision: bool = True) -> str:
     """Cache identity of a role's model: file name and hash prefix (no model load)."""
     name, sha = model_identity(cfg, role, provision)
     return f"{name}@{sha[:16]}"
+
+
+@overload
+def model_key(cfg: Config, role: str, required: Literal[True] = True) -> str: ...
+@overload
+def model_key(cfg: Config, role: str, required: bool) -> str | None: ...
 
 
 def model_key(cfg: Config, role: str, required: bool = True) -> str | None:

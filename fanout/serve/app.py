@@ -7,11 +7,29 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from fanout.api.requests import SearchRequest, parse_search_request
 from fanout.serve.client import ANSWER_HINT
 
+if TYPE_CHECKING:
+    from fanout.api import KnowledgeBase
+    from fanout.api.types import SearchResponse
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """What `App.search` needs after `App.lookup` found nothing remembered: the parsed request and, when the
+    answer may be remembered, its key and the collections' index states at lookup."""
+
+    request: SearchRequest
+    key: str | None = None
+    names: tuple[str, ...] = ()
+    states: tuple[str | None, ...] = ()
 
 
 class App:
@@ -26,7 +44,7 @@ class App:
     object-store db (s3://...) works as a local folder does: one small read per collection and request.
     """
 
-    def __init__(self, db: str, kb: Any, max_answers: int = 0):
+    def __init__(self, db: str, kb: KnowledgeBase, max_answers: int = 0):
         import secrets
         import threading
         from collections import OrderedDict
@@ -37,7 +55,7 @@ class App:
         # answers of repeated requests, keyed by the request and its collections' index states; least recently
         # used dropped first. Each entry: (the answer, the collections it searched)
         self.max_answers = max_answers
-        self.answers: OrderedDict[str, tuple[dict[str, Any], tuple[str, ...]]] = OrderedDict()
+        self.answers: OrderedDict[str, tuple[SearchResponse, tuple[str, ...]]] = OrderedDict()
         self._answers_lock = threading.Lock()
         self._stale: set[str] = set()  # collections whose Searchers must be reopened before the next search
 
@@ -80,37 +98,39 @@ class App:
         if stale:
             self.kb.forget(stale)
 
-    def run(self, req: Any) -> dict[str, Any]:
-        """The answer to one request: from memory, else searched."""
+    def run(self, req: object) -> SearchResponse:
+        """The answer to one request (the JSON body's `request`): from memory, else searched."""
         hit, ticket = self.lookup(req)
-        return hit if hit is not None else self.search(req, ticket)
+        if hit is not None:
+            return hit
+        assert ticket is not None  # lookup gives one or the other
+        return self.search(ticket)
 
-    def lookup(self, req: Any) -> tuple[dict[str, Any] | None, Any]:
-        """(the remembered answer or None, the ticket `search` needs): checks the request and reads the index
-        states; never waits for a search in progress."""
-        from fanout.api.service import check_request
+    def lookup(self, req: object) -> tuple[SearchResponse | None, Ticket | None]:
+        """(the remembered answer, None) or (None, the ticket `search` needs): parses the request (RequestError,
+        before its collections name any file) and reads the index states; never waits for a search."""
         from fanout.cli.common import DEFAULT_COLLECTION
 
-        check_request(req, self.kb.cfg.serve.max_results,  # before its collections name any file
-                      self.kb.cfg.retrieve.max_sections, self.kb.cfg.serve.max_collections)
-        names = tuple(req.get("collections") or [DEFAULT_COLLECTION])  # what SearchService.run searches
-        states = [self.state(name) for name in names]
+        parsed = parse_search_request(req, self.kb.cfg.serve.max_results, self.kb.cfg.retrieve.max_sections,
+                                      self.kb.cfg.serve.max_collections)
+        names = parsed.collections or (DEFAULT_COLLECTION,)  # what SearchService.run searches
+        states = tuple(self.state(name) for name in names)
         if not self.max_answers or None in states:
-            return None, None
-        key = json.dumps([req, names, states], sort_keys=True, default=str)
+            return None, Ticket(parsed)
+        key = json.dumps([parsed.to_json(), names, states], sort_keys=True, default=str)
         with self._answers_lock:
             hit = self.answers.get(key)
             if hit is not None:
                 self.answers.move_to_end(key)
                 return {**hit[0], "answered": "memory"}, None
-        return None, (key, names, states)
+        return None, Ticket(parsed, key, names, states)
 
-    def search(self, req: Any, ticket: Any) -> dict[str, Any]:
+    def search(self, ticket: Ticket) -> SearchResponse:
         """Search (one at a time: the KnowledgeBase's lock) and remember the answer under `lookup`'s ticket."""
         self._reopen()
-        resp = self.kb.answer(req)
-        if ticket is not None and not resp.get("errors"):
-            key, names, states = ticket
+        resp = self.kb.answer(ticket.request)
+        if ticket.key is not None and not resp.get("errors"):
+            key, names, states = ticket.key, ticket.names, ticket.states
             with self._answers_lock:
                 if all(self.stamps.get(n) == s for n, s in zip(names, states)):  # not re-indexed meanwhile
                     self.answers[key] = (resp, names)
@@ -119,7 +139,7 @@ class App:
         return resp
 
 
-def json_bytes(data: dict[str, Any]) -> bytes:
+def json_bytes(data: Mapping[str, Any]) -> bytes:
     try:
         return json.dumps(data, ensure_ascii=False).encode()
     except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") echoed from the request
@@ -226,7 +246,8 @@ def asgi_app(app: App, limits: Any) -> Any:
             status, data, ticket = await loop.run_in_executor(None, answered, app.lookup, request)
         if data is None:  # not remembered: search, one request at a time
             async with searching:
-                status, data, _ = await loop.run_in_executor(None, answered, app.search, request, ticket)
+                status, data, _ = await loop.run_in_executor(None, answered, app.search, ticket)
+            assert data is not None  # only lookup answers None (nothing remembered); search always has a body
         return status, data, False
 
     async def asgi(scope: dict, receive: Any, send: Any) -> None:

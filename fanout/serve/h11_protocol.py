@@ -135,6 +135,7 @@ def protocol(limits: Any) -> type:
                 self.began = None
                 return
             part = "headers" if self.conn.their_state is h11.IDLE else "body"
+            assert self.began is not None  # arriving(): the request's first byte came and set it
             if now - self.began >= whole:
                 self.answer_and_close(408, f"the request's {part} did not arrive within {whole:g} s "
                                            f"(serve.request_timeout_s); send the whole {part} at once")
@@ -144,7 +145,8 @@ def protocol(limits: Any) -> type:
             else:
                 self.timer = self.loop.call_later(min(self.last + idle, self.began + whole) - now, self.expire)
 
-        def eof_received(self) -> bool | None:
+        # asyncio's Protocol.eof_received returns bool | None (True keeps the transport); uvicorn's says None
+        def eof_received(self) -> bool | None:  # type: ignore[override]
             """The client shut its sending side: with a request half-sent (headers, or a body shorter than its
             Content-Length) it is answered 400 before the connection closes, not dropped."""
             if self.lingering or self.transport.is_closing() or not self.arriving():
@@ -159,7 +161,7 @@ def protocol(limits: Any) -> type:
             return True  # the transport stays open to send the answer (answer_and_close ends it)
 
         def send_400_response(self, msg: str) -> None:
-            e = self.conn.refused
+            e = self.conn.refused  # type: ignore[attr-defined]  # self.conn is a Parser; typed h11.Connection
             status = e.error_status_hint if e is not None and e.error_status_hint in (400, 431, 501) else 400
             self.answer_and_close(status, refusal(str(e) if e is not None else msg, self.head, limits))
 

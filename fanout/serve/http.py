@@ -75,7 +75,7 @@ def _uvicorn(asgi: Any, limits: Any) -> Any:
 
     config = uvicorn.Config(
         asgi, http=protocol(limits), ws="none", lifespan="off", interface="asgi3", workers=1,
-        backlog=limits.backlog, timeout_keep_alive=limits.idle_timeout_s,  # type: ignore[arg-type]
+        backlog=limits.backlog, timeout_keep_alive=limits.idle_timeout_s,
         h11_max_incomplete_event_size=limits.max_header_kb * 1024,
         log_config=None, log_level="error", access_log=False,  # the body (the token) is never logged anyway
         proxy_headers=False, server_header=False, date_header=False)

@@ -33,9 +33,10 @@ from fanout.agent_fields import known_languages, language_code, language_line
 from fanout.api import KnowledgeBase
 from fanout.api.catalog import count_languages
 from fanout.api.catalog import status as collection_status
-from fanout.api.notes import NoteError, headings_of, locate, note_lines, read_note, read_ref
-from fanout.api.service import RequestError, check_sections
+from fanout.api.notes import headings_of, locate, note_lines, read_note, read_ref
+from fanout.api.requests import check_sections
 from fanout.config import Config
+from fanout.errors import NoteError, RequestError, ToolArgError, UserError
 from fanout.exec.runner import Runner
 from fanout.filters import KINDS as FILTER_KINDS
 from fanout.pipelines.clean_fields import collection_titles
@@ -89,10 +90,6 @@ INSTRUCTIONS = """Searches a markdown knowledge base ({notes} notes). For every 
 - rephrased_query: the question in other words;
 - expected_answer: one or two sentences that could stand in the note, written as documentation.
 {lang} Then read the best page with `get` (its path, optionally one heading)."""
-
-
-class ToolArgError(NoteError):
-    """A bad tool argument; the message names the field and the fix."""
 
 
 class FanoutTools:
@@ -150,8 +147,8 @@ class FanoutTools:
                                                                                     sections=sections))
         log.info("search %.0f ms %s", (time.perf_counter() - t) * 1000, out.timings)
         if out.errors.num_rows:
-            e = out.errors.to_pylist()[0]
-            raise ToolArgError(f"`{e['field']}`: {e['error']}")
+            bad = out.errors.to_pylist()[0]
+            raise ToolArgError(f"`{bad['field']}`: {bad['error']}")
         keys = ("path", "title", "heading", "snippet", "score")
         results = [{k: (round(r[k], 3) if k == "score" else r[k]) for k in keys}
                    | ({"sections": r["sections"] or []} if sections else {}) for r in out.results.to_pylist()]
@@ -231,8 +228,8 @@ def tool_list(tools: FanoutTools) -> list[types.Tool]:
     lang = language_line(tools.langs)
     d = {k: v.format(lang=lang, rerank="on" if tools.cfg.rerank.enabled else "off",
                      max_sections=tools.cfg.retrieve.max_sections).strip() for k, v in FIELD_DESC.items()}
-    text = {"type": "string"}
-    props = {k: {**text, "description": d[k]} for k in SEARCH_FIELDS if k != "searches"}
+    text: dict[str, Any] = {"type": "string"}
+    props: dict[str, dict[str, Any]] = {k: {**text, "description": d[k]} for k in SEARCH_FIELDS if k != "searches"}
     item = _schema({"type": {"type": "string", "enum": list(SEARCH_TYPES)}, "query": text}, ["type", "query"])
     props["searches"] = {"type": "array", "maxItems": MAX_SEARCHES, "items": item,
                          "description": d["searches"]}
@@ -363,12 +360,12 @@ def main_mcp(args: Any) -> int:
     port = None
     if args.http is not None:
         if not str(args.http).isdigit() or not 1 <= int(args.http) <= 65535:
-            raise ValueError(f"--http must be a port number from 1 to 65535, got {args.http!r}")
+            raise UserError(f"--http must be a port number from 1 to 65535, got {args.http!r}")
         port = int(args.http)
     cfg = config_from_args(args)
     token_file = getattr(args, "token_file", None)
     if token_file is not None and port is None:
-        raise ValueError("--token-file is for --http (stdio needs no token: the client started the server)")
+        raise UserError("--token-file is for --http (stdio needs no token: the client started the server)")
     with make_runner(cfg, n_rows=1) as runner:
         if getattr(args, "watch", None):  # a new db: the first round runs before the tools open the index
             from fanout.serve.http import first_index
