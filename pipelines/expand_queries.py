@@ -50,7 +50,7 @@ def expand_context(col: Collection, cfg: Config) -> tuple[str | None, list[str]]
                                 key=str.casefold)[:cfg.expand.max_titles]
         return (langs[0] if langs else None), titles
     key = ("expand_context", cfg.expand.titles_in_prompt, cfg.expand.max_titles)
-    return col.memo(key, build)  # type: ignore[arg-type]  # any hashable key; Collection.memo says str
+    return col.memo(key, build)
 
 
 class LookupExpansions:

@@ -78,7 +78,7 @@ def check_bounded(text: str, max_depth: int = DEFAULT_MAX_DEPTH, max_size: int =
             if ev.anchor in open_anchors:
                 raise YAMLLimitError("an alias (*name) refers to a node that contains it (a recursive "
                                      "structure)", ev.start_mark, "recursive")
-            add(sizes.get(ev.anchor, 0), ev.start_mark)  # an undefined alias: the loader names it below
+            add(sizes.get(ev.anchor or "", 0), ev.start_mark)  # an undefined alias: the loader names it below
 
 
 def load_bounded(text: str, max_depth: int = DEFAULT_MAX_DEPTH, max_size: int = DEFAULT_MAX_SIZE) -> Any:

@@ -50,7 +50,7 @@ def rescore(ds: Any, queries: np.ndarray, res: pa.Table, k: int) -> pa.Table | N
     found = (pos < len(m.ids)) & (m.ids[np.minimum(pos, len(m.ids) - 1)] == rid)
     if not found.all():  # the file is of the pinned version: every row is there
         return None
-    q = np.asarray(queries, np.float32)
+    q: np.ndarray = np.asarray(queries, np.float32)
     qn = np.linalg.norm(q, axis=1)
     q = q / np.where(qn > 0, qn, 1.0)[:, None]
     sim = exact_vectors.pair_cosines(m.vectors, pos, q.astype(np.float32), qi)  # alike in any batch, on any CPU

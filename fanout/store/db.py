@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -87,7 +88,7 @@ class Collection:
         self._pinned: dict[str, int] = {}  # table -> version this reader is on (refresh())
         self.vault_hint: str | None = None  # the vault, for the rebuild hint in messages
         self._lock = threading.Lock()
-        self.derived: dict[str, Any] = {}  # state built from the pinned tables (alias map, ...); see memo()
+        self.derived: dict[Hashable, Any] = {}  # state built from the pinned tables (alias map, ...); see memo()
 
     @property
     def db(self):
@@ -458,7 +459,7 @@ class Collection:
     def pinned(self) -> dict[str, int]:
         return dict(self._pinned)
 
-    def memo(self, key: str, build):
+    def memo(self, key: Hashable, build):
         """Derived state (built from the pinned tables) kept until `refresh` moves to other versions."""
         if key not in self.derived:
             self.derived[key] = build()
@@ -557,7 +558,7 @@ def content_digest(pairs) -> str:
 def _entries(root: str) -> set[str]:
     """The entries of `root` and of its folders, one level down ('data/x.lance', '_indices/<uuid>'): where a write
     adds its files (a new index is one new folder), without walking every file of every index."""
-    out = set()
+    out: set[str] = set()
     try:
         top = list(os.scandir(root))
     except OSError:
@@ -572,7 +573,7 @@ def _entries(root: str) -> set[str]:
 
 def _tree(root: str) -> set[str]:
     """Every file under `root`, relative to it ('/'-separated); empty when it does not exist."""
-    out = set()
+    out: set[str] = set()
     for dirpath, _, files in os.walk(root):
         rel = os.path.relpath(dirpath, root)
         out.update(f if rel == "." else f"{rel}/{f}".replace(os.sep, "/") for f in files)

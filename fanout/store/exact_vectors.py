@@ -80,8 +80,8 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True, s
         if got is not None and got.version == version:
             _CACHE.move_to_end(key)
             return got
-        if files and (got := vectors_file.load(ds, column)) is not None:
-            return _cache(key, Matrix(version, got[0], got[1], got[2]))
+        if files and (loaded := vectors_file.load(ds, column)) is not None:
+            return _cache(key, Matrix(version, loaded[0], loaded[1], loaded[2]))
         if not load:
             return None
         m = _from_previous(ds, column, got if got is not None and got.version < version else None) \
@@ -322,7 +322,8 @@ def _candidates(s: np.ndarray, k: int, margin: float = 0.0) -> tuple[np.ndarray,
             return np.repeat(np.arange(nq), n), np.tile(np.arange(n), nq)
         bound = np.partition(s, n - k, axis=1)[:, n - k] - margin  # every row tied with it stays a
         # candidate: ties at the cut go in row order, as Lance's flat search keeps them
-        return np.nonzero(s >= bound[:, None])
+        rows, cols = np.nonzero(s >= bound[:, None])
+        return rows, cols
     nb = n // b
     view = s[:, :nb * b].reshape(nq, b, nb)  # [q, i, j]: row i nb + j, of block j
     m = view.max(axis=1)
@@ -352,6 +353,7 @@ def search(ds, queries: np.ndarray, k: int, select: list[str], where: str | None
     and their `select` columns (`Collection.row_keys`), else None (the rows are read by id); `files`:
     `index.exact_vectors_file`; `threads`: `index.exact_threads`."""
     m = matrix(ds, files=files)
+    assert m is not None  # load=True: loaded from Lance when there is no file
     allowed = None
     if where:
         allowed = row_filter.allowed(ds, m.ids, where)

@@ -148,7 +148,7 @@ def _memory_many(ds, mem, queries, columns, boosts, k, select, wheres, keys) -> 
                           [wheres[i] for i in to_lance], keys)
         for i, t in zip(to_lance, res):
             out[i] = t
-    return out  # type: ignore[return-value]
+    return out
 
 
 def _lance_many(ds, queries, columns, boosts, k, select, wheres, keys) -> list[pa.Table]:

@@ -106,6 +106,7 @@ class MemoryColumn:
         norm, n_docs = self._stats()
         idf = np.array([_idf(int(n), n_docs) for n in counts], np.float32)[where.reshape(-1)]
         order = np.argsort([s for s, _ in self.slices.values()], kind="stable")  # slices in `rows` order
+        assert self.freq is not None  # no contributions given: built from the frequencies
         return (np.repeat(idf[order], lengths[order]) * _weight(self.freq, norm[self.rows])).astype(np.float32)
 
     @property
@@ -137,6 +138,7 @@ class MemoryColumn:
         got = self._contribs.get(s)
         if got is None:
             norm, n_docs = self._stats()
+            assert self.freq is not None  # no contributions given: built from the frequencies
             got = (_idf(e - s, n_docs) * _weight(self.freq[s:e], norm[self.rows[s:e]])).astype(np.float32)
             if keep:
                 self._contribs[s] = got
@@ -446,5 +448,6 @@ def _idf(token_docs: int, num_docs: int) -> np.float32:
     return np.float32(math.log(float(x)))
 
 
-def _skip(ds: Any, column: str, why: str) -> None:
+def _skip(ds: Any, column: str, why: str) -> MemoryColumn | None:
     log.debug("full-text column %s of %s is searched by Lance: %s", column, ds.uri, why)
+    return None  # typed as its callers' result: `return _skip(...)` ends them

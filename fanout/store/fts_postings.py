@@ -118,7 +118,7 @@ def _crc(tokens: pa.Array, rows: np.ndarray, offsets: np.ndarray, freq: np.ndarr
     toff = np.frombuffer(tokens.buffers()[1], np.int32, len(tokens) + 1, tokens.offset * 4)
     data = tokens.buffers()[2]
     parts = [toff.tobytes(), memoryview(data)[toff[0]:toff[-1]] if data is not None else b"",
-             *(memoryview(np.ascontiguousarray(a)).cast("B") for a in (rows, offsets, freq, dl))]
+             *(np.ascontiguousarray(a).reshape(-1).data.cast("B") for a in (rows, offsets, freq, dl))]
     return version_files.crc32(parts)
 
 
@@ -129,8 +129,9 @@ def save(ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None
     try:
         got = fingerprint(ds, column, ids)
         path = version_files.path(ds, KIND, column, got[0]) if got is not None else None
-        if path is None:
+        if path is None or got is None:
             return None
+        path_key = got[0]
         tokens = list(mem.slices)
         bounds = np.array([mem.slices[t] for t in tokens], np.int64).reshape(-1, 2)
         if len(bounds) and (bounds[0, 0] != 0 or (bounds[1:, 0] != bounds[:-1, 1]).any()
@@ -150,7 +151,7 @@ def save(ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None
         crc = _crc(tok, r, offsets.to_numpy(), f, d)
         batch = pa.record_batch([tok, rows, freq, dl], names=["token", "rows", "freq", "dl"]
                                 ).replace_schema_metadata({"fanout.rows": str(len(ids))})
-        version_files.write(path, batch, got[0], crc)
+        version_files.write(path, batch, path_key, crc)
         version_files.prune(ds, KIND, column, keep=os.path.basename(path))
         log.info("wrote the full-text postings of %s v%d to %s (%.1f MB)", column, int(ds.version), path,
                  os.path.getsize(path) / 1e6)
@@ -178,7 +179,9 @@ def ensure(ds: Any, columns: list[str], rowid_map_rows: int) -> dict[str, str]:
     for c in columns:
         if load(ds, c, ids) is not None:
             out[c] = "kept"
-            path = version_files.path(ds, KIND, c, fingerprint(ds, c, ids)[0])
+            got = fingerprint(ds, c, ids)
+            assert got is not None  # a file was loaded: the column's index is one the engine reproduces
+            path = version_files.path(ds, KIND, c, got[0])
         else:
             mem = _from_previous(ds, c, ids, previous)
             how = "updated"

@@ -45,11 +45,11 @@ def rebuild_hint(db_dir: str | Path, collection: str, vault: str | None = None) 
     return f"`fanout index {vault or 'VAULT'} --db {db_dir}{coll} --rebuild`"
 
 
-def parse_manifest(text: str, path: Path, hint: str) -> dict[str, Any]:
+def parse_manifest(text: str, path: Path | str, hint: str) -> dict[str, Any]:
     """Manifest JSON -> dict, checked: raises IndexStateError naming the file, what is wrong and the fix."""
     try:
         data = json.loads(text)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise IndexStateError(f"index manifest {path} is not valid JSON ({e.msg} at line {e.lineno}); it is "
                               f"damaged or was cut short: rebuild the index with {hint}") from None
     if not isinstance(data, dict):

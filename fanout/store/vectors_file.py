@@ -78,7 +78,7 @@ def load(ds: Any, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
 
 def _crc(ids: np.ndarray, damaged: np.ndarray, vectors: np.ndarray) -> str:
     # flat first: a view of no rows (every note deleted) has a 0 in its shape, which memoryview cannot cast
-    return version_files.crc32([memoryview(np.ascontiguousarray(a).reshape(-1)).cast("B")
+    return version_files.crc32([np.ascontiguousarray(a).reshape(-1).data.cast("B")
                                 for a in (ids, damaged.astype(np.uint8), vectors)])
 
 
