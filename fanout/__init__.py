@@ -27,7 +27,30 @@ from __future__ import annotations
 
 import warnings
 
-from fanout.errors import FanoutError
+# the errors are all of fanout/errors.py (no heavy import): imported at once, so `except fanout.IndexMissing`
+# costs nothing more than `import fanout`
+from fanout.errors import (
+    BackendError,
+    BenchNotFoundError,
+    CollectionBusy,
+    ConfigError,
+    DiskFull,
+    FanoutError,
+    FilterError,
+    GPUBackendMissing,
+    IndexMissing,
+    IndexStateError,
+    InputMissing,
+    ModelError,
+    NoteError,
+    PlacementError,
+    RequestError,
+    RowError,
+    StorageError,
+    ToolArgError,
+    UserError,
+    VaultError,
+)
 from fanout.exec.imports import defer_unused
 
 __version__ = "0.1.0"
@@ -43,34 +66,15 @@ warnings.filterwarnings("ignore", message="lancedb fork support is experimental"
 TYPE_CHECKING = False  # typing costs the CLI's warm path ~5 ms of imports
 if TYPE_CHECKING:
     from fanout.api import (
-        BackendError,
         BatchResult,
-        BenchNotFoundError,
-        CollectionBusy,
-        ConfigError,
-        DiskFull,
-        FilterError,
         GapsResult,
-        GPUBackendMissing,
         Hit,
         Hits,
-        IndexMissing,
         IndexReport,
-        IndexStateError,
-        InputMissing,
         KnowledgeBase,
-        ModelError,
         Note,
-        NoteError,
-        PlacementError,
-        RequestError,
-        RowError,
         SearchRequest,
         SearchResponse,
-        StorageError,
-        ToolArgError,
-        UserError,
-        VaultError,
         Watcher,
         WatchRound,
         collections,
@@ -83,7 +87,7 @@ __all__ = ["BackendError", "BatchResult", "BenchNotFoundError", "CollectionBusy"
            "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "SearchResponse",
            "StorageError", "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher", "__version__",
            "collections", "open"]
-_LAZY = set(__all__) - {"FanoutError", "__version__"}
+_LAZY = set(__all__) - set(globals())  # the API types and `open`: imported from fanout.api on first use
 
 
 def __dir__() -> list[str]:  # the lazily imported public names too (tab completion)

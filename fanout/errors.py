@@ -3,11 +3,10 @@
 Each message says what was given, what is allowed and how to fix it. Subclasses keep the builtin they always
 were (a `RequestError` is still a `ValueError`), so existing `except ValueError` code keeps working, and
 `except fanout.FanoutError` catches every one of them (the CLI does exactly that). Every class here is exported
-by `fanout` and listed in docs/api.md (tests/test_errors.py checks both).
-
-The store's and the config's errors (`IndexStateError`, `IndexMissing`, `StorageError`, `DiskFull`,
-`CollectionBusy`, `ConfigError`) are still declared beside their code (fanout/store, fanout/config) until those
-packages' rework lands; they are `FanoutError`s and exported all the same.
+by `fanout` and listed in docs/api.md (tests/test_errors.py checks both, and that none is declared elsewhere).
+The modules that raise the store's and the config's errors import them from here and keep the old names
+(`fanout.config.ConfigError`, `fanout.store.integrity.IndexMissing`, ...), so older imports keep working.
+This module imports nothing heavy: the CLI's warm path imports it.
 """
 
 from __future__ import annotations
@@ -65,6 +64,31 @@ class ToolArgError(NoteError):
 
 class VaultError(FanoutError, ValueError):
     """The vault path itself is unusable (empty, missing, not a folder)."""
+
+
+class ConfigError(FanoutError, ValueError):
+    """A config value is out of range or of the wrong type (fanout/config; also `fanout.config.ConfigError`)."""
+
+
+class IndexStateError(FanoutError, ValueError):
+    """A manifest, config or index table is damaged or does not match; the message says how to fix it
+    (fanout/store/integrity.py; also importable from there)."""
+
+
+class IndexMissing(IndexStateError, FileNotFoundError):
+    """There is no index of that name in that db (yet); the message gives the command that builds it."""
+
+
+class StorageError(FanoutError, ValueError):
+    """A location string that fanout cannot use (unknown scheme, missing bucket, ...) (fanout/store/storage.py)."""
+
+
+class DiskFull(FanoutError, RuntimeError):
+    """No space (or quota) left where fanout writes: one line naming the location and the fix."""
+
+
+class CollectionBusy(FanoutError, RuntimeError):
+    """Another process holds the collection's lock (still a RuntimeError, as it was) (fanout/store/locks.py)."""
 
 
 class BenchNotFoundError(FanoutError, FileNotFoundError):

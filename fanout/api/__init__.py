@@ -11,30 +11,32 @@ from fanout.api.kb import KnowledgeBase, collections, open
 from fanout.api.requests import SearchRequest
 from fanout.api.types import BatchResult, Hit, Hits, Note, SearchResponse
 from fanout.api.watch import Watcher, WatchRound
-from fanout.config import ConfigError
 from fanout.errors import (
     BackendError,
     BenchNotFoundError,
+    CollectionBusy,
+    ConfigError,
+    DiskFull,
     FanoutError,
     FilterError,
     GPUBackendMissing,
+    IndexMissing,
+    IndexStateError,
     InputMissing,
     ModelError,
     NoteError,
     PlacementError,
     RequestError,
     RowError,
+    StorageError,
     ToolArgError,
     UserError,
     VaultError,
 )
 from fanout.gaps.analysis import GapsResult
 from fanout.pipelines.index import IndexReport
-from fanout.store.integrity import IndexMissing, IndexStateError
-from fanout.store.locks import CollectionBusy
-from fanout.store.storage import DiskFull, StorageError
 
-# the errors are every class of fanout/errors.py and the store's and the config's (declared beside their code)
+# the errors are every class of fanout/errors.py
 __all__ = ["BackendError", "BatchResult", "BenchNotFoundError", "CollectionBusy", "ConfigError", "DiskFull",
            "FanoutError", "FilterError", "GPUBackendMissing", "GapsResult", "Hit", "Hits", "IndexMissing",
            "IndexReport", "IndexStateError", "InputMissing", "KnowledgeBase", "ModelError", "Note",

@@ -10,11 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fanout.errors import FanoutError
-
-
-class ConfigError(FanoutError, ValueError):
-    """A config value is out of range or of the wrong type."""
+from fanout.errors import ConfigError  # declared there; importable from here as it was
 
 
 def _check(cond: bool, msg: str) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout.errors import FanoutError
+from fanout.errors import IndexMissing, IndexStateError  # noqa: F401 (IndexMissing: its old import path)
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +30,6 @@ MANIFEST_KEYS: dict[str, tuple[type, str]] = {
 }
 EMBEDDER_KEYS = ("spec", "file", "sha256", "prompt")
 NORM_TOLERANCE = 1e-2  # stored vectors are unit length; a row further off than this is damaged
-
-
-class IndexStateError(FanoutError, ValueError):
-    """A manifest, config or index table is damaged or does not match; the message says how to fix it."""
-
-
-class IndexMissing(IndexStateError, FileNotFoundError):
-    """There is no index of that name in that db (yet); the message gives the command that builds it."""
 
 
 def rebuild_hint(db_dir: str | Path, collection: str, vault: str | None = None) -> str:

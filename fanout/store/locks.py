@@ -23,12 +23,8 @@ import os
 import time
 from collections.abc import Iterator
 
-from fanout.errors import FanoutError
+from fanout.errors import CollectionBusy  # declared there; importable from here as it was
 from fanout.store import storage
-
-
-class CollectionBusy(FanoutError, RuntimeError):
-    """Another process holds the collection's lock (a `FanoutError`; still a RuntimeError, as it was)."""
 
 
 def lock_path(db_dir: str | os.PathLike, collection: str) -> str | None:

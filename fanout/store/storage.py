@@ -24,7 +24,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from fanout.errors import FanoutError
+from fanout.errors import DiskFull, StorageError  # declared there; importable from here as they were
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -36,14 +36,6 @@ log = logging.getLogger(__name__)
 REMOTE_SCHEMES = ("s3", "gs", "az")  # object stores LanceDB (object_store) and pyarrow.fs both speak
 ALLOWED = "a local path, file:///abs/path, s3://bucket/path, gs://bucket/path or az://container/path"
 _SECRET_WORDS = ("secret", "key", "token", "password", "sas", "credential")
-
-
-class StorageError(FanoutError, ValueError):
-    """A location string that fanout cannot use (unknown scheme, missing bucket, ...)."""
-
-
-class DiskFull(FanoutError, RuntimeError):
-    """No space (or quota) left where fanout writes: one line naming the location and the fix."""
 
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
