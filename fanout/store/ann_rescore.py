@@ -11,22 +11,25 @@ Lance's flat search of them like any other candidate; a prefilter is Lance's, ap
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from fanout.store import exact_vectors, vectors_file
 
+if TYPE_CHECKING:
+    from lance import LanceDataset
 
-def usable(ds: Any, cfg: Any) -> bool:
+
+def usable(ds: LanceDataset, cfg: Any) -> bool:
     """Whether the config asks for re-scoring and the index is local (whether this version's vectors file is
     there: `has_file`); else Lance's `refine_factor` re-ranks, as on an object store."""
     return bool(cfg is not None and cfg.index.ann_rescore and cfg.index.exact_vectors_file
                 and vectors_file.folder(ds) is not None)
 
 
-def has_file(ds: Any) -> bool:
+def has_file(ds: LanceDataset) -> bool:
     """Whether the version's vectors file is there (mapped now: `rescore` reads it next)."""
     return exact_vectors.matrix(ds, files=True, load=False) is not None
 
@@ -36,7 +39,7 @@ def nearest_k(k: int, cfg: Any) -> int:
     return k * max(1, cfg.index.ann_rescore)
 
 
-def rescore(ds: Any, queries: np.ndarray, res: pa.Table, k: int) -> pa.Table | None:
+def rescore(ds: LanceDataset, queries: np.ndarray, res: pa.Table, k: int) -> pa.Table | None:
     """Lance's candidate table (`query_index`, `_rowid`, the selected columns, `_distance`) cut to each query
     vector's k best by exact cosine distance from the vectors file, best first per query, equal scores in row
     order; `_rowid` dropped. None when the version has no vectors file (the caller asks Lance to refine)."""

@@ -33,6 +33,8 @@ from fanout.store import fts_memory, fts_postings, row_filter
 from fanout.text import nfc
 
 if TYPE_CHECKING:
+    from lance import LanceDataset
+
     from fanout.config import RetrieveConfig
 
 log = logging.getLogger(__name__)
@@ -43,7 +45,7 @@ _SHARED_LOCK = threading.RLock()
 Keys = tuple[np.ndarray, pa.Table]  # the pinned version's sorted row ids and its key columns in that order
 
 
-def search_many(ds: Any, queries: list[str], columns: list[str], boosts: list[float], k: int, select: list[str],
+def search_many(ds: LanceDataset, queries: list[str], columns: list[str], boosts: list[float], k: int, select: list[str],
                 wheres: list[str | None] | None, keys: Keys | None, settings: RetrieveConfig | None
                 ) -> list[pa.Table]:
     """One full-text search per query over the pinned chunks version `ds` (`select` + `_score` each);
@@ -65,7 +67,7 @@ def search_many(ds: Any, queries: list[str], columns: list[str], boosts: list[fl
     return _lance_many(ds, queries, columns, boosts, k, select, wheres, keys)
 
 
-def memory_columns(ds: Any, columns: list[str], ids: np.ndarray, settings: RetrieveConfig
+def memory_columns(ds: LanceDataset, columns: list[str], ids: np.ndarray, settings: RetrieveConfig
                    ) -> list[fts_memory.MemoryColumn] | None:
     """The `memory` engine's postings of `columns` on the pinned version `ds` (sorted row ids `ids`), None when
     one of them is not served from memory (fanout/store/fts_memory.py says why) or not built yet. They are built

@@ -33,9 +33,12 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lance import LanceDataset
 
 log = logging.getLogger(__name__)
 # CPU to build the postings of one chunk's text in one column (Lance's tokenizer on it, counting): measured
@@ -275,7 +278,7 @@ def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, 
     return topk(pos[first], score[first], k)
 
 
-def memory_column(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
+def memory_column(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColumn | None:
     """`column`'s postings from the pinned version `ds` (a Lance dataset), in the row order of `ids` (sorted
     row ids); None (and why, at debug level) when its index is not one this engine reproduces."""
     got = index_meta(ds, column)
@@ -390,7 +393,7 @@ def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, adde
     return _scored(old.tokenize_args, tokens, lengths[present], rows, freq, len(ids), dl)
 
 
-def _updated(ds: Any, st: dict[str, Any]) -> bool:
+def _updated(ds: LanceDataset, st: dict[str, Any]) -> bool:
     """Whether the full-text index of `ds` was built before rows were added or deleted (fanout updates it only
     now and then: pipelines/index.py): its counts then include rows gone and miss rows added, so they are not
     compared with the rows'."""
@@ -403,7 +406,7 @@ _META: dict[tuple, Any] = {}  # (*version_key, column) -> index_meta's answer (t
 _META_LOCK = threading.Lock()
 
 
-def index_meta(ds: Any, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
+def index_meta(ds: LanceDataset, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
     """(tokenize args, the index's per-segment metadata, its statistics) of `column`'s full-text index on `ds`,
     or why this engine does not reproduce it (a string). A version's indexes never change: kept for the last
     few (an index round asks for each column's several times)."""
@@ -424,7 +427,7 @@ def index_meta(ds: Any, column: str) -> tuple[dict[str, Any], dict[str, Any], di
     return got
 
 
-def _index_meta(ds: Any, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
+def _index_meta(ds: LanceDataset, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
     name = next((d.name for d in ds.describe_indices()
                  if list(d.field_names) == [column] and "Inverted" in d.type_url), None)
     if name is None:
@@ -448,6 +451,6 @@ def _idf(token_docs: int, num_docs: int) -> np.float32:
     return np.float32(math.log(float(x)))
 
 
-def _skip(ds: Any, column: str, why: str) -> MemoryColumn | None:
+def _skip(ds: LanceDataset, column: str, why: str) -> MemoryColumn | None:
     log.debug("full-text column %s of %s is searched by Lance: %s", column, ds.uri, why)
     return None  # typed as its callers' result: `return _skip(...)` ends them

@@ -28,13 +28,16 @@ import hashlib
 import itertools
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from fanout.store import version_files
 from fanout.store.fts_memory import MemoryColumn
+
+if TYPE_CHECKING:
+    from lance import LanceDataset
 
 log = logging.getLogger(__name__)
 KIND = "postings"
@@ -43,12 +46,12 @@ _SCHEMA = pa.schema([("token", pa.string()), ("rows", pa.large_list(pa.int32()))
                      ("freq", pa.large_list(pa.int32())), ("dl", pa.large_list(pa.uint32()))])
 
 
-def folder(ds: Any) -> str | None:
+def folder(ds: LanceDataset) -> str | None:
     """Where the postings files of the chunks table `ds` live; None on an object store (not kept there)."""
     return version_files.folder(ds, KIND)
 
 
-def fingerprint(ds: Any, column: str, ids: np.ndarray) -> tuple[str, dict[str, Any]] | None:
+def fingerprint(ds: LanceDataset, column: str, ids: np.ndarray) -> tuple[str, dict[str, Any]] | None:
     """(the fingerprint of `column`'s postings on the version `ds` in the row order `ids`, the index's
     tokenize args), None when the memory engine does not reproduce the column's index."""
     from fanout.store.fts_memory import index_meta
@@ -64,7 +67,7 @@ def fingerprint(ds: Any, column: str, ids: np.ndarray) -> tuple[str, dict[str, A
     return version_files.fingerprint(FORMAT, key), args
 
 
-def load(ds: Any, column: str, ids: np.ndarray) -> MemoryColumn | None:
+def load(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColumn | None:
     """`column`'s postings from its file for the version `ds` and row order `ids`; None when there is none
     (or none for this version, index and rows), or when it is damaged (a warning: the caller builds them)."""
     got = fingerprint(ds, column, ids)
@@ -122,7 +125,7 @@ def _crc(tokens: pa.Array, rows: np.ndarray, offsets: np.ndarray, freq: np.ndarr
     return version_files.crc32(parts)
 
 
-def save(ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None:
+def save(ds: LanceDataset, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None:
     """Write `mem` (built from the version `ds` in the row order `ids`) as `column`'s postings file, atomically,
     and remove the column's files of older versions. Returns its path; None on an object store or when the
     index is not one the memory engine reproduces. Never raises (a warning: the postings stay in memory)."""
@@ -161,7 +164,7 @@ def save(ds: Any, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None
         return None
 
 
-def ensure(ds: Any, columns: list[str], rowid_map_rows: int) -> dict[str, str]:
+def ensure(ds: LanceDataset, columns: list[str], rowid_map_rows: int) -> dict[str, str]:
     """The postings files of `columns` for the pinned chunks version `ds`: each kept when a valid one is there,
     else built (or updated from an older version's file) and written, and every other version's files removed
     (what `fanout index` and `fanout optimize` call last). The memory engine serves at most `rowid_map_rows`
@@ -193,7 +196,7 @@ def ensure(ds: Any, columns: list[str], rowid_map_rows: int) -> dict[str, str]:
     return out
 
 
-def _from_previous(ds: Any, column: str, ids: np.ndarray, previous: dict[str, Any]) -> MemoryColumn | None:
+def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dict[str, Any]) -> MemoryColumn | None:
     """`column`'s postings for the version `ds` from the newest older version's file (fts_memory.updated_column:
     only the rows added since are tokenized); None when there is no usable one (the caller builds from every
     row). Never raises."""

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lance import LanceDataset
 
 MASKS_PER_VERSION = 64  # filters kept per version (a batch's queries share a few; an agent's fields a few more)
 VERSIONS = 2  # versions whose masks are kept: the pinned one and the one a watch round is publishing
@@ -18,7 +21,7 @@ _MASKS: OrderedDict[tuple[str, int], OrderedDict[str, np.ndarray]] = OrderedDict
 _LOCK = threading.RLock()
 
 
-def allowed(ds: Any, ids: np.ndarray, where: str) -> np.ndarray | None:
+def allowed(ds: LanceDataset, ids: np.ndarray, where: str) -> np.ndarray | None:
     """The rows (a bool per row of `ids`, the sorted row ids of the pinned version `ds`) that pass `where`;
     None when Lance cannot evaluate it here (the caller sends the query to Lance, which says what is wrong)."""
     key = (str(ds.uri), int(ds.version))

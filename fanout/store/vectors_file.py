@@ -15,29 +15,32 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from fanout.store import version_files
 
+if TYPE_CHECKING:
+    from lance import LanceDataset
+
 log = logging.getLogger(__name__)
 KIND = "exact"
 FORMAT = 1
 
 
-def folder(ds: Any) -> str | None:
+def folder(ds: LanceDataset) -> str | None:
     """`<table>.exact` next to a local table's `<table>.lance` folder; None on an object store."""
     return version_files.folder(ds, KIND)
 
 
-def older_versions(ds: Any, column: str) -> list[int]:
+def older_versions(ds: LanceDataset, column: str) -> list[int]:
     """The versions older than `ds`'s with a vectors file of `column`, ascending."""
     return version_files.older_versions(ds, KIND, column)
 
 
-def _fingerprint(ds: Any, column: str) -> str:
+def _fingerprint(ds: LanceDataset, column: str) -> str:
     frags = [(f.id, [d.path for d in f.data_files()], repr(f.deletion_file)) for f in
              (x.metadata for x in ds.get_fragments())]
     return version_files.fingerprint(FORMAT, {"column": column, "version": int(ds.version), "rows": ds.count_rows(),
@@ -48,7 +51,7 @@ def _schema(dim: int) -> pa.Schema:
     return pa.schema([("_rowid", pa.int64()), ("damaged", pa.bool_()), ("vector", pa.list_(pa.float32(), dim))])
 
 
-def load(ds: Any, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def load(ds: LanceDataset, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(row ids, unit vectors (read-only, memory-mapped), damaged) of `column` at the version `ds` from its file;
     None when there is none for this version or it does not check out (a warning)."""
     try:
@@ -82,7 +85,7 @@ def _crc(ids: np.ndarray, damaged: np.ndarray, vectors: np.ndarray) -> str:
                                 for a in (ids, damaged.astype(np.uint8), vectors)])
 
 
-def save(ds: Any, column: str, ids: np.ndarray, vectors: np.ndarray, damaged: np.ndarray) -> str | None:
+def save(ds: LanceDataset, column: str, ids: np.ndarray, vectors: np.ndarray, damaged: np.ndarray) -> str | None:
     """Write the vectors of `column` at the version `ds` (as `exact_vectors.matrix` made them), atomically, and
     remove the column's files of this and older versions. None on an object store; never raises (a warning)."""
     try:

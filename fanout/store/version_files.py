@@ -22,16 +22,19 @@ import os
 import re
 import uuid
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from lance import LanceDataset
 
 NAME = re.compile(r"^(?P<column>[A-Za-z0-9_]+)\.v(?P<version>\d+)\.(?P<fp>[0-9a-f]{16})\.arrow$")
 _COLUMN = re.compile(r"[A-Za-z0-9_]+")
 _WRITTEN: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) of the files this process wrote
 
 
-def folder(ds: Any, kind: str) -> str | None:
+def folder(ds: LanceDataset, kind: str) -> str | None:
     """`<table>.<kind>` next to the local table `ds`'s `<table>.lance` folder; None on an object store."""
     uri = str(ds.uri).removeprefix("file://").rstrip("/")
     if "://" in uri or not uri.endswith(".lance"):
@@ -44,7 +47,7 @@ def fingerprint(fmt: int, key: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps({"format": fmt, **key}, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def path(ds: Any, kind: str, column: str, fp: str) -> str | None:
+def path(ds: LanceDataset, kind: str, column: str, fp: str) -> str | None:
     """The file of `column` at the version `ds` with fingerprint `fp`; None on an object store."""
     d = folder(ds, kind)
     if d is None or not _COLUMN.fullmatch(column):
@@ -52,7 +55,7 @@ def path(ds: Any, kind: str, column: str, fp: str) -> str | None:
     return os.path.join(d, f"{column}.v{int(ds.version)}.{fp[:16]}.arrow")
 
 
-def older_versions(ds: Any, kind: str, column: str) -> list[int]:
+def older_versions(ds: LanceDataset, kind: str, column: str) -> list[int]:
     """The versions older than `ds`'s that have a file of `column` (what an update starts from), ascending."""
     d = folder(ds, kind)
     names = os.listdir(d) if d and os.path.isdir(d) else []
@@ -121,7 +124,7 @@ def write(path: str, batch: pa.RecordBatch, fp: str, crc: str) -> None:
             os.remove(tmp)
 
 
-def prune(ds: Any, kind: str, column: str | None, keep: str | None = None, newer: bool = False) -> list[str]:
+def prune(ds: LanceDataset, kind: str, column: str | None, keep: str | None = None, newer: bool = False) -> list[str]:
     """Remove the files of `column` (every column when None) of versions older than `ds`'s, and those of its
     version other than `keep` (a file name: superseded content). Newer versions' files are left to their
     writers unless `newer` (the version `ds` is then the only one kept: a table dropped and made anew numbers
@@ -142,7 +145,7 @@ def prune(ds: Any, kind: str, column: str | None, keep: str | None = None, newer
     return gone
 
 
-def version_key(ds: Any) -> tuple | None:
+def version_key(ds: LanceDataset) -> tuple | None:
     """What identifies the version of the local Lance dataset `ds` for a process's caches of what never changes
     within a version (its row ids, its index statistics): the uri, the version number and its manifest file's
     inode and mtime (a table dropped and made anew numbers its versions from 1 again). None on an object store
