@@ -6,10 +6,13 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.config import ActorConfig, Config
 from fanout.errors import BackendError, GPUBackendMissing
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +314,7 @@ def load_llama(path: Path, acfg: ActorConfig, role: str = "model", **kwargs: Any
                      n_threads_batch=acfg.n_threads, n_gpu_layers=acfg.n_gpu_layers, verbose=False, **kwargs)
 
 
-def render_chat(llm: Any, messages: list[dict[str, str]]) -> str:
+def render_chat(llm: Llama, messages: list[dict[str, str]]) -> str:
     """Render messages with the GGUF's chat template (ChatML when the file has none), ready to generate."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 

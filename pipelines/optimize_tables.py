@@ -22,7 +22,7 @@ import logging
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.pipelines.index import write_postings
 from fanout.pipelines.write_index import build_fts, vector_index_reason
@@ -32,6 +32,9 @@ from fanout.errors import InputMissing, UserError
 from fanout.store.db import Collection, check_collection_name
 from fanout.store.locks import collection_lock
 from fanout.store.vectors import build_vector_index, ensure_scalar_index
+
+if TYPE_CHECKING:
+    from lancedb.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ def collection_tables(col: Collection) -> list[str]:
     return own + sorted(n for n in names if n.startswith(f"{col.name}_cache_"))
 
 
-def _shape(tbl: Any) -> dict[str, int]:
+def _shape(tbl: Any) -> dict[str, int]:  # Any: lancedb types stats() as a dataclass, it returns a dict
     st = tbl.stats()
     return {"rows": int(st["num_rows"]), "fragments": int(st["fragment_stats"]["num_fragments"]),
             "bytes": int(st["total_bytes"]), "versions": len(tbl.list_versions())}
@@ -145,7 +148,7 @@ def pinned_versions(db_dir: str | Path, names: list[str], cfg: Config) -> dict[s
     return out
 
 
-def retention(tbl: Any, keep_days: float, pinned: int | None) -> timedelta:
+def retention(tbl: Table, keep_days: float, pinned: int | None) -> timedelta:
     """How old a version must be to be deleted: `keep_days`, but never so little that the version the
     manifest pins goes (after a run that stopped part-way the pinned version is older than the latest, and
     readers are served it until the next `fanout index` completes)."""

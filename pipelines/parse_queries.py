@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import pyarrow as pa
 
@@ -18,6 +18,9 @@ from fanout.errors import FilterError, RowError
 from fanout.filters import combine, parse_filter
 from fanout.schemas import CARRY, ERRORS, QUERIES, VARIANT
 from fanout.text import nfc
+
+if TYPE_CHECKING:
+    from fanout.config import Config
 
 SEARCH_TYPES = ("lex", "vec", "hyde")
 MAX_CHARS = 2000  # longer text is a mistake (a whole document pasted as a query)
@@ -139,7 +142,7 @@ class ParseQueries:
     seen earlier in the same table, or marked `_dup` by the job's whole-input pass, is an error row.
     """
 
-    def __init__(self, cfg: Any = None, filter: tuple[tuple[str, tuple[str, ...]], ...] = ()):
+    def __init__(self, cfg: Config | None = None, filter: tuple[tuple[str, tuple[str, ...]], ...] = ()):
         del cfg
         self.job_filter = parse_filter({k: list(v) for k, v in filter}) if filter else {}  # every row's
         self.stats: dict[str, int] = {"rows": 0, "parsed": 0, "dropped_bad_row": 0, "dropped_duplicate_id": 0,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,6 +20,9 @@ import pyarrow.parquet as pq
 from fanout.explain import lists_compact, probe_text
 from fanout.io.batch_io import filesystem
 from fanout.io.batch_out import FLAT, arrow_reader, csv_safe
+
+if TYPE_CHECKING:
+    from fanout.config import StorageConfig
 
 EXTRA = [("probe", pa.string()), ("lists", pa.string()), ("explain", pa.string())]  # FLAT has `query`, `index`
 EXPLAINED = pa.schema([*FLAT, *EXTRA])
@@ -50,7 +53,7 @@ def _readable(explain: str | None) -> tuple[str | None, str | None]:
     return probe_text(ex.get("probe")) or None, lists_compact(ex.get("lists", []))
 
 
-def write_explained(parts: Any, out: str | Path, storage_cfg: Any = None, index: str | None = None) -> dict[str, int]:
+def write_explained(parts: Any, out: str | Path, storage_cfg: StorageConfig | None = None, index: str | None = None) -> dict[str, int]:
     """Like `fanout.io.batch_out.write_results`, with the explain columns; returns {queries, errors}."""
     import duckdb
     import pyarrow.csv as pcsv

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from contextlib import AbstractContextManager
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -107,7 +107,7 @@ def _quote(paths: set[str]) -> str:
     return ", ".join("'" + p.replace("'", "''") + "'" for p in sorted(paths))
 
 
-def delete_paths(tbl, paths: set[str], guard: Callable[[], Any] = contextlib.nullcontext) -> None:
+def delete_paths(tbl, paths: set[str], guard: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
     """Delete every row of the given note paths (in slices, to keep the SQL IN-list short); each delete runs
     inside `guard()` (Collection.writing: a failed one leaves no files behind)."""
     ordered = sorted(paths)

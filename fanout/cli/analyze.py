@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from fanout.errors import InputMissing, UserError
 from fanout.store import manifest
+
+if TYPE_CHECKING:
+    import argparse
+
+    import duckdb
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +66,7 @@ def _q(path: Path | str) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _lance_view(con: Any, view: str, tbl: Any) -> None:
+def _lance_view(con: duckdb.DuckDBPyConnection, view: str, tbl: Any) -> None:
     cols = [f.name for f in tbl.schema if not pa.types.is_fixed_size_list(f.type)]
     try:
         ds = tbl.to_lance()  # needs pylance; duckdb scans a pyarrow Dataset lazily
@@ -76,7 +81,7 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def db_views(con: Any, db: str | Path, collection: str) -> dict[str, str]:
+def db_views(con: duckdb.DuckDBPyConnection, db: str | Path, collection: str) -> dict[str, str]:
     """Create the views of one collection; returns view -> what it reads."""
     from fanout.store.caches import SCHEMAS
     from fanout.store.db import Collection
@@ -97,7 +102,7 @@ def db_views(con: Any, db: str | Path, collection: str) -> dict[str, str]:
     return made
 
 
-def path_views(con: Any, path: Path) -> dict[str, str]:
+def path_views(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, str]:
     """Views over an eval output folder, or one batch output file."""
     made = {}
     if path.is_dir():
@@ -156,7 +161,7 @@ def connect(path: str | Path | None = None, db: str | Path | None = None, collec
     return con, made
 
 
-def query(con: Any, sql: str, made: dict[str, str]) -> Any:
+def query(con: duckdb.DuckDBPyConnection, sql: str, made: dict[str, str]) -> Any:
     import duckdb
 
     try:
@@ -165,7 +170,7 @@ def query(con: Any, sql: str, made: dict[str, str]) -> Any:
         raise UserError(f"{str(e).splitlines()[0]}\nviews: {sorted(made)}") from None
 
 
-def main_analyze(args: Any) -> int:
+def main_analyze(args: argparse.Namespace) -> int:
     con, made = connect(args.path, args.db, args.collection)
     if not args.sql:
         print("views (select from them with --sql \"...\"):")

@@ -16,6 +16,7 @@ from fanout.errors import UserError
 
 TYPE_CHECKING = False  # typing itself costs the warm client ~5 ms of import
 if TYPE_CHECKING:
+    import argparse
     from typing import Any
 
 os.environ.setdefault("LANCEDB_LOG", "error")
@@ -25,7 +26,7 @@ DEFAULT_DB = os.environ.get("FANOUT_DB", ".fanout/db")
 ENV_NO_SERVER = "FANOUT_NO_SERVER"  # set to 1: never use a running `fanout serve`
 
 
-def config_from_args(args: Any):
+def config_from_args(args: argparse.Namespace):
     """The config named by `--config`, with `--runner` / `--ray-address` applied."""
     from fanout.config import load_config
 

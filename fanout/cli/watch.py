@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fanout.api import KnowledgeBase
 
 
 def round_printer(out: IO[str], also: Callable[[Any], Any] | None = None) -> Callable[[Any], None]:
@@ -27,7 +30,7 @@ def round_printer(out: IO[str], also: Callable[[Any], Any] | None = None) -> Cal
     return show
 
 
-def index_watch(kb: Any, args: argparse.Namespace) -> int:
+def index_watch(kb: KnowledgeBase, args: argparse.Namespace) -> int:
     """`fanout index VAULT --watch`: a first round (with the usual progress), then one round per batch of file
     changes, one line each, until Ctrl-C (exit 0; the round in progress finishes first, a second Ctrl-C leaves
     at once and the next run resumes it)."""

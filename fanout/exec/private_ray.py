@@ -20,6 +20,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from fanout.config import Config
@@ -158,7 +159,7 @@ def quiet_sigterm() -> bool:
     if threading.current_thread() is not threading.main_thread():
         return False
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
         del frame
         raise SystemExit(128 + signum)
 

@@ -284,7 +284,7 @@ class PartsWatcher:
     `on_rows(done)` moves per written block while the job runs. Parts present at the start (a resumed job's)
     are not counted; a part still being written is read on a later pass."""
 
-    def __init__(self, parts: Parts, on_rows: Callable[[int], Any], seconds: float):
+    def __init__(self, parts: Parts, on_rows: Callable[[int], object], seconds: float):
         self.parts, self.on_rows, self.seconds = parts, on_rows, seconds
         self.seen: dict[str, int] = dict.fromkeys(parts.files(), 0)  # resumed parts: counted elsewhere
         self._stop = threading.Event()
@@ -320,7 +320,7 @@ class PartsWatcher:
 
 
 def run(runner: RaySession, specs: list[StageSpec], source: Source, parts: Parts | None = None, block_rows: int = 0,
-        progress: bool = False, preserve_order: bool = False, on_rows: Callable[[int], Any] | None = None) -> Run:
+        progress: bool = False, preserve_order: bool = False, on_rows: Callable[[int], object] | None = None) -> Run:
     """ONE Dataset over `source`. With `parts`, the last operator's actors write its blocks as parquet parts
     (`writing`: the answered rows never pass through the driver: streaming them back cost 25% of the 16-actor
     throughput in bench/scale_curve.py) and the Run yields nothing; `on_rows(done)` per written part. Without,

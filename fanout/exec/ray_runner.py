@@ -232,7 +232,7 @@ class RayRunner(Runner):
 
     def run(self, specs: list[StageSpec], source: Source, *, parts: Parts | None = None,
             pipeline: Callable[[], Pipeline] | None = None, slice_rows: int = 0, block_rows: int = 0,
-            on_rows: Callable[[int], Any] | None = None, progress: bool = False, preserve_order: bool = False
+            on_rows: Callable[[int], object] | None = None, progress: bool = False, preserve_order: bool = False
             ) -> Run:
         """ONE Ray Data Dataset (ray_data.run; blocks of `block_rows`, runner.block_rows when 0); each stage is
         built in its actors, so `pipeline` and `slice_rows` (the in-process loop's) are not used."""

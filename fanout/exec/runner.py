@@ -44,7 +44,7 @@ def _batches(table: pa.Table, size: int) -> list[pa.Table]:
     return [table.slice(i, size) for i in range(0, table.num_rows, size)] or [table]
 
 
-def _offset(on_rows: Callable[[int], Any], base: int, k: int) -> None:
+def _offset(on_rows: Callable[[int], object], base: int, k: int) -> None:
     """on_rows(base + k): a slice's row count reported after the `base` rows of the slices before it."""
     on_rows(base + k)
 
@@ -281,7 +281,7 @@ class Runner:
 
     def run(self, specs: list[StageSpec], source: Source, *, parts: Parts | None = None,
             pipeline: Callable[[], Pipeline] | None = None, slice_rows: int = 0, block_rows: int = 0,
-            on_rows: Callable[[int], Any] | None = None, progress: bool = False, preserve_order: bool = False
+            on_rows: Callable[[int], object] | None = None, progress: bool = False, preserve_order: bool = False
             ) -> Run:
         """Run `specs` over `source`: one output table per slice of `slice_rows` (runner.slice_rows) input
         rows, in order, each also written to `parts` when given. `pipeline`: builds the in-process stages to

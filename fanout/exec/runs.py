@@ -158,7 +158,7 @@ class Steps:
     def __init__(self, seconds: float):
         self.seconds, self.rate = seconds, 0.0  # rate: rows per second, measured
 
-    def run(self, pipe: Callable[[pa.Table], pa.Table], table: pa.Table, on_rows: Callable[[int], Any]) -> pa.Table:
+    def run(self, pipe: Callable[[pa.Table], pa.Table], table: pa.Table, on_rows: Callable[[int], object]) -> pa.Table:
         out, i = [], 0
         while i < table.num_rows:
             k = max(1, int(self.rate * self.seconds)) if self.rate else 1

@@ -11,11 +11,14 @@ lose) and is no longer a note of the index has lost its page. The old file may c
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fanout.config import Config
 from fanout.errors import UserError
 from fanout.gaps.read import ReadStats, read_answers, text_key
+
+if TYPE_CHECKING:
+    from fanout.store.db import Collection
 
 
 def previous_tops(previous: str, collection: str, cfg: Config) -> dict[str, str]:
@@ -40,7 +43,7 @@ def previous_tops(previous: str, collection: str, cfg: Config) -> dict[str, str]
     return {k: p for k, (score, p) in tops.items() if score >= cfg.gaps.weak_below}
 
 
-def index_paths(col: Any) -> set[str]:
+def index_paths(col: Collection) -> set[str]:
     """Every note path of the collection's current documents version."""
     col.refresh()
     with col.guard(col.documents_name):
@@ -48,7 +51,7 @@ def index_paths(col: Any) -> set[str]:
     return set(t.column("path").to_pylist())
 
 
-def lost_pages(previous: str, col: Any, cfg: Config) -> dict[str, str]:
+def lost_pages(previous: str, col: Collection, cfg: Config) -> dict[str, str]:
     """text key -> the page that answered it in `previous` and is no longer in `col`'s index."""
     have = index_paths(col)
     return {k: p for k, p in previous_tops(previous, col.name, cfg).items() if p not in have}

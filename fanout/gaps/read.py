@@ -12,11 +12,14 @@ import logging
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from fanout.errors import InputMissing, UserError
+
+if TYPE_CHECKING:
+    from fanout.config import StorageConfig
 
 log = logging.getLogger(__name__)
 BANDS = ("lost", "unanswered", "weak")  # flagged bands; lost: its page of the previous run is gone (--previous)
@@ -79,7 +82,7 @@ def _text(col: pa.ChunkedArray, stats: ReadStats, where: str, name: str) -> pa.C
         return pa.nulls(len(col), pa.string())
 
 
-def read_answers(uri: str, storage_cfg: Any = None, stats: ReadStats | None = None,
+def read_answers(uri: str, storage_cfg: StorageConfig | None = None, stats: ReadStats | None = None,
                  on_bytes: Callable[[int, int], None] | None = None) -> Iterator[pa.Table]:
     """Stream a batch output file as tables of COLUMNS; `on_bytes(read, total)` reports progress."""
     import pyarrow.fs as pafs

@@ -22,6 +22,8 @@ from fanout.safe_text import CSV_CELL_RE
 from fanout.schemas import ANSWERS, SECTION
 
 if TYPE_CHECKING:
+    import duckdb
+
     from fanout.config import StorageConfig
 
 FLAT = pa.schema([
@@ -118,7 +120,7 @@ select qid, rank, path, title, heading, snippet, score, field, error, query, sec
 _QUERY_SQL = "select _row, qid, query, error, field, results from parts order by _row"
 
 
-def arrow_reader(con: Any, sql: str, batch_size: int) -> pa.RecordBatchReader:
+def arrow_reader(con: duckdb.DuckDBPyConnection, sql: str, batch_size: int) -> pa.RecordBatchReader:
     """A duckdb query's rows as a RecordBatchReader (duckdb 2.0: `to_arrow_reader`; 1.x: `fetch_record_batch`)."""
     rel = con.sql(sql)
     fn = getattr(rel, "to_arrow_reader", None) or rel.fetch_arrow_reader
@@ -168,7 +170,7 @@ def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None
     return counts
 
 
-def _write_out(con: Any, fs: pafs.FileSystem, tmp: str, ext: str, index: str | None, sections: bool = False
+def _write_out(con: duckdb.DuckDBPyConnection, fs: pafs.FileSystem, tmp: str, ext: str, index: str | None, sections: bool = False
                ) -> None:
     import pyarrow.csv as pcsv
 

@@ -21,10 +21,15 @@ import logging
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.errors import UserError
 from fanout.serve.client import config_key, port_file
+
+if TYPE_CHECKING:
+    import argparse
+
+    from fanout.api import KnowledgeBase
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +87,7 @@ def _uvicorn(asgi: Any, limits: Any) -> Any:
     return uvicorn.Server(config)
 
 
-def watched_collection(args: Any) -> str | None:
+def watched_collection(args: argparse.Namespace) -> str | None:
     """The collection `--watch VAULT` keeps current (`-c NAME`, else the default one); None without --watch."""
     from fanout.cli.common import DEFAULT_COLLECTION
 
@@ -94,7 +99,7 @@ def watched_collection(args: Any) -> str | None:
     return names[0] if names else DEFAULT_COLLECTION
 
 
-def first_index(kb: Any, vault: str) -> None:
+def first_index(kb: KnowledgeBase, vault: str) -> None:
     """Index `vault` now when `kb`'s collection has no index yet (a server with `--watch` on a new db)."""
     from fanout.store import manifest
 
@@ -103,7 +108,7 @@ def first_index(kb: Any, vault: str) -> None:
         print(kb.index(vault).text(), file=sys.stderr, flush=True)
 
 
-def serve(args: Any) -> int:
+def serve(args: argparse.Namespace) -> int:
     """`fanout serve --db DB [--port N]`: serve until Ctrl-C / SIGTERM; removes its port file on exit."""
     import signal
 

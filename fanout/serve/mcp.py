@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp import types
@@ -43,6 +43,9 @@ from fanout.pipelines.clean_fields import collection_titles
 from fanout.pipelines.clean_fields import hints as field_hints
 from fanout.pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError, parse_row
 from fanout.pipelines.search import SearchOptions
+
+if TYPE_CHECKING:
+    import argparse
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +355,7 @@ async def serve_http(server: Server, port: int, token: str) -> None:
     await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")).serve()
 
 
-def main_mcp(args: Any) -> int:
+def main_mcp(args: argparse.Namespace) -> int:
     """`fanout mcp --db DIR --collection NAME [--http PORT]`: serve until the client disconnects."""
     from fanout.cli.common import config_from_args
     from fanout.exec.engines import make_runner

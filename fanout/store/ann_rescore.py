@@ -11,7 +11,7 @@ Lance's flat search of them like any other candidate; a prefilter is Lance's, ap
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -21,8 +21,10 @@ from fanout.store import exact_vectors, vectors_file
 if TYPE_CHECKING:
     from lance import LanceDataset
 
+    from fanout.config import Config, IndexConfig
 
-def usable(ds: LanceDataset, cfg: Any) -> bool:
+
+def usable(ds: LanceDataset, cfg: Config | None) -> bool:
     """Whether the config asks for re-scoring and the index is local (whether this version's vectors file is
     there: `has_file`); else Lance's `refine_factor` re-ranks, as on an object store."""
     return bool(cfg is not None and cfg.index.ann_rescore and cfg.index.exact_vectors_file
@@ -34,9 +36,9 @@ def has_file(ds: LanceDataset) -> bool:
     return exact_vectors.matrix(ds, files=True, load=False) is not None
 
 
-def nearest_k(k: int, cfg: Any) -> int:
-    """Candidates to ask the index for, per query vector."""
-    return k * max(1, cfg.index.ann_rescore)
+def nearest_k(k: int, icfg: IndexConfig) -> int:
+    """Candidates to ask the index for, per query vector (`icfg`: the config's `index` section)."""
+    return k * max(1, icfg.ann_rescore)
 
 
 def rescore(ds: LanceDataset, queries: np.ndarray, res: pa.Table, k: int) -> pa.Table | None:

@@ -384,7 +384,7 @@ class Collection:
         if icfg is None or not indexed:
             return nearest
         nearest["minimum_nprobes"] = nearest["maximum_nprobes"] = icfg.nprobes  # lancedb's nprobes()
-        candidates = ann_rescore.nearest_k(k, self.cfg) if rescore else k * max(1, icfg.refine_factor)
+        candidates = ann_rescore.nearest_k(k, icfg) if rescore else k * max(1, icfg.refine_factor)
         if rescore:
             nearest["k"] = candidates
         elif icfg.refine_factor:

@@ -15,6 +15,9 @@ import numpy as np
 import pyarrow as pa
 
 if TYPE_CHECKING:
+    from lancedb.db import DBConnection
+    from lancedb.table import Table
+
     from fanout.config import IndexConfig
 
 log = logging.getLogger(__name__)
@@ -156,7 +159,7 @@ def build_vector_index(tbl, icfg: IndexConfig) -> dict[str, Any]:
             "built": time.time()}
 
 
-def rederive_vectors(db: Any, tbl: Any, vector_dim: int) -> tuple[int, int]:
+def rederive_vectors(db: DBConnection, tbl: Table, vector_dim: int) -> tuple[int, int]:
     """Rewrite the chunks table `tbl` (a lancedb table of the connection `db`) with `vector` at another
     Matryoshka size, from the stored full vectors.
 
