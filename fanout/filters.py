@@ -49,7 +49,7 @@ def norm_tag(t: str) -> str:
     return _norm(t).lstrip("#").casefold()
 
 
-def _values(kind: str, value: Any) -> list[str]:
+def _values(kind: str, value: object) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
@@ -96,17 +96,18 @@ def _check_value(kind: str, v: str) -> str:
     return v.casefold()
 
 
-def parse_filter(value: Any) -> dict[str, list[str]]:
+def parse_filter(value: object) -> dict[str, list[str]]:
     """A caller's filter (dict, or JSON text of one) -> {kind: [normalised values]} (kinds sorted)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):  # None or NaN (CSV/parquet null)
         return {}
     if isinstance(value, str):
         if not value.strip():
             return {}
+        text = value
         try:
-            value = json.loads(value)
+            value = json.loads(text)
         except ValueError:
-            raise FilterError("filter", f"`filter` is not valid JSON: {value[:60]!r}; give an object such as "
+            raise FilterError("filter", f"`filter` is not valid JSON: {text[:60]!r}; give an object such as "
                                         '{"folder": "Plugins", "tag": "guide"}') from None
     if not isinstance(value, dict):
         raise FilterError("filter", f"`filter` must be an object of {sorted(KINDS)}, got "
@@ -204,7 +205,7 @@ def tag_values(tags: list[str]) -> list[str]:
     return list(out)
 
 
-def _scalar(v: Any) -> str | None:
+def _scalar(v: object) -> str | None:
     import datetime as _dt  # index side only: the CLI's filter check stays light
 
     if isinstance(v, bool):

@@ -49,7 +49,7 @@ def _text(row: dict[str, Any], field: str, required: bool = False) -> str | None
     return v or None
 
 
-def _searches(value: Any) -> list[tuple[str, str]]:
+def _searches(value: object) -> list[tuple[str, str]]:
     if isinstance(value, str):
         try:
             value = json.loads(value)

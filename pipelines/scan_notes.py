@@ -50,7 +50,7 @@ def list_markdown(vault: Path) -> list[Path]:
     return [Path(vault) / rel for rel, _ in list_notes(vault).files]
 
 
-def _as_list(value: Any) -> list[str]:
+def _as_list(value: object) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
@@ -99,7 +99,7 @@ def _bounded(field: str, values: list[str], limit: int) -> list[str]:
     return values
 
 
-def note_lang(value: Any, fallback: str, rel: str) -> str:
+def note_lang(value: object, fallback: str, rel: str) -> str:
     """A front matter `lang` as a known language code (LANG_NAMES): `en`, `EN`, `en-US`, `English`; anything
     else is logged and the note gets `fallback` (the detected or configured language)."""
     if value is None or value == "":

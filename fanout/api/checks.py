@@ -8,14 +8,14 @@ from typing import Any
 from fanout.errors import UserError
 
 
-def check_count(value: Any, name: str) -> int:
+def check_count(value: object, name: str) -> int:
     """`value` when it is a whole number >= 1, else UserError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"`{name}` must be a whole number >= 1, got {value!r}")
     return value
 
 
-def check_flag(value: Any, name: str, none: bool = False, none_means: str = "the config's default") -> Any:
+def check_flag(value: object, name: str, none: bool = False, none_means: str = "the config's default") -> Any:
     """`value` when it is True or False (or None where `none`: `none_means`), else UserError naming `name`: a
     string such as "no" is truthy, and taking it as True would rebuild or expand what was not asked."""
     if isinstance(value, bool) or (none and value is None):

@@ -177,7 +177,7 @@ for _section, (_keys, _where) in _REMOVED.items():
                                          f"({_where}). Remove it from the config")
 
 
-def _retired(name: str, value: Any) -> None:
+def _retired(name: str, value: object) -> None:
     if name in RETIRED:
         raise ConfigError(f"{RETIRED[name]} (given {_short(value)})")
 

@@ -81,7 +81,7 @@ def _local_problem(path: str, probe_path: str, write: bool) -> str:
 
 
 def needs_of(runner: RaySession, specs: list[StageSpec], paths: list[str] | None, parts: Parts | None,
-             filesystem: Any) -> list[Need]:
+             filesystem: pafs.FileSystem | None) -> list[Need]:
     """The paths a job's stages and read tasks need, from its stage list (the last stage writes `parts`)."""
     out: list[Need] = []
     uses: dict[tuple[str, str, bool], dict[str, Any]] = {}  # (db, collection, written) -> pools, stage names
@@ -127,7 +127,7 @@ def pool_nodes(runner: RaySession, pool: str, model: bool, nodes: list[dict]) ->
 
 
 def check_paths(runner: RaySession, specs: list[StageSpec], paths: list[str] | None = None,
-                parts: Parts | None = None, filesystem: Any = None) -> None:
+                parts: Parts | None = None, filesystem: pafs.FileSystem | None = None) -> None:
     """Fail before the Dataset runs when a node that may host a pool or a read task cannot reach a path it
     needs there (a RuntimeError naming the node, the path, what was needed and the fix)."""
     needs = needs_of(runner, specs, paths, parts, filesystem)

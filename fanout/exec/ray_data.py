@@ -28,6 +28,8 @@ from fanout.exec.runner import Chain, Instances, StageSpec, fuse_specs
 from fanout.exec.runs import Parts, Run, RunStats, Source, pop_stats
 
 if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
     from fanout.exec.ray_session import Dataset
 
 def check_fits(runner: RaySession, specs: list[StageSpec], sizes: list[int] | None = None,
@@ -108,7 +110,8 @@ def map_opts(runner: RaySession, spec: StageSpec, size: int = 0) -> dict[str, An
     return opts
 
 
-def dataset(runner: RaySession, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
+def dataset(runner: RaySession, specs: list[StageSpec], paths: list[str] | None = None,
+            filesystem: pafs.FileSystem | None = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
             rows: int = 0, block_rows: int = 0, parts: Parts | None = None, source: Dataset | None = None
             ) -> Dataset:

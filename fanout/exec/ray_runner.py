@@ -17,7 +17,7 @@ import signal
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -29,6 +29,12 @@ from fanout.exec.ray_data import placement
 from fanout.exec.runner import Pipeline, Runner, StageSpec
 from fanout.exec.runs import Parts, Run, Source
 from fanout.models.identity import actor_class, role_backend
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
+    from ray.data import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +112,7 @@ class RayRunner(Runner):
 
         return ray.data
 
-    def _actors_for(self, role: str) -> list[Any]:
+    def _actors_for(self, role: str) -> list[ActorHandle]:
         if role in self._pools:
             return self._pools[role]
         ray = self._ray
@@ -159,7 +165,7 @@ class RayRunner(Runner):
             f"(runner.placement_timeout_s): asked {need}; "
             f"free now {_show(ray.available_resources())}; nodes: {listing}. {fix}.")
 
-    def _submit(self, role: str, batches: list[pa.Table]) -> list[Any]:
+    def _submit(self, role: str, batches: list[pa.Table]) -> list[ObjectRef]:
         """Send the batches round-robin to the role's actors; the result refs, in batch order."""
         handles = self._actors_for(role)
         return [handles[i % len(handles)].call.remote(b) for i, b in enumerate(batches)]
@@ -176,7 +182,7 @@ class RayRunner(Runner):
     def preload(self, role: str) -> None:
         """Nothing to load ahead: each job's Ray Data pools build their own models."""
 
-    def actor_handles(self, role: str) -> list[Any]:
+    def actor_handles(self, role: str) -> list[ActorHandle]:
         """The role's Ray actor handles (tests kill one to check that a batch survives)."""
         return self._actors_for(role)
 
@@ -194,7 +200,7 @@ class RayRunner(Runner):
         """The private local Ray's temp dir (None when attached to a cluster or closed)."""
         return self._local.tmp if self._local is not None else None
 
-    def on_nodes(self, fn: Any, args: dict[str, tuple], timeout_s: float) -> dict[str, Any]:
+    def on_nodes(self, fn: Callable[..., object], args: dict[str, tuple], timeout_s: float) -> dict[str, Any]:
         """`fn(*args[node_id])` as one tiny task pinned to each node (num_cpus=0: it never waits behind the
         actors); per node its result, or the exception (a timeout included) it ended with."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -222,9 +228,10 @@ class RayRunner(Runner):
         """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever)."""
         ray_data.check_fits(self, specs)
 
-    def dataset(self, specs: list[StageSpec], paths: list[str] | None = None, filesystem: Any = None,
+    def dataset(self, specs: list[StageSpec], paths: list[str] | None = None,
+                filesystem: pafs.FileSystem | None = None,
                 progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-                rows: int = 0, block_rows: int = 0, source: Any = None) -> Any:
+                rows: int = 0, block_rows: int = 0, source: Dataset | None = None) -> Dataset:
         """ONE lazy Dataset: read (or the caller's `source` Dataset) -> map_batches per stage (see
         ray_data.dataset)."""
         return ray_data.dataset(self, specs, paths, filesystem, progress, tables, preserve_order, rows,

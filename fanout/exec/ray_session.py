@@ -3,6 +3,7 @@ Protocol, so they name it without importing fanout/exec/ray_runner.py, which imp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fanout.config import Config
@@ -24,6 +25,6 @@ class RaySession(Protocol):
 
     def nodes(self) -> list[dict[str, Any]]: ...
 
-    def on_nodes(self, fn: Any, args: dict[str, tuple], timeout_s: float) -> dict[str, Any]: ...
+    def on_nodes(self, fn: Callable[..., object], args: dict[str, tuple], timeout_s: float) -> dict[str, Any]: ...
 
     def placement_error(self, role: str, model: bool = True) -> PlacementError: ...

@@ -53,14 +53,14 @@ def file_ext(path: str | Path, allowed: tuple[str, ...] = FORMATS, what: str = "
     return ext
 
 
-def row_id(row: Any, n: int) -> str:
+def row_id(row: object, n: int) -> str:
     rid = row.get("id", row.get("qid")) if isinstance(row, dict) else None
     if isinstance(rid, float) and math.isnan(rid):
         rid = None
     return str(rid) if rid is not None and str(rid) != "" else f"row-{n}"
 
 
-def _raw(row: Any) -> str:
+def _raw(row: object) -> str:
     return json.dumps(row, ensure_ascii=False, default=str)
 
 
@@ -171,7 +171,7 @@ def _read_json(text: io.TextIOBase, acc: _Rows, ext: str) -> Iterator[pa.Table]:
             yield acc.take()
 
 
-def _not_text(value: Any) -> str | None:
+def _not_text(value: object) -> str | None:
     """Why `value` (a parsed row) holds something that is not Unicode text, or None: a lone surrogate escape
     (`\\ud800` without its pair) parses but can never be written as UTF-8 (the whole batch would stop there)."""
     try:
