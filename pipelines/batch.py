@@ -37,6 +37,8 @@ from fanout.schemas import ANSWERS, ANSWERS_SECTIONS, INPUT_ROWS
 from fanout.store.db import index_stamp
 
 if TYPE_CHECKING:
+    import pyarrow.dataset as pads
+
     from fanout.config import StorageConfig
 
 log = logging.getLogger(__name__)
@@ -156,7 +158,7 @@ def write_todo(fs: pafs.FileSystem, pdir: str) -> tuple[list[str], int]:
     return files, n
 
 
-def job_stats(parts: Any) -> dict[str, Any]:
+def job_stats(parts: pads.Dataset) -> dict[str, Any]:
     """How the answered queries were expanded, counted over the parts (columnar)."""
     import duckdb
 

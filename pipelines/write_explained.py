@@ -22,6 +22,8 @@ from fanout.io.batch_io import filesystem
 from fanout.io.batch_out import FLAT, arrow_reader, csv_safe
 
 if TYPE_CHECKING:
+    import pyarrow.dataset as pads
+
     from fanout.config import StorageConfig
 
 EXTRA = [("probe", pa.string()), ("lists", pa.string()), ("explain", pa.string())]  # FLAT has `query`, `index`
@@ -53,7 +55,7 @@ def _readable(explain: str | None) -> tuple[str | None, str | None]:
     return probe_text(ex.get("probe")) or None, lists_compact(ex.get("lists", []))
 
 
-def write_explained(parts: Any, out: str | Path, storage_cfg: StorageConfig | None = None, index: str | None = None) -> dict[str, int]:
+def write_explained(parts: pads.Dataset, out: str | Path, storage_cfg: StorageConfig | None = None, index: str | None = None) -> dict[str, int]:
     """Like `fanout.io.batch_out.write_results`, with the explain columns; returns {queries, errors}."""
     import duckdb
     import pyarrow.csv as pcsv

@@ -20,8 +20,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable
-from types import FrameType
-from typing import Any
+from types import FrameType, ModuleType
 
 from fanout.config import Config
 from fanout.exec.imports import warm_in_thread
@@ -33,7 +32,7 @@ class PrivateRay:
     """A quiet private local Ray for one driver: `tmp` (its temp dir) is made at construction, `start` sets the
     token, starts the watchdog and `ray.init`, `close` (after `ray.shutdown`) cleans up."""
 
-    def __init__(self, ray: Any, reload_auth: Callable[[], None]):
+    def __init__(self, ray: ModuleType, reload_auth: Callable[[], None]):
         """`reload_auth`: has Ray read RAY_AUTH_MODE and the token again (the runner's, where Ray may be imported)."""
         self.ray = ray
         self._reload_auth = reload_auth
@@ -170,7 +169,7 @@ def quiet_sigterm() -> bool:
 SIDE_PROCESSES = ("monitor", "dashboard", "log_monitor")  # a private local Ray's; not the raylet or GCS
 
 
-def kill_side_processes(ray: Any) -> None:
+def kill_side_processes(ray: ModuleType) -> None:
     """SIGKILL the private local Ray's monitor, dashboard and log monitor before `ray.shutdown()`.
 
     `ray.shutdown()` stops its processes one after another, each with SIGTERM and up to a second's wait

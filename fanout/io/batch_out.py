@@ -23,6 +23,7 @@ from fanout.schemas import ANSWERS, SECTION
 
 if TYPE_CHECKING:
     import duckdb
+    import pyarrow.dataset as pads
 
     from fanout.config import StorageConfig
 
@@ -127,7 +128,7 @@ def arrow_reader(con: duckdb.DuckDBPyConnection, sql: str, batch_size: int) -> p
     return fn(batch_size)
 
 
-def parts_dataset(fs: pafs.FileSystem, path: str, schema: pa.Schema = ANSWERS) -> Any:
+def parts_dataset(fs: pafs.FileSystem, path: str, schema: pa.Schema = ANSWERS) -> pads.Dataset:
     """The readable result parts under `path` as one pyarrow dataset (`schema`: ANSWERS, or ANSWERS_SECTIONS
     for a --sections job)."""
     import pyarrow.dataset as pads
@@ -137,7 +138,7 @@ def parts_dataset(fs: pafs.FileSystem, path: str, schema: pa.Schema = ANSWERS) -
     return pads.dataset(files, schema=schema, filesystem=fs, format="parquet")
 
 
-def write_results(parts: Any, out: str | Path, storage_cfg: StorageConfig | None = None,
+def write_results(parts: pads.Dataset, out: str | Path, storage_cfg: StorageConfig | None = None,
                   index: str | None = None, sections: bool = False) -> dict[str, int]:
     """Stream the parts (a pyarrow dataset of ANSWERS rows) into `out` in input order, atomically: locally
     tmp + rename; on an object store one upload (the object appears whole when the stream closes; a rename

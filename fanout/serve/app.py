@@ -17,6 +17,7 @@ from fanout.serve.client import ANSWER_HINT
 if TYPE_CHECKING:
     from fanout.api import KnowledgeBase
     from fanout.api.types import SearchResponse
+    from fanout.config import ServeConfig
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def json_bytes(data: Mapping[str, Any]) -> bytes:
         return json.dumps(data).encode()
 
 
-def asgi_app(app: App, limits: Any) -> Any:
+def asgi_app(app: App, limits: ServeConfig) -> Any:
     """The ASGI app: GET /health, POST /query {"token": ..., "request": {...}}. Every answer is JSON; a
     malformed request gets a 4xx naming what is wrong. The search runs in a worker thread (one at a time:
     SearchService.lock), so the event loop keeps accepting and answering other connections."""

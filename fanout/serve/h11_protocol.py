@@ -11,10 +11,13 @@ written past the parser half-closes and lingers, so the client reads it instead 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.serve.app import json_bytes
 from fanout.serve.client import ANSWER_HINT
+
+if TYPE_CHECKING:
+    from fanout.config import ServeConfig
 
 
 def raw_answer(status: int, message: str) -> bytes:
@@ -26,7 +29,7 @@ def raw_answer(status: int, message: str) -> bytes:
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
 
-def refusal(reason: str, head: bytes, limits: Any) -> str:
+def refusal(reason: str, head: bytes, limits: ServeConfig) -> str:
     """h11's reason for refusing a request (`bad Content-Length`, ...) as a message naming what was sent."""
     import re
 
@@ -43,7 +46,7 @@ def refusal(reason: str, head: bytes, limits: Any) -> str:
     return f"{reason}; {ANSWER_HINT}"
 
 
-def protocol(limits: Any) -> type:
+def protocol(limits: ServeConfig) -> type:
     """uvicorn's h11 connection, plus what `serve:` promises on top of it: a connection over
     `serve.max_connections` is answered 503 at once; a request (headers and body) must arrive within
     `serve.request_timeout_s` and never stall for `serve.idle_timeout_s`, else 408 and close (a connection that
