@@ -7,9 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired, SupportsIndex, TypedDict, overload
+from typing import TYPE_CHECKING, Any, NotRequired, SupportsIndex, TypedDict, overload
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HIT_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("path", pa.string()), ("title", pa.string()), ("heading", pa.string()),
@@ -129,7 +132,7 @@ class Hits(list[Hit]):
             return Hits(super().__getitem__(i), self.query, self.expansion, self.timings, self.explain)
         return super().__getitem__(i)
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> pd.DataFrame:
         """A DataFrame; `rank` and `line` stay integer columns where a value is missing (pandas' nullable Int32)."""
         return _to_pandas(self.to_arrow())
 
@@ -172,7 +175,7 @@ class BatchResult:
             self.table = self.extra.join(self.table)
         return self.table
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> pd.DataFrame:
         """A DataFrame; integer columns (`rank`, `line`) stay integers on error rows (pandas' nullable Int)."""
         return _to_pandas(self.to_arrow())
 
@@ -202,7 +205,7 @@ class Note:
         return self.first_line, self.first_line + max(0, self.text.count("\n"))
 
 
-def _to_pandas(table: pa.Table) -> Any:
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
     """`table.to_pandas()` with Arrow integer columns as pandas' nullable integers: a null (an error row's
     rank) would otherwise turn the whole column into float64."""
     import pandas as pd

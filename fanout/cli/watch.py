@@ -6,18 +6,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fanout.api import KnowledgeBase
+    from fanout.api import KnowledgeBase, WatchRound
 
 
-def round_printer(out: IO[str], also: Callable[[Any], Any] | None = None) -> Callable[[Any], None]:
+def round_printer(out: IO[str], also: Callable[[WatchRound], object] | None = None
+                  ) -> Callable[[WatchRound], None]:
     """An `on_round` hook: each round's line to `out` (and the notes it skipped: all of them in the first round,
     then those among the round's changes), then `also(round)`."""
     from fanout.safe_text import for_terminal
 
-    def show(r: Any) -> None:
+    def show(r: WatchRound) -> None:
         if r.report is not None:
             changed = {path for _, path in r.changes}
             for sk in r.report.skipped:  # a note's name and a parser's message may hold control characters
