@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from fanout.config import Config
 from fanout.exec.progress import Progress
 from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
-from fanout.io.vault import resolve_vault
+from fanout.io.vault import RULE_FILES, resolve_vault, vault_paths
 from fanout.models.identity import model_identity
 from fanout.store import exact_vectors, file_states, fts_postings, storage
 from fanout.store.db import (
@@ -49,6 +50,7 @@ from fanout.store.db import (
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
 from fanout.store.vectors import fit_vectors, has_vector_index, rederive_vectors, vector_dims
+from fanout.text import nfc
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +122,14 @@ def _old_manifest(col: Collection) -> dict:
 
 def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
                 progress: bool | Callable[[int, int], None] = False, rebuild: bool = False,
-                full_check: bool = False) -> IndexReport:
+                full_check: bool = False, paths: Iterable[str | os.PathLike] | None = None) -> IndexReport:
     """Index (or update) one vault into `db_dir` as `collection`; `rebuild` starts from empty tables.
+
+    `paths` (notes or folders, relative to the vault or absolute inside it: a watch round's events): only those
+    are listed, stat'ed and read; every other note keeps what the last run recorded of it (`scan_vault`). The
+    whole vault is walked instead when there is no record (first run, `rebuild`, `full_check`), when a path is
+    an ignore-rule file or the vault itself, or when the record names a note the index lacks. A path outside the
+    vault is refused (UserError).
 
     Only notes whose stat (size, mtime_ns, inode, ctime_ns) differs from the one recorded at the last run are read
     (fanout/store/file_states.py); `full_check` reads and hashes every note and reads every stored vector instead,
@@ -139,9 +147,10 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
     """
     resolve_vault(vault)  # a bad vault or name is refused before the lock file is made in the db folder
     check_collection_name(collection)
+    only = None if paths is None else vault_paths(vault, paths)
     try:
         with collection_lock(db_dir, collection, f"fanout index {vault} -c {collection}"):
-            return _index_vault(vault, db_dir, collection, cfg, runner, progress, rebuild, full_check)
+            return _index_vault(vault, db_dir, collection, cfg, runner, progress, rebuild, full_check, only)
     except Exception as e:
         if isinstance(e, storage.DiskFull) or not storage.is_disk_full(e):
             raise
@@ -155,8 +164,10 @@ def index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Con
 
 def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Config, runner: Runner,
                  progress: bool | Callable[[int, int], None] = False, rebuild: bool = False,
-                 full_check: bool = False) -> IndexReport:
+                 full_check: bool = False, only: set[str] | None = None) -> IndexReport:
     t0 = time.perf_counter()
+    if only is not None and any(p in RULE_FILES or p != nfc(p) for p in only):
+        only = None  # the ignore rules changed (which notes are indexed), or a name to check against all: walk all
     vault = resolve_vault(vault)
     col = Collection(str(db_dir), collection, cfg)
     col.vault_hint = str(vault)
@@ -182,7 +193,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     key = scan_key(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
     known = None if rebuild or full_check else file_states.load(db_dir, collection, key, col.storage_cfg)
     scan = scan_vault(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index, known=known,
-                      racy_s=cfg.index.stat_racy_s)
+                      racy_s=cfg.index.stat_racy_s, paths=only)
     existing = None
     if not (rebuild or rederived or damaged) and scan.read_count == 0 and old.get("content") and \
             old["content"] == content_digest(scan.hashes.items()) and _current(col, old, cfg):
@@ -199,6 +210,10 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         changed |= set(damaged) & set(scan.hashes)
         if not changed - set(scan.rows):
             break
+        if scan.partial and changed - set(scan.rows) - set(scan.files):  # not listed: the whole walk lists it
+            scan = scan_vault(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index, known=known,
+                              racy_s=cfg.index.stat_racy_s)
+            continue
         scan.read(changed - set(scan.rows))
     changed &= set(scan.rows)
     summary = summary_of(scan, rederived, damaged)

@@ -212,6 +212,7 @@ class VaultScan:
     read_count: int = 0  # files read and hashed by this scan
     trusted: int = 0  # files whose hash came from the record (stat unchanged)
     changed_states: bool = False  # the states differ from the record they were loaded from
+    partial: bool = False  # listed only some paths (scan_vault's `paths`): the record stands for the rest
     max_bytes: int = 0
     default_lang: str = "auto"
     limits: IndexConfig | None = None
@@ -284,15 +285,28 @@ class VaultScan:
 
 
 def scan_vault(vault: str | Path, default_lang: str = "auto", max_note_mb: float = 20.0,
-               limits: IndexConfig | None = None, known: pa.Table | None = None, racy_s: float = 2.0) -> VaultScan:
+               limits: IndexConfig | None = None, known: pa.Table | None = None, racy_s: float = 2.0,
+               paths: set[str] | None = None) -> VaultScan:
     """List a vault's notes and read those not `known`: the stat fast path of `fanout index`.
 
     `known` (FILE_STATES, fanout/store/file_states.py): a note whose size, mtime_ns, inode and ctime_ns are the
     recorded ones is not read; its recorded hash (or skip reason) stands. A record taken within `racy_s` of the
     file's own mtime or ctime is not trusted (a write in the same clock tick as the read keeps the stat: git's
     "racy" case): the file is read again. None reads every note (a full check). Everything else as scan_notes.
+
+    `paths` (vault-relative, NFC, with `known`; a watch round's events): only those paths (a note, or a folder
+    and all under it) and the record's racy entries are listed and stat'ed; every other note keeps its record
+    as it is. The scan is `partial`: its `skipped` and `ignored` name only what it listed, plus the record's
+    skipped notes. Without a record it is a whole scan.
     """
     max_bytes = int(max_note_mb * 1e6)
+    racy = int(racy_s * 1e9)
+    old: dict[str, tuple] = {}
+    if known is not None and known.num_rows:
+        cols = [known[c].to_pylist() for c in known.column_names]
+        old = {r[0]: r for r in zip(*cols)}
+    if paths is not None and known is not None:
+        return _scan_paths(vault, paths, old, racy, max_bytes, default_lang, limits)
     listing = list_notes(vault, max_bytes=max_bytes)
     files = dict(_distinct_paths(listing.files, listing.skipped))  # (adds duplicate names to the skipped)
     skips = {s["path"]: s for s in listing.skipped}
@@ -300,14 +314,15 @@ def scan_vault(vault: str | Path, default_lang: str = "auto", max_note_mb: float
     stats = {rel: st for rel, real in files.items() if (st := by_real.get(real)) is not None}
     scan = VaultScan(root=str(Path(vault).expanduser().resolve()), files=files, stats=stats, skips=skips,
                      ignored=list(listing.ignored), max_bytes=max_bytes, default_lang=default_lang, limits=limits)
-    old: dict[str, tuple] = {}
-    if known is not None and known.num_rows:
-        cols = [known[c].to_pylist() for c in known.column_names]
-        old = {r[0]: r for r in zip(*cols)}
-    racy = int(racy_s * 1e9)
-    for rel in sorted(files):
+    _check_states(scan, old, racy)
+    return scan
+
+
+def _check_states(scan: VaultScan, old: dict[str, tuple], racy: int) -> None:
+    """Read each listed note of `scan` whose stat is not the recorded one (`old`), or whose record is racy."""
+    for rel in sorted(scan.files):
         rec = old.get(rel)
-        st = stats.get(rel)
+        st = scan.stats.get(rel)
         if rec is not None and st is not None and tuple(rec[1:5]) == st and \
                 rec[5] - racy > max(st[1], st[3]):
             scan.states[rel] = rec
@@ -322,6 +337,46 @@ def scan_vault(vault: str | Path, default_lang: str = "auto", max_note_mb: float
         scan.changed_states = True
     for s in scan.skips.values():
         log.debug("skipped %s: %s (%s)", s["path"], s["reason"], s["detail"])
+
+
+def _under(rel: str, tops: set[str]) -> bool:
+    """Whether `rel` is one of `tops` or under one of them."""
+    if rel in tops:
+        return True
+    at = rel.find("/")
+    while at != -1:
+        if rel[:at] in tops:
+            return True
+        at = rel.find("/", at + 1)
+    return False
+
+
+def _scan_paths(vault: str | Path, paths: set[str], old: dict[str, tuple], racy: int, max_bytes: int,
+                default_lang: str, limits: IndexConfig | None) -> VaultScan:
+    """`scan_vault` limited to `paths` (see there): the record stands for every note outside them."""
+    # the record's racy entries (read within `racy` of their own change) are checked as a whole walk would
+    racy_paths = {rel for rel, rec in old.items() if not rec[5] - racy > max(rec[2], rec[4])}
+    every = set(paths) | racy_paths
+    tops = [t for t in sorted(every) if not _under(t.rpartition("/")[0], every)]  # (none under another)
+    listing = list_notes(vault, max_bytes=max_bytes, only=set(tops))
+    files = dict(_distinct_paths(listing.files, listing.skipped))
+    by_real = {real: listing.stats.get(rel) for rel, real in listing.files}
+    stats = {rel: st for rel, real in files.items() if (st := by_real.get(real)) is not None}
+    scan = VaultScan(root=str(Path(vault).expanduser().resolve()), files=files, stats=stats,
+                     skips={s["path"]: s for s in listing.skipped}, ignored=list(listing.ignored),
+                     max_bytes=max_bytes, default_lang=default_lang, limits=limits)
+    scan.partial = True
+    listed = set(tops)
+    for rel, rec in old.items():  # the notes outside `paths`: as recorded
+        if _under(rel, listed):
+            continue
+        scan.states[rel] = rec
+        scan.trusted += 1
+        if rec[6] is not None:
+            scan.hashes[rel] = rec[6]
+        else:
+            scan.skips[rel] = {"path": rel, "reason": rec[7], "detail": rec[8]}
+    _check_states(scan, old, racy)
     return scan
 
 

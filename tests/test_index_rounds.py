@@ -46,26 +46,41 @@ def _write(p, text: str, stamp: list[int]) -> None:
     os.utime(p, ns=(time.time_ns(), stamp[0]))
 
 
-def _step(vault, rnd: random.Random, stamp: list[int]) -> str:
+def _step(vault, rnd: random.Random, stamp: list[int], touched: list | None = None,
+          ops: tuple[str, ...] = ("add", "edit", "edit", "rename", "delete", "move_folder")) -> str:
+    """One random change of the vault; the paths it changed are appended to `touched` (a watcher's events)."""
+    touched = [] if touched is None else touched
     notes = sorted(vault.rglob("*.md"))
-    op = rnd.choice(["add", "edit", "edit", "rename", "delete", "move_folder"]) if notes else "add"
+    op = rnd.choice(ops) if notes else "add"
     if op == "add" or (op in ("delete", "rename") and len(notes) < 3):
-        _write(vault / rnd.choice(["", "a", "b/c"]) / f"n{rnd.randrange(10**6)}.md", _text(rnd), stamp)
+        p = vault / rnd.choice(["", "a", "b/c"]) / f"n{rnd.randrange(10**6)}.md"
+        new_dirs = [d for d in [p.parent, p.parent.parent] if d != vault and not d.exists()]
+        _write(p, _text(rnd), stamp)
+        touched.extend(new_dirs[-1:] or [p])  # a folder made with its note: one event, for the folder
         return "add"
     p = rnd.choice(notes)
     if op == "edit":
         _write(p, _text(rnd), stamp)
+        touched.append(p)
     elif op == "rename":
-        p.rename(p.with_name(f"r{rnd.randrange(10**6)}.md"))
+        q = p.with_name(f"r{rnd.randrange(10**6)}.md")
+        p.rename(q)
+        touched += [p, q]
     elif op == "delete":
         p.unlink()
+        touched.append(p)
     else:
         folders = sorted({q.parent for q in notes if q.parent != vault})
         if not folders:
-            return _step(vault, rnd, stamp)
+            return _step(vault, rnd, stamp, touched, ops)
         src = rnd.choice(folders)
+        if op == "delete_folder":
+            shutil.rmtree(src)
+            touched.append(src)
+            return op
         dst = vault / f"moved{rnd.randrange(10**6)}"
         shutil.move(str(src), str(dst))
+        touched += [src, dst]
     return op
 
 
@@ -116,6 +131,44 @@ def test_random_changes_answer_as_a_rebuild(tmp_path, icfg, fake_runner, seed):
 
     optimize_tables(db, "t", keep_days=0, cfg=icfg)
     assert answers(db, icfg) == _rebuilt(vault, tmp_path, icfg, fake_runner, 99)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_rounds_given_the_changed_paths_answer_as_a_rebuild(tmp_path, icfg, fake_runner, seed):
+    """A watch round's index run reads only the paths its events name (`paths`); the answers are a rebuild's."""
+    rnd = random.Random(seed)
+    vault, db = tmp_path / "v", tmp_path / "db"
+    stamp = [time.time_ns() - 10**13]
+    for _ in range(8):
+        _write(vault / rnd.choice(["", "a", "b/c"]) / f"n{rnd.randrange(10**6)}.md", _text(rnd), stamp)
+    index_vault(vault, db, "t", icfg, fake_runner)
+    ops = []
+    for i in range(8):
+        touched: list = []
+        for _ in range(rnd.randint(1, 3)):
+            ops.append(_step(vault, rnd, stamp, touched, ("add", "add", "edit", "rename", "delete", "move_folder",
+                                                         "delete_folder")))
+        given = [str(p) if rnd.random() < 0.5 else os.path.relpath(p, vault) for p in touched]
+        rep = index_vault(vault, db, "t", icfg, fake_runner, paths=given)
+        assert rep.read_notes <= sum(len(list(p.rglob("*.md"))) if p.is_dir() else 1 for p in touched), ops
+        assert answers(db, icfg) == _rebuilt(vault, tmp_path, icfg, fake_runner, i), (i, ops)
+        col = Collection(str(db), "t", icfg)
+        assert col.read_manifest()["content"] == content_key(col), ops
+    assert {"edit", "add"} <= set(ops)
+
+
+def test_paths_outside_the_vault_are_refused(tmp_path, icfg, fake_runner):
+    from fanout.errors import UserError
+
+    vault = tmp_path / "v"
+    _write(vault / "a.md", "# a\n\nsync notes\n", [time.time_ns() - 10**13])
+    for bad in ["../elsewhere.md", str(tmp_path / "other" / "x.md"), "a.md/../../x.md"]:
+        with pytest.raises(UserError, match="outside the vault"):
+            index_vault(vault, tmp_path / "db", "t", icfg, fake_runner, paths=[bad])
+    with pytest.raises(UserError, match="list of paths"):
+        index_vault(vault, tmp_path / "db", "t", icfg, fake_runner, paths="a.md")
+    rep = index_vault(vault, tmp_path / "db", "t", icfg, fake_runner, paths=["a.md"])  # no record: a whole walk
+    assert rep.notes == 1
 
 
 class Killed(Exception):

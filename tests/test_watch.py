@@ -122,7 +122,11 @@ def test_a_symlink_out_of_the_vault_made_while_watching_is_never_indexed(watchin
     (outside / "Secret.md").write_text("# Secret\n\nxylophone again\n")  # an edit behind the link
     r = round_after(w, lambda: (vault / "Marker.md").write_text("# Marker\n"))
     assert w.rounds == n + 1 and r.changes == (("added", "Marker.md"),)
-    assert {s["path"] for s in r.report.skipped if s["reason"] == "outside_vault"} == {"Leak.md", "Linked/"}
+    assert found(kb, "xylophone") == [] and indexed(kb) == {*NOTES, "Marker.md"}
+    # the round read only its event's path (the links made no event); a whole walk lists and refuses them
+    assert {s["path"] for s in r.report.skipped} == set()
+    rep = kb.index(vault)
+    assert {s["path"] for s in rep.skipped if s["reason"] == "outside_vault"} == {"Leak.md", "Linked/"}
     assert found(kb, "xylophone") == [] and indexed(kb) == {*NOTES, "Marker.md"}
 
 
@@ -289,3 +293,56 @@ def test_closing_the_knowledge_base_stops_its_watchers(tmp_path):
     assert not w.running
     with pytest.raises(fanout.UserError, match="is closed"):
         kb.watch(vault)
+
+
+def _listings(monkeypatch) -> list[tuple[object, int]]:
+    """Each vault listing of the index runs, as (the paths it was limited to or None, how many notes it listed)."""
+    from fanout.pipelines import scan_notes
+
+    calls: list[tuple[object, int]] = []
+    real = scan_notes.list_notes
+
+    def counted(*a, **k):
+        out = real(*a, **k)
+        calls.append((k.get("only"), len(out.files)))
+        return out
+
+    monkeypatch.setattr(scan_notes, "list_notes", counted)
+    return calls
+
+
+@pytest.mark.parametrize("every_s", [300.0, 0.001])
+def test_a_round_after_an_edit_reads_only_that_note(tmp_path, monkeypatch, every_s):
+    notes = {**NOTES, **{f"Many/n{i}.md": f"# N{i}\n\nFiller note {i}.\n" for i in range(30)}}
+    vault = write_vault(tmp_path / "vault", notes)
+    calls = _listings(monkeypatch)
+    cfg = fast_cfg(full_walk_every_s=every_s).replace(index={"stat_racy_s": 0})
+    with fanout.open(tmp_path / "db", config=cfg) as kb:
+        w = kb.watch(vault)
+        assert w.wait(1, WAIT) and w.last.error is None
+        assert calls[-1] == (None, 33)  # the first round walks the whole vault
+        r = round_after(w, lambda: (vault / "Home.md").write_text("# Home\n\nA marmalade recipe lives here.\n"))
+        assert r.report.read_notes == 1 and r.report.embedded_notes == 1 and r.report.notes == 33
+        if every_s > 1:  # the event's path alone is listed and stat'ed
+            assert calls[-1] == ({"Home.md"}, 1)
+        else:  # a whole walk is due at every round
+            assert calls[-1] == (None, 33)
+        assert found(kb, "marmalade") == ["Home.md"]
+        r = round_after(w, lambda: os.rename(vault / "Many", vault / "Lots"))
+        assert r.report.read_notes == 30 and r.report.deleted == 30 and r.report.notes == 33
+        assert indexed(kb) == {p.replace("Many/", "Lots/") for p in notes}
+        assert w.stop(WAIT)
+
+
+def test_a_file_link_follows_its_target_in_a_round_given_paths(tmp_path):
+    vault = write_vault(tmp_path / "vault", NOTES)
+    (vault / "Roses link.md").symlink_to(vault / "Garden/Roses.md")
+    with fanout.open(tmp_path / "db", config=fast_cfg().replace(index={"stat_racy_s": 0})) as kb:
+        w = kb.watch(vault)
+        assert w.wait(1, WAIT) and w.last.error is None
+        assert {"Roses link.md", "Garden/Roses.md"} <= indexed(kb)
+        # the event names the target only: the link's note is read too (the watcher knows the vault's links)
+        r = round_after(w, lambda: (vault / "Garden/Roses.md").write_text("# Roses\n\nRoses want marmalade.\n"))
+        assert r.report.embedded_notes == 2
+        assert sorted(found(kb, "marmalade")) == ["Garden/Roses.md", "Roses link.md"]
+        assert w.stop(WAIT)

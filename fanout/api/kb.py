@@ -19,7 +19,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from fanout.api.batch_rows import Rows, column_name, input_file
@@ -142,11 +142,18 @@ class KnowledgeBase:
 
     # -- index --------------------------------------------------------------------------------------------------
     def index(self, vault: str | os.PathLike, *, rebuild: bool = False, full_check: bool = False,
-              progress: bool | Callable[[int, int], Any] = False) -> IndexReport:
+              progress: bool | Callable[[int, int], Any] = False,
+              paths: Iterable[str | os.PathLike] | None = None) -> IndexReport:
         """Index (or bring up to date) the notes of `vault`: new and changed notes are embedded, deleted ones
         removed, unchanged ones kept. Only notes whose file stat changed since the last run are read;
         `full_check` reads and hashes every note and checks every stored vector. Returns an `IndexReport`
-        (notes, chunks, skipped notes with reasons)."""
+        (notes, chunks, skipped notes with reasons).
+
+        `paths`: the notes or folders that changed (relative to the vault, or absolute inside it; added, edited,
+        deleted, or either side of a rename or folder move): only they are stat'ed and read, every other note
+        keeps what the last run recorded of it (a watch round passes its events). The result is the whole
+        walk's; the report's `skipped`/`ignored` then name only what was listed. The whole vault is walked when
+        there is no record yet. A path outside the vault raises UserError."""
         from fanout.exec.engines import job_mode
         from fanout.pipelines.index import index_vault
 
@@ -161,7 +168,7 @@ class KnowledgeBase:
         shared = runner.kind == "inproc"
         with self._indexing, (contextlib.nullcontext() if shared else self.lock):
             rep = index_vault(vault, self.db, self.collection, self.cfg, runner, progress=progress,
-                              rebuild=rebuild, full_check=full_check)
+                              rebuild=rebuild, full_check=full_check, paths=paths)
         with self.lock:
             self.forget([self.collection])  # its next search pins the new index version (others stay open)
         return rep

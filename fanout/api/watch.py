@@ -2,7 +2,11 @@
 
 A `Watcher` is a background thread: the vault's file events (fanout/io/watch.py, watchfiles) come in batches
 (`watch.step_ms` of quiet closes one, `watch.debounce_ms` caps it), and each batch runs the ordinary incremental
-`KnowledgeBase.index` once. Content hashes make unchanged notes cost nothing, so a burst of saves to one note
+`KnowledgeBase.index` once, given the batch's paths: only those notes (a folder's: all under it) are stat'ed and
+read. A whole walk (every file stat'ed, the stat fast path deciding what is read) runs instead on the first
+round, after the OS watch (re)started (events may have been missed meanwhile; watchfiles gives Python no
+overflow signal), after a failed round, when an event path is not inside the vault, and every
+`watch.full_walk_every_s`, so an event the OS dropped is caught within that. Content hashes make unchanged notes cost nothing, so a burst of saves to one note
 embeds it once and a `git checkout` of fifty notes is one round that embeds those fifty (a renamed note is
 embedded again: its title, part of every chunk's embedded text, comes from its name). A round that fails is logged and retried (`watch.retry_s`); the watcher keeps
 going until `stop()`.
@@ -39,7 +43,8 @@ class Indexes(Protocol):
 
     cfg: Config
 
-    def index(self, vault: str | os.PathLike, *, progress: bool | Callable[[int, int], Any] = False) -> IndexReport:
+    def index(self, vault: str | os.PathLike, *, progress: bool | Callable[[int, int], Any] = False,
+              paths: list[str] | None = None) -> IndexReport:
         ...
 
 
@@ -90,6 +95,7 @@ class Watcher:
         self.rounds = 0
         self.errors = 0
         self.last: WatchRound | None = None
+        self.walked: float | None = None  # time.monotonic() of the last whole walk; None: the next round is one
         self._stop = threading.Event()
         self._done = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -151,24 +157,41 @@ class Watcher:
             except Exception as e:  # noqa: BLE001 - the file watch itself failed (the vault went away, a limit)
                 log.error("watching %s failed (%s: %s); trying again in %g s", self.vault, type(e).__name__, e,
                           self.cfg.retry_s)
-                due = 0.0
+                due, self.walked = 0.0, None
                 self._stop.wait(self.cfg.retry_s)
+
+    def _paths(self, changes: list[tuple[str, str]]) -> list[str] | None:
+        """The paths this round reads (its events'), or None for a whole walk (see the module's docstring)."""
+        if self.events.rescan or self.walked is None or not changes or \
+                time.monotonic() - self.walked >= self.cfg.full_walk_every_s:
+            return None
+        if any(kind not in ("added", "modified", "deleted") or rel in (".", "") or os.path.isabs(rel)
+               for kind, rel in changes):
+            return None  # (the vault folder replaced, or a path watchfiles gave outside it)
+        # a file link's note changes with its target, whose event names only the target: links are always read
+        return sorted({rel for _, rel in changes} | self.events.links)
 
     def _round(self, changes: list[tuple[str, str]]) -> bool:
         started, t0 = time.time(), time.perf_counter()
         report, error = None, None
+        paths = self._paths(changes)
+        self.events.rescan = False
         try:
-            report = self.kb.index(self.vault, progress=self.progress if self.rounds == 0 else False)
+            report = self.kb.index(self.vault, progress=self.progress if self.rounds == 0 else False, paths=paths)
+            if paths is None:
+                self.walked = time.monotonic()
         except Exception as e:  # noqa: BLE001 - logged; the watcher keeps going and retries
             error = f"{type(e).__name__}: {e}".splitlines()[0][:500]
         try:
-            self.events.reload()  # the ignore rules may have changed, and the folders that hold notes
+            # the ignore rules may have changed, and the folders that hold notes (a whole walk: all of them)
+            self.events.reload(None if paths is None or report is None else [rel for _, rel in changes])
         except Exception as e:  # noqa: BLE001 - the vault is gone: the next round says so
             log.warning("watch: cannot re-read %s (%s)", self.vault, e)
         r = WatchRound(number=self.rounds + 1, changes=tuple(changes), report=report, error=error,
                        started=started, seconds=time.perf_counter() - t0)
         if error is not None:
             self.errors += 1
+            self.walked = None  # its retry walks the whole vault
             log.error("%s; retrying in %g s (or at the next change)", r.text(), self.cfg.retry_s)
         else:
             log.info("%s", r.text())

@@ -111,6 +111,9 @@ class WatchConfig:
     # seconds between tries after a round failed (a `fanout index` of the same collection running, a full disk):
     # its changes stay due and the watcher keeps going
     retry_s: float = 10.0
+    # a round reads only the paths its events name; a whole walk (every file stat'ed) runs this often anyway,
+    # and after a restart of the OS watch or a failed round, so an event the OS dropped is caught within it
+    full_walk_every_s: float = 300.0
 
     def validate(self) -> None:
         for k in ("step_ms", "debounce_ms", "tick_ms"):
@@ -119,6 +122,8 @@ class WatchConfig:
         _check(self.debounce_ms >= self.step_ms,
                f"watch.debounce_ms must be >= watch.step_ms ({self.step_ms}), got {self.debounce_ms}")
         _check(self.retry_s > 0, f"watch.retry_s must be > 0 seconds, got {self.retry_s}")
+        _check(self.full_walk_every_s > 0,
+               f"watch.full_walk_every_s must be > 0 seconds, got {self.full_walk_every_s}")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fanout.errors import VaultError
+from fanout.errors import UserError, VaultError
 
 TYPE_CHECKING = False  # typing costs the CLI's warm path
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IGNORE_FILE = ".fanoutignore"
+RULE_FILES = (IGNORE_FILE, ".obsidian/app.json")  # hidden files whose change changes which notes are indexed
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _KINDS = {stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFCHR: "character device", stat.S_IFBLK: "block device",
           stat.S_IFSOCK: "socket", stat.S_IFDIR: "folder"}
@@ -65,6 +66,37 @@ def resolve_vault(vault: str | os.PathLike | None) -> Path:
     if not p.is_dir():
         raise VaultError(f"vault {str(vault)!r} is not a folder; give the folder that holds the notes")
     return p
+
+
+def vault_paths(vault: str | os.PathLike, paths: object) -> set[str] | None:
+    """`paths` (relative to the vault, or absolute inside it) as vault-relative `/` paths; None when one of them
+    is the vault itself (then the whole vault is walked). A path outside the vault is refused (UserError)."""
+    if isinstance(paths, (str, bytes, os.PathLike)) or not hasattr(paths, "__iter__"):
+        raise UserError(f"`paths` must be a list of paths inside the vault, got {type(paths).__name__} "
+                        f"{str(paths)[:80]!r}; e.g. paths=['notes/a.md']")
+    given = os.path.abspath(os.path.expanduser(os.fspath(vault)))
+    root = os.path.realpath(given)
+    out: set[str] = set()
+    for p in paths:
+        if not isinstance(p, (str, os.PathLike)) or not os.fspath(p).strip():
+            raise UserError(f"`paths` holds {p!r}, not a path; give note or folder paths inside the vault")
+        s = os.fspath(p)
+        full = os.path.normpath(os.path.expanduser(s) if os.path.isabs(os.path.expanduser(s))
+                                else os.path.join(given, s))
+        rel = None
+        for base, at in ((given, full), (root, full), (root, os.path.join(os.path.realpath(os.path.dirname(full)),
+                                                                          os.path.basename(full)))):
+            if inside(at, base):
+                rel = os.path.relpath(at, base)
+                break
+        if rel is None:
+            raise UserError(f"path {shown(s)!r} is outside the vault {shown(given)}; give paths inside it "
+                            "(relative to the vault, or absolute under it), or leave `paths` out to index the "
+                            "whole vault")
+        if rel in ("", "."):
+            return None
+        out.add(rel.replace(os.sep, "/"))
+    return out
 
 
 def shown(name: str) -> str:
@@ -214,30 +246,100 @@ def _skip(out: Listing, rel: str, reason: str, detail: str) -> None:
     out.skipped.append({"path": shown(rel), "reason": reason, "detail": detail})
 
 
-def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | None = None) -> Listing:
+class _PathEntry:
+    """One named path as the walk's `os.DirEntry` (name, path, is_symlink, stat, is_dir), from its own lstat: the
+    first level of a walk limited to some paths (`list_notes(only=...)`)."""
+
+    def __init__(self, path: str, st: os.stat_result):
+        self.path, self.name, self._st = path, os.path.basename(path), st
+
+    def is_symlink(self) -> bool:
+        return stat.S_ISLNK(self._st.st_mode)
+
+    def is_dir(self, follow_symlinks: bool = True) -> bool:
+        return stat.S_ISDIR(self._st.st_mode)
+
+    def stat(self, follow_symlinks: bool = True) -> os.stat_result:
+        return self._st
+
+
+def _walked_folder(root: str, rules: IgnoreRules, rel: str) -> bool:
+    """Whether the full walk enters vault-relative folder `rel` by this name: a real folder (not a link), not
+    hidden, not ignored, a UTF-8 name, and so are the folders above it."""
+    parts = rel.split("/")
+    for i in range(1, len(parts) + 1):
+        name, here = parts[i - 1], "/".join(parts[:i])
+        if name.startswith(".") or not valid_utf8(name) or rules.ignored(here, True):
+            return False
+        try:
+            if not stat.S_ISDIR(os.lstat(os.path.join(root, here)).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | None = None,
+               only: set[str] | None = None) -> Listing:
     """Every `*.md` note under the vault, walking real folders once, without leaving the vault.
 
     Files are returned in sorted order; what is not returned (and is a `.md` name) is in `skipped` with a
     reason, or listed in `ignored` (ignore rules; hidden names are not listed).
+
+    `only` (vault-relative paths, `/`-separated, checked to be inside the vault): what the walk gives under those
+    paths alone (a note, or a folder and everything under it), by the same rules; a path that is gone, or that
+    the whole walk would not reach (under a hidden, ignored or linked folder), gives nothing.
     """
     root = os.path.realpath(resolve_vault(vault))
     rules = IgnoreRules.load(root)
     out = Listing([], [])
     st0 = os.stat(root)
     seen = {(st0.st_dev, st0.st_ino)}
-    stack: list[tuple[str, str]] = [("", root)]  # (relative prefix, real folder)
-    while stack:
-        prefix, real_dir = stack.pop()
-        try:
-            with os.scandir(real_dir) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as err:
-            if err.errno == errno.ENAMETOOLONG:
-                _skip(out, prefix or ".", "path_too_long", too_long(real_dir, True))
+    if only is None:
+        _walk(out, rules, root, suffix, max_bytes, seen, [("", root, None)])
+    else:
+        for rel in sorted(only):
+            parent, _, name = rel.rpartition("/")
+            if not name or (parent and not _walked_folder(root, rules, parent)):
+                continue
+            full = os.path.join(root, rel)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:  # gone: nothing under it (its notes are deleted)
+                continue
+            except OSError:
+                st = None
+            if st is None:  # (unreadable: listed from its folder, as the whole walk sees it)
+                with os.scandir(os.path.join(root, parent)) as it:
+                    found = [e for e in it if e.name == name]
+                _walk(out, rules, root, suffix, max_bytes, seen, [(parent + "/" if parent else "", "", found)])
             else:
-                _skip(out, prefix or ".", "unreadable", f"folder cannot be listed: {err.strerror or err}")
-            continue
-        subdirs = []
+                _walk(out, rules, root, suffix, max_bytes, seen,
+                      [(parent + "/" if parent else "", "", [_PathEntry(full, st)])])
+    out.files.sort(key=lambda f: f[0])
+    if rules.sources:
+        log.info("ignore rules from %s: %d paths ignored", ", ".join(rules.sources), len(out.ignored))
+    return out
+
+
+def _walk(out: Listing, rules: IgnoreRules, root: str, suffix: str, max_bytes: int | None,
+          seen: set[tuple[int, int]], stack: list[tuple[str, str, list | None]]) -> None:
+    """Walk `stack`'s (relative prefix, real folder, its entries or None to list it) depth-first into `out`."""
+    while stack:
+        prefix, real_dir, given = stack.pop()
+        if given is not None:
+            entries: list = given
+        else:
+            try:
+                with os.scandir(real_dir) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError as err:
+                if err.errno == errno.ENAMETOOLONG:
+                    _skip(out, prefix or ".", "path_too_long", too_long(real_dir, True))
+                else:
+                    _skip(out, prefix or ".", "unreadable", f"folder cannot be listed: {err.strerror or err}")
+                continue
+        subdirs: list[tuple[str, str, list | None]] = []
         for e in entries:
             name, rel = e.name, prefix + e.name
             is_link = False
@@ -282,7 +384,7 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
                               shown(rel))
                     continue
                 seen.add(key)
-                subdirs.append((rel + "/", target))
+                subdirs.append((rel + "/", target, None))
             elif not stat.S_ISREG(st.st_mode):
                 _skip(out, rel, "not_regular_file", f"a {kind_of(st.st_mode)}, not a regular file; never opened")
             elif max_bytes is not None and st.st_size > max_bytes:
@@ -292,7 +394,3 @@ def list_notes(vault: str | os.PathLike, suffix: str = ".md", max_bytes: int | N
                 out.files.append((rel, target))
                 out.stats[rel] = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
         stack.extend(reversed(subdirs))  # depth-first, in name order
-    out.files.sort(key=lambda f: f[0])
-    if rules.sources:
-        log.info("ignore rules from %s: %d paths ignored", ", ".join(rules.sources), len(out.ignored))
-    return out

@@ -25,11 +25,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from fanout.errors import InputMissing
-from fanout.io.vault import IGNORE_FILE, IgnoreRules, inside, list_notes, resolve_vault
+from fanout.io.vault import RULE_FILES, IgnoreRules, inside, list_notes, resolve_vault
 
 log = logging.getLogger(__name__)
 
-RULE_FILES = (IGNORE_FILE, ".obsidian/app.json")  # hidden files whose change changes which notes are indexed
 KINDS = {1: "added", 2: "modified", 3: "deleted"}  # watchfiles.Change values
 
 
@@ -43,16 +42,43 @@ class VaultEvents:
         self.suffix = suffix
         self.rules = IgnoreRules()
         self.folders: set[str] = set()  # vault-relative folders that held notes at the last reload
+        self.links: set[str] = set()  # vault-relative notes that are file links (their target's edit is theirs)
+        self.rescan = True  # set when the OS watch (re)starts: events may have been missed (the caller clears it)
         self.reload()
 
-    def reload(self) -> None:
+    def reload(self, changed: Iterable[str] | None = None) -> None:
+        """Re-read the ignore rules, and the folders that hold notes and the file links: by a walk of the whole
+        vault, or when `changed` (vault-relative paths of a round's events) is given, only at those paths."""
         self.rules = IgnoreRules.load(self.root)
-        folders: set[str] = set()
-        for rel, _ in list_notes(self.root, self.suffix).files:
+        if changed is None:
+            folders: set[str] = set()
+            links: set[str] = set()
+            for rel, real in list_notes(self.root, self.suffix).files:
+                parts = rel.split("/")[:-1]
+                for i in range(1, len(parts) + 1):
+                    folders.add("/".join(parts[:i]))
+                if real != os.path.join(self.root, rel):
+                    links.add(rel)
+            self.folders, self.links = folders, links
+            return
+        for rel in changed:
+            gone = {f for f in self.folders | self.links if f == rel or f.startswith(rel + "/")}
+            self.folders -= gone
+            self.links -= gone
+            full = os.path.join(self.root, rel)
+            if os.path.islink(full):
+                self.links.add(rel)
+            if os.path.isdir(full) and not os.path.islink(full):  # (every folder under it: a few too many
+                self.folders.add(rel)  # folders is one event too many, never one missed)
+                for here, dirs, names in os.walk(full):
+                    dirs[:] = [d for d in dirs if not d.startswith(".")]
+                    base = os.path.relpath(here, self.root).replace(os.sep, "/")
+                    self.folders.update(f"{base}/{d}" for d in dirs)
+                    self.links.update(f"{base}/{n}" for n in names
+                                      if n.endswith(self.suffix) and os.path.islink(os.path.join(here, n)))
             parts = rel.split("/")[:-1]
-            for i in range(1, len(parts) + 1):
-                folders.add("/".join(parts[:i]))
-        self.folders = folders
+            if os.path.exists(full):
+                self.folders.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
 
     def rel(self, path: str) -> str | None:
         """`path` relative to the vault (with `/`), None when it is not under the vault's folder."""
@@ -132,6 +158,7 @@ def batches(events: VaultEvents, stop: threading.Event, *, step_ms: int, debounc
         if born is None:
             raise InputMissing(f"the vault folder {events.root} is gone")
         paths, recursive = events.watch_plan()
+        events.rescan = True
         for changes in watchfiles.watch(*map(Path, paths), watch_filter=events, debounce=debounce_ms, step=step_ms,
                                         stop_event=stop, rust_timeout=tick_ms, yield_on_timeout=True,
                                         raise_interrupt=False, ignore_permission_denied=True, recursive=recursive):
