@@ -44,11 +44,15 @@ def main(argv: list[str] | None = None) -> int:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         time.sleep(args.idle_s)
         idle_cpu, idle_wall = time.process_time() - cpu0, time.perf_counter() - wall0
-        note = min(vault.rglob("*.md"))
-        note.write_text(note.read_text(encoding="utf-8") + "\nOne more line.\n", encoding="utf-8")
-        t = time.perf_counter()
-        alive = w.wait(1, timeout=120)
-        round_s = time.perf_counter() - t
+        notes = sorted(vault.rglob("*.md"))[:2]
+        rounds = []
+        for i, note in enumerate(notes, 1):  # the first round after the idle time, then a second one
+            note.write_text(note.read_text(encoding="utf-8") + "\nOne more line.\n", encoding="utf-8")
+            t = time.perf_counter()
+            alive = w.wait(i, timeout=120)
+            rounds.append(time.perf_counter() - t)
+            if not alive:
+                break
         w.stop()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\n{args.notes} notes, {rep.chunks} chunks, fake models, {os.cpu_count()} cores; "
@@ -57,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| watcher's process CPU over {idle_wall:.0f} s of no change | {idle_cpu * 1e3:.0f} ms "
           f"({idle_cpu / idle_wall * 100:.2f}% of one core) |")
     print(f"| threads in the process while watching | {threads} |")
-    print(f"| one note edited after the idle time: its round came | {'yes' if alive else 'NO'}, {round_s:.1f} s after "
-          f"the save (watch.step_ms {cfg.watch.step_ms} included) |")
+    print(f"| one note edited after the idle time: its round came | {'yes' if alive else 'NO'}, "
+          f"{' then '.join(f'{x:.1f} s' for x in rounds)} after the save (first and second edit; "
+          f"watch.step_ms {cfg.watch.step_ms} included) |")
     return 0 if alive else 1
 
 
