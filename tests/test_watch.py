@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 import fanout
 from fanout.config import ConfigError, load_config
 from tests.support.vault import write_vault
-from tests.support.watch import NOTES, WAIT, fast_cfg, found, indexed, round_after
+from tests.support.watch import NOTES, WAIT, fanout_cli, fast_cfg, found, indexed, round_after
 
 REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture()
@@ -208,7 +207,7 @@ def test_mcp_tools_see_a_new_note_without_restart(tmp_path):
 
 def started(cmd: list[str], log: Path) -> subprocess.Popen:
     with open(log, "w") as fh:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen([sys.executable, "-m", "fanout.cli.main", *cmd], cwd=REPO, stdout=fh, stderr=fh,
+        return subprocess.Popen(fanout_cli(*cmd), cwd=REPO, stdout=fh, stderr=fh,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
 
 

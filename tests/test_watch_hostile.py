@@ -20,7 +20,7 @@ import pytest
 
 import fanout
 from tests.support.vault import write_vault
-from tests.support.watch import NOTES, WAIT, fast_cfg, found, indexed, round_after
+from tests.support.watch import NOTES, WAIT, fanout_cli, fast_cfg, found, indexed, round_after
 
 REPO = Path(__file__).resolve().parents[1]
 LIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # what must not reach a terminal
@@ -100,9 +100,9 @@ def test_watch_stderr_escapes_control_characters(tmp_path):
     db = tmp_path / "db"
     cfg = tmp_path / "w.yaml"
     cfg.write_text("extends: fake\nwatch:\n  tick_ms: 200\n  retry_s: 0.5\n", encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, "-m", "fanout.cli.main", "index", str(vault), "--db", str(db),
-                             "--config", str(cfg), "--watch", "-v"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(fanout_cli("index", str(vault), "--db", str(db), "--config", str(cfg), "--watch", "-v"),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
     out: list[bytes] = []
     err: list[bytes] = []
     for stream, into in ((proc.stdout, out), (proc.stderr, err)):

@@ -38,3 +38,17 @@ def indexed(kb) -> set[str]:
 
 def found(kb, words: str) -> list[str]:
     return [h.path for h in kb.search(words, mode="search")]
+
+
+
+def fanout_cli(*args: str) -> list[str]:
+    """The command that runs `fanout ARGS` in a child the test stops with Ctrl-C (SIGINT), with SIGINT handled as
+    Python's KeyboardInterrupt and SIGQUIT at its default. A child inherits ignored signals, and this test process
+    may be ignoring both for a while (C's `system()` in any of its threads ignores them until it returns); Python
+    then installs no KeyboardInterrupt handler and the child would never see the test's Ctrl-C."""
+    import sys
+
+    boot = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "signal.signal(signal.SIGQUIT, signal.SIG_DFL); sys.argv = ['fanout', *sys.argv[1:]]; "
+            "runpy.run_module('fanout.cli.main', run_name='__main__', alter_sys=True)")
+    return [sys.executable, "-c", boot, *args]
