@@ -28,7 +28,7 @@ from fanout.config import Config
 from fanout.errors import UserError
 
 if TYPE_CHECKING:
-    from fanout.exec.ray_session import Dataset  # ray.data.Dataset (a type only: the runner imports ray)
+    from fanout.exec.ray_runner import Dataset  # ray.data.Dataset (a type only: the runner imports ray)
 
 
 def search(ds: Dataset, *, db: str | os.PathLike, collection: str = "notes",

@@ -72,8 +72,7 @@ def test_only_fanout_imports_its_own_names():
     assert not bad, "\n".join(bad)
 
 
-RAY_MODULES = {"fanout/exec/ray_runner.py",  # the runner (fanout/exec/ray_data.py reaches ray.data through it)
-               "fanout/exec/ray_session.py"}  # ray.data's Dataset type, under TYPE_CHECKING only
+RAY_MODULES = {"fanout/exec/ray_runner.py"}  # the runner (fanout/exec/ray_data.py reaches ray.data through it)
 
 
 def test_only_the_runner_imports_ray():

@@ -30,8 +30,6 @@ from fanout.exec.runs import Parts, Run, RunStats, Source, pop_stats
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-    from fanout.exec.ray_session import Dataset
-
 def check_fits(runner: RaySession, specs: list[StageSpec], sizes: list[int] | None = None,
                reserve: float = IO_CPUS, fit: bool = True) -> None:
     """Fail fast when a stage's actor pool cannot be placed (Ray Data would wait for it forever).
@@ -113,8 +111,8 @@ def map_opts(runner: RaySession, spec: StageSpec, size: int = 0) -> dict[str, An
 def dataset(runner: RaySession, specs: list[StageSpec], paths: list[str] | None = None,
             filesystem: pafs.FileSystem | None = None,
             progress: bool = False, tables: list[pa.Table] | None = None, preserve_order: bool = False,
-            rows: int = 0, block_rows: int = 0, parts: Parts | None = None, source: Dataset | None = None
-            ) -> Dataset:
+            rows: int = 0, block_rows: int = 0, parts: Parts | None = None, source: Any = None
+            ) -> Any:  # ray.data.Dataset: named in fanout/exec/ray_runner.py only (Ray stays in the runner)
     """ONE Dataset: read parquet `paths` (or `tables` held by the driver, one block each) -> map_batches per
     stage (actor pools). Lazy: nothing runs until it is iterated. With `parts`, the last operator writes
     its answered rows there as parts and hands on only their counters (`Parts.write_block`).

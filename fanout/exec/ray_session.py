@@ -4,13 +4,10 @@ Protocol, so they name it without importing fanout/exec/ray_runner.py, which imp
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from fanout.config import Config
 from fanout.errors import PlacementError
-
-if TYPE_CHECKING:  # for type checkers only: at run time Ray is imported by the runner alone
-    from ray.data import Dataset  # noqa: F401 (named by ray_data.py)
 
 
 class RaySession(Protocol):
