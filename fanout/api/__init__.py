@@ -11,35 +11,9 @@ from fanout.api.kb import KnowledgeBase, collections, open
 from fanout.api.requests import SearchRequest
 from fanout.api.types import BatchResult, Hit, Hits, Note, SearchResponse
 from fanout.api.watch import Watcher, WatchRound
-from fanout.errors import (
-    BackendError,
-    BenchNotFoundError,
-    CollectionBusy,
-    ConfigError,
-    DiskFull,
-    FanoutError,
-    FilterError,
-    GPUBackendMissing,
-    IndexMissing,
-    IndexStateError,
-    InputMissing,
-    ModelError,
-    NoteError,
-    PlacementError,
-    RequestError,
-    RowError,
-    StorageError,
-    ToolArgError,
-    UserError,
-    VaultError,
-)
 from fanout.gaps.analysis import GapsResult
 from fanout.pipelines.index import IndexReport
 
-# the errors are every class of fanout/errors.py
-__all__ = ["BackendError", "BatchResult", "BenchNotFoundError", "CollectionBusy", "ConfigError", "DiskFull",
-           "FanoutError", "FilterError", "GPUBackendMissing", "GapsResult", "Hit", "Hits", "IndexMissing",
-           "IndexReport", "IndexStateError", "InputMissing", "KnowledgeBase", "ModelError", "Note",
-           "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "SearchResponse",
-           "StorageError", "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher", "collections",
-           "open"]
+# the errors are exported by the package itself (fanout/__init__.py, from fanout/errors.py)
+__all__ = ["BatchResult", "GapsResult", "Hit", "Hits", "IndexReport", "KnowledgeBase", "Note", "SearchRequest",
+           "SearchResponse", "WatchRound", "Watcher", "collections", "open"]
