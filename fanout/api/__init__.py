@@ -7,7 +7,8 @@ the Ray Data processor.
 May import the base, fanout.actors, fanout.pipelines and fanout.gaps; never the faces (cli, serve, evaluation).
 """
 
-from fanout.api.kb import KnowledgeBase, collections, open
+from fanout.api.catalog import collections
+from fanout.api.kb import KnowledgeBase, open
 from fanout.api.requests import SearchRequest
 from fanout.api.types import BatchResult, Hit, Hits, Note, SearchResponse
 from fanout.api.watch import Watcher, WatchRound
