@@ -158,18 +158,18 @@ class KnowledgeBase:
 
     def warm_index(self) -> None:
         """Load now what an `index` run that writes loads on first use: lancedb (its import: 1-5 s on 2 cores),
-        the embedder and its tokenizer. A watcher calls it once idle, so the first save's round pays none of it."""
+        pyarrow.parquet, the embedder and its tokenizer. A watcher calls it once idle, so a save pays none of it."""
         from fanout.exec.engines import job_mode
 
         with self.lock:
             runner = self._runner(job_mode(self.cfg, rows=0))
         with self._indexing:  # (not beside a run or `close`)
             import lancedb  # noqa: F401 - the writes' connection (Collection.db); searches never import it
+            import pyarrow.parquet  # noqa: F401 - the embedding's run files (fanout/exec/runs.py)
 
             runner.preload("embedder")  # (in-process: lent per call as in a round; Ray: nothing to load)
             if self.cfg.chunk.check_context:  # (as `index_vault` asks for it)
                 from fanout.actors.tokenizer import shared_counter
-
                 shared_counter(self.cfg)
 
     def watch(self, vault: str | os.PathLike, *, initial: bool = True,
@@ -375,7 +375,6 @@ class KnowledgeBase:
 
         if self._closed:
             raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")
-
         col = Collection(self.db, self.collection, self.cfg)
         col.refresh()  # the table versions the manifest pins: what searches are served
         return col

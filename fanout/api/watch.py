@@ -15,7 +15,9 @@ The embedder is shared, not copied, and lent per call: a round runs beside searc
 takes the KnowledgeBase's lock only to publish the new version), and its embedding batches and a search's query
 embedding take turns on the one model (llama.cpp models are not thread-safe; a second copy would double its
 memory). A search never sees half a round: the round publishes its tables by writing the manifest last
-(fanout/store/manifest.py), and searches read the versions it pins (docs/performance.md#index-rounds).
+(fanout/store/manifest.py), and searches read the versions it pins (docs/performance.md#index-rounds). At its
+first idle tick the watcher loads what a writing round loads on first use (`KnowledgeBase.warm_index`), so the
+first save's round costs what later ones do (docs/performance.md#watch-mode).
 """
 
 from __future__ import annotations
