@@ -69,7 +69,7 @@ def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
     t0 = time.perf_counter()
     from fanout.config import load_config
 
-    make_runner = _mod("fanout.exec.engines", "fanout.engines").make_runner
+    make_runner = _mod("fanout.exec.runner_mode", "fanout.exec.engines").make_runner
     run_batch = _mod("fanout.pipelines.batch", "pipelines.batch").run_batch
     search = _mod("fanout.pipelines.search", "pipelines.search")
     Searcher, SearchOptions = search.Searcher, search.SearchOptions
@@ -167,9 +167,9 @@ def floor(cfg, db: str, qfile: str, t0: float) -> None:
     import pyarrow as pa
     from fanout.pipelines.search import SearchOptions, search_stages
 
-    from fanout.exec.engines import make_runner
     from fanout.exec.ray_data import pool_sizes, read_blocks
     from fanout.exec.runner import fuse_specs
+    from fanout.exec.runner_mode import make_runner
 
     n = sum(1 for line in Path(qfile).read_text(encoding="utf-8").splitlines() if line.strip())
     cfg = cfg.replace(runner={"mode": "ray"})

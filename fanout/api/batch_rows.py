@@ -6,7 +6,7 @@ Each in-memory row is parsed once, here, into a frozen `BatchRow` (`parse_batch_
 (carry_rows.ROW_FIELDS, values as given: the row parser checks them, so a bad value is that row's error row
 naming its field) and the caller's other columns. A row that cannot be a query row at all (not an object, a
 value JSON cannot hold) is an error `BatchRow` naming the row and the fix; the reader makes it that row's
-error row (`_error`, fanout/io/batch_io.py) and the batch's other rows still answer.
+error row (`_error`, fanout/io/batch_input.py) and the batch's other rows still answer.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def parse_batch_row(row: object, n: int, query_column: str = "query", id_column:
 def _extra(rows: list[BatchRow]) -> Extra | None:
     """The caller's columns keyed by the id each row gets in the job (its `id`, else `row-N`), the first row
     of an id winning; None when the rows have no other columns."""
-    from fanout.io.batch_io import row_id
+    from fanout.io.batch_input import row_id
 
     names: dict[str, None] = {}
     for r in rows:

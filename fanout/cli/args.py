@@ -15,7 +15,7 @@ TYPE_CHECKING = False  # typing costs the warm `fanout query` path imports
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-from fanout.cli.common import DEFAULT_COLLECTION, DEFAULT_DB
+from fanout.cli.startup import DEFAULT_COLLECTION, DEFAULT_DB
 
 # -- argument types: reject nonsense at parse time with what is allowed ------------------------------------
 

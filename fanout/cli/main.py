@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 from fanout.cli.args import _fmt, filter_arg
 from fanout.cli.args import build_parser as _build_parser
-from fanout.cli.common import collections_arg, config_from_args, setup_logging
+from fanout.cli.startup import collections_arg, config_from_args, setup_logging
 from fanout.errors import UserError
 
 # -- commands ---------------------------------------------------------------------------------------------
@@ -260,7 +260,7 @@ def cmd_expand(args: argparse.Namespace) -> int:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from fanout.cli.common import config_from_args
+    from fanout.cli.startup import config_from_args
     from fanout.pipelines.optimize_tables import optimize_tables, optimize_text
 
     print(optimize_text(optimize_tables(args.db, args.collection, args.keep_days, cfg=config_from_args(args))))

@@ -25,7 +25,7 @@ from fanout.errors import PlacementError
 from fanout.exec.node_paths import IO_CPUS, check_paths, pool_nodes
 from fanout.exec.ray_session import RaySession
 from fanout.exec.runner import Chain, Instances, StageSpec, fuse_specs
-from fanout.exec.runs import Parts, Run, RunStats, Source, pop_stats
+from fanout.exec.stage_io import Parts, Run, RunStats, Source, pop_stats
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs

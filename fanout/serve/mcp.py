@@ -319,7 +319,7 @@ def http_token(db: str, token_file: str | None) -> tuple[str, str]:
     kept for the next start, so a client's configured header stays valid."""
     import secrets
 
-    from fanout.cli.common import read_private, write_private
+    from fanout.cli.startup import read_private, write_private
     from fanout.errors import UserError
     from fanout.serve.client import port_path
 
@@ -346,8 +346,8 @@ async def serve_http(server: Server, port: int, token: str) -> None:
 
 def main_mcp(args: argparse.Namespace) -> int:
     """`fanout mcp --db DIR --collection NAME [--http PORT]`: serve until the client disconnects."""
-    from fanout.cli.common import config_from_args
-    from fanout.exec.engines import make_runner
+    from fanout.cli.startup import config_from_args
+    from fanout.exec.runner_mode import make_runner
 
     port = None
     if args.http is not None:

@@ -1,4 +1,4 @@
-"""Batch input: query rows in (JSONL, JSON, parquet, CSV); fanout/io/batch_out.py writes the results out.
+"""Batch input: query rows in (JSONL, JSON, parquet, CSV); fanout/io/batch_output.py writes the results out.
 
 Paths may be local or any object-store URI `fanout.store.storage` takes (`s3://bucket/q.jsonl`, `gs://`, `az://`,
 `file://`), through `filesystem()`: endpoint, region and credentials come from the config's `storage:` section
