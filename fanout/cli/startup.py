@@ -1,13 +1,14 @@
-"""What the faces share: defaults, config from parsed arguments, logging set-up. Light to import.
+"""What every command does first: its config from its parsed arguments (`--config`, `--runner`,
+`--ray-address`), its collections (`-c a,b`), its logging. Light to import.
 
-Both `fanout/cli/main.py` and `fanout/serve/mcp.py` import from here (never from each other); nothing here imports
-lancedb, pyarrow or the pipelines at module level, so the warm-path client (`fanout query` talking to
-`fanout serve`) starts in milliseconds.
+The commands of `fanout/cli/main.py` and those whose entry points live with their server (`fanout serve`,
+`fanout mcp` in fanout/serve/) import from here; the shared defaults are fanout/defaults.py, the 0600 files
+fanout/io/private_files.py. Nothing here imports lancedb, pyarrow or the pipelines at module level, so the
+warm-path client (`fanout query` talking to `fanout serve`) starts in milliseconds.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -20,10 +21,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 os.environ.setdefault("LANCEDB_LOG", "error")
-
-DEFAULT_DB = os.environ.get("FANOUT_DB", ".fanout/db")
-
-ENV_NO_SERVER = "FANOUT_NO_SERVER"  # set to 1: never use a running `fanout serve`
 
 
 def config_from_args(args: argparse.Namespace):
@@ -70,57 +67,24 @@ def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
-def write_private(path: str, text: str, replace: bool = True) -> bool:
-    """Write `text` to `path`, readable by its owner only (0600), atomically.
+def open_kb(args: argparse.Namespace, collection: str | None = None):
+    """The API object the command works through (fanout.open with the command's db, collection and config)."""
+    from fanout.api import KnowledgeBase
 
-    The text goes to a fresh temp file next to `path`, created with O_EXCL | O_NOFOLLOW (a file or link
-    planted at any name is never written through), then is renamed over `path` (a link there is replaced, not
-    followed), or with `replace=False` hard-linked to it, which fails when `path` exists: False then, and
-    `path` is left as it was.
-    """
-    import secrets
-
-    folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(tmp, flags, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        if replace:
-            os.replace(tmp, path)
-            return True
-        try:
-            os.link(tmp, path, follow_symlinks=False)
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    return KnowledgeBase(args.db, collection or one_collection(args), config_from_args(args))
 
 
-def read_private(path: str, what: str) -> str:
-    """The text of a secret file that only its owner may read: a regular file (not a link), owned by this
-    user, mode 0600 or stricter; anything else is refused with the fix."""
-    import stat
+def one_collection(args: argparse.Namespace) -> str:
+    names = collections_arg(args.collection)
+    if len(names) > 1:
+        raise UserError(f"{args.cmd} works on one collection at a time, got {names}; run it once per collection")
+    return names[0]
 
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise UserError(f"{what} {path!r} cannot be read ({e.strerror}); give a regular file that only you "
-                        "can read (chmod 600)") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{what} {path!r} is not a regular file; give a file that holds the token")
-        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
-            raise UserError(f"{what} {path!r} belongs to uid {st.st_uid}, not to you; use a file of your own")
-        if st.st_mode & 0o077:
-            raise UserError(f"{what} {path!r} can be read by others (mode {stat.S_IMODE(st.st_mode):o}); "
-                            f"run `chmod 600 {path}`")
-        data = f.read(1 << 16)
-    try:
-        return data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise UserError(f"{what} {path!r} is not UTF-8 text") from None
+
+def open_collection(args: argparse.Namespace):
+    """The command's one collection, opened at the table versions its manifest pins (what searches are served)."""
+    from fanout.store.db import Collection
+
+    col = Collection(args.db, one_collection(args), config_from_args(args))
+    col.refresh()
+    return col

@@ -266,7 +266,7 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
     """Your own judged queries on your own vault (one collection; sets = the queries' subsets)."""
 
-    from fanout.cli.startup import DEFAULT_DB
+    from fanout.defaults import DEFAULT_DB
     from fanout.evaluation.own import check_judged, load_judged, load_own_fields
     from fanout.evaluation.score_runs import per_query_metrics
     from fanout.exec.runner_mode import make_runner

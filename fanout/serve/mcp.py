@@ -319,8 +319,8 @@ def http_token(db: str, token_file: str | None) -> tuple[str, str]:
     kept for the next start, so a client's configured header stays valid."""
     import secrets
 
-    from fanout.cli.startup import read_private, write_private
     from fanout.errors import UserError
+    from fanout.io.private_files import read_private, write_private
     from fanout.serve.client import port_path
 
     if token_file is None and os.environ.get(ENV_TOKEN):
