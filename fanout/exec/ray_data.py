@@ -1,4 +1,4 @@
-"""The Ray Data engine: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
+"""Jobs on Ray Data: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
 each an actor pool sized by its config section -> parquet parts written by the last operator's actors, or the
 blocks streamed back to the caller: `run`), its fit check, and the stage counters each block carries
 (fanout/exec/runner.py Chain, RunStats).
