@@ -64,7 +64,7 @@ class KnowledgeBase:
         self._runners: dict[str, Runner] = {}
         self._borrowed: set[str] = set()  # runners a server lent (`attach`): closing leaves them open
         if lent is not None:
-            from fanout.exec.engines import job_mode
+            from fanout.exec.runner_mode import job_mode
 
             mode = job_mode(self.cfg, rows=1)  # the runner its searches ask for
             self._runners[mode] = lent
@@ -96,7 +96,7 @@ class KnowledgeBase:
         return f"KnowledgeBase(db={self.db!r}, collection={self.collection!r})"
 
     def _runner(self, mode: str) -> Runner:
-        from fanout.exec.engines import make_runner
+        from fanout.exec.runner_mode import make_runner
 
         if self._closed:
             raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")
@@ -117,7 +117,7 @@ class KnowledgeBase:
 
     def _svc(self) -> SearchService:
         from fanout.api.service import SearchService
-        from fanout.exec.engines import job_mode
+        from fanout.exec.runner_mode import job_mode
 
         if self._service is None:
             self._service = SearchService(self.db, self.cfg, self._runner(job_mode(self.cfg, rows=1)))
@@ -137,7 +137,7 @@ class KnowledgeBase:
         keeps what the last run recorded of it (a watch round passes its events). The result is the whole
         walk's; the report's `skipped`/`ignored` then name only what was listed. The whole vault is walked when
         there is no record yet. A path outside the vault raises UserError."""
-        from fanout.exec.engines import job_mode
+        from fanout.exec.runner_mode import job_mode
         from fanout.pipelines.index import index_vault
 
         vault = as_path(vault, "vault")
@@ -280,10 +280,10 @@ class KnowledgeBase:
         without the query column, or whose columns collide with the answers' own, is refused before any work.
         """
         from fanout.api.requests import check_min_score, check_sections
-        from fanout.exec.engines import job_mode
         from fanout.exec.progress import Progress
+        from fanout.exec.runner_mode import job_mode
         from fanout.filters import as_option, parse_filter
-        from fanout.io.batch_out import check_out
+        from fanout.io.batch_output import check_out
         from fanout.pipelines.batch import run_batch
         from fanout.pipelines.search import Searcher, SearchOptions
 
@@ -312,7 +312,7 @@ class KnowledgeBase:
                 st = run_batch(src, dest, searcher, opts)
             if out is not None:
                 return BatchResult(out=dest, stats=st, storage=self.cfg.storage, extra=extra)
-            from fanout.io.batch_out import read_output
+            from fanout.io.batch_output import read_output
 
             return BatchResult(out=None, stats=st, table=read_output(dest), extra=extra)  # read before the folder goes
 
@@ -320,7 +320,7 @@ class KnowledgeBase:
         """Precompute expansions of `rows` (as for `batch`) into the collection's cache, so later searches of
         the same queries call no expander (`fanout expand`). Returns counters: queries, expanded, cached, agent,
         errors, seconds."""
-        from fanout.exec.engines import job_mode
+        from fanout.exec.runner_mode import job_mode
         from fanout.pipelines.precompute import run_expand
 
         progress = check_flag(progress, "progress", none=True, none_means="a bar when stderr is a terminal")

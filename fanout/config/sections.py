@@ -248,7 +248,7 @@ class CleanConfig:
 
 @dataclass(frozen=True)
 class RetrieveConfig:
-    k: int = 20  # hits per list
+    k: int = 20  # hits per list: a count of pages each full-text or vector list keeps (not fuse.k, a constant)
     fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, docs/benchmark.md)
     fts_boost_heading: float = 1.0  # heading path
     fts_boost_body: float = 1.0  # chunk text
@@ -292,7 +292,7 @@ class RetrieveConfig:
 
 @dataclass(frozen=True)
 class FuseConfig:
-    k: int = 60  # RRF constant (Cormack et al. 2009)
+    k: int = 60  # RRF constant in 1 / (k + rank) (Cormack et al. 2009): not a count (retrieve.k is one)
     w_original: float = 2.0  # weight of the original query's lists
     w_lex: float = 1.0  # weight of lex variants (full-text)
     w_vec: float = 1.0  # weight of vec variants (paraphrases)
