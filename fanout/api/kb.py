@@ -159,7 +159,7 @@ class KnowledgeBase:
     def warm_index(self) -> None:
         """Load now what an `index` run that writes loads on first use: lancedb (its import: 1-5 s on 2 cores),
         pyarrow.parquet, the embedder and its tokenizer. A watcher calls it once idle, so a save pays none of it."""
-        from fanout.exec.engines import job_mode
+        from fanout.exec.runner_mode import job_mode
 
         with self.lock:
             runner = self._runner(job_mode(self.cfg, rows=0))
