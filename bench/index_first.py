@@ -10,7 +10,8 @@ Each reports the first index's wall and CPU seconds, the seconds spent inside th
 model: a hashed bag of words, standing in for the model), the rest ("outside the models": fanout's own work)
 per chunk, the process's peak RSS (VmHWM: the lancedb import, the pipeline, the writes; the fake model holds
 nothing) and where the wall time went by stage (each stage function wrapped with a timer in the child: the
-scan, chunking, the Lance writes, Lance's full-text index build, the full-text postings files). Prints one table.
+scan, chunking, the Lance writes, Lance's full-text index build, the scalar and vector indexes (IVF from
+`index.vector_index_min_rows` chunks), the full-text postings files). Prints one table.
 The vault is written once under `--work` (kept, reused when it holds the same size).
 """
 
@@ -32,6 +33,7 @@ os.environ.setdefault("LANCEDB_LOG", "error")
 # stage -> (module, attribute) wrapped with a timer; pipelines/index.py imports the first four by name
 STAGES = {"scan": ("fanout.pipelines.index", "scan_vault"), "chunk": ("fanout.pipelines.index", "chunk_notes"),
           "write": ("fanout.pipelines.index", "write_index"), "fts index": ("fanout.pipelines.index", "build_fts"),
+          "scalar+vector indexes": ("fanout.pipelines.index", "build_indexes"),
           "postings": ("fanout.store.fts_postings", "ensure")}
 
 
@@ -45,12 +47,14 @@ def peak_rss_mb() -> float:
 
 
 def _timed(spent: dict[str, float], name: str, fn):
+    """fn, adding its wall seconds to spent[name] and its process CPU seconds to spent[name + " cpu"]."""
     def wrapper(*a, **k):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         try:
             return fn(*a, **k)
         finally:
             spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+            spent[name + " cpu"] = spent.get(name + " cpu", 0.0) + time.process_time() - c
     return wrapper
 
 
@@ -60,8 +64,14 @@ def child(args: argparse.Namespace) -> dict:
 
     t_import = time.perf_counter()
     import fanout
+
+    # this tree's actors/ and pipelines/ as fanout.actors / fanout.pipelines: found on fanout's path before the
+    # venv's editable install maps them to the checkout it was made from (which a baseline is not)
+    fanout.__path__.append(os.getcwd())
     from fanout.actors import fake
     from fanout.config import load_config
+
+    assert fake.__file__.startswith(os.getcwd()), fake.__file__
 
     spent: dict[str, float] = {}
     for name, (mod, attr) in STAGES.items():
@@ -144,24 +154,33 @@ def _median(xs: list[float]) -> float:
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
-def table(runs: dict[str, list[dict]]) -> None:
-    def cell(rs: list[dict], f) -> float:
-        return _median([f(r) for r in rs])
+def _fmt(fmt: str, rs: list[dict], f) -> str:
+    """The median of f over the runs, formatted (f giving a pair: each of the two, "a / b")."""
+    got = [f(r) for r in rs]
+    if isinstance(got[0], tuple):
+        return " / ".join(fmt.format(_median([g[i] for g in got])) for i in range(len(got[0])))
+    return fmt.format(_median(got))
 
+
+def table(runs: dict[str, list[dict]]) -> None:
     rows = [("first index, s (wall)", lambda r: r["first_s"], "{:.1f}"),
             ("  CPU, s", lambda r: r["cpu_s"], "{:.1f}"),
             ("  inside the embedder, s", lambda r: r["stages"].get("embedder", 0.0), "{:.1f}"),
             ("  outside the models, s", lambda r: r["first_s"] - r["stages"].get("embedder", 0.0), "{:.1f}"),
             ("  outside the models, ms a chunk",
              lambda r: (r["first_s"] - r["stages"].get("embedder", 0.0)) * 1e3 / max(1, r["chunks"]), "{:.2f}"),
+            ("  outside the models, CPU ms a chunk",
+             lambda r: (r["cpu_s"] - r["stages"].get("embedder cpu", 0.0)) * 1e3 / max(1, r["chunks"]), "{:.2f}"),
             ("  peak RSS (VmHWM), MB", lambda r: r["rss_mb"], "{:.0f}")]
-    rows += [(f"  stage {s}, s", (lambda r, s=s: r["stages"].get(s, float("nan"))), "{:.1f}") for s in STAGES]
+    rows += [(f"  stage {s}, s wall / CPU", (lambda r, s=s: (r["stages"].get(s, float("nan")),
+                                                            r["stages"].get(s + " cpu", float("nan")))), "{:.1f}")
+             for s in STAGES]
     rows += [("import fanout + open, s (not in the above)", lambda r: r["import_s"], "{:.1f}")]
     names = list(runs)
     print("| what | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for label, f, fmt in rows:
-        print(f"| {label} | " + " | ".join(fmt.format(cell(runs[n], f)) for n in names) + " |")
+        print(f"| {label} | " + " | ".join(_fmt(fmt, runs[n], f) for n in names) + " |")
 
 
 if __name__ == "__main__":
