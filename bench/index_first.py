@@ -69,6 +69,7 @@ def child(args: argparse.Namespace) -> dict:
     # venv's editable install maps them to the checkout it was made from (which a baseline is not)
     fanout.__path__.append(os.getcwd())
     from fanout.actors import fake
+
     from fanout.config import load_config
 
     assert fake.__file__.startswith(os.getcwd()), fake.__file__
