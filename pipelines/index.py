@@ -268,6 +268,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     pending: list[tuple[pa.Table, pa.Table, set[str]]] = []  # embedded groups not written yet
     flushed = time.perf_counter()
     groups = []
+    at = 0
     while i < len(paths):  # groups of whole notes, about `group` chunks each
         sel: list[str] = []
         n = 0
@@ -275,7 +276,8 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             sel.append(paths[i])
             n += per_note.get(paths[i], 0)
             i += 1
-        part = chunks_all.filter(pc.is_in(chunks_all["path"], pa.array(sel, pa.string())))
+        part = chunks_all.slice(at, n)  # a note's chunks follow it in `todo` order: no copy
+        at += n
         groups.append(((sel, part), split_reused(part, reuse)))
     # one run (embed_groups): in-process one embedder call per group; on Ray one Dataset, groups back in order;
     # chunks whose embedded text is unchanged since the last index keep their vectors (never re-embedded)
