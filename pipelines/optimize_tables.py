@@ -11,8 +11,8 @@ happens only after `keep_days`. Keep `keep_days` longer than any reader holds on
 reader still on one. Run it after `fanout index`, not at the same time: two writers on one table can conflict.
 
 It also keeps the indexes in shape: a BTREE on every cache table's `key` (lookups and `merge_insert`), the
-chunks table's vector index built once it passes `index.vector_index_min_rows` (or re-trained when the table
-has doubled since), recorded in the collection's manifest.
+chunks table's vector index built once it passes `index.vector_index_min_rows` and `index.exact_search_rows` (or
+re-trained when the table has doubled since), recorded in the collection's manifest.
 """
 
 from __future__ import annotations

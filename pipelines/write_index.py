@@ -3,7 +3,7 @@
 Per language one FTS column per field (body/title/heading), each with its language's stemmer: LanceDB takes
 one language per index and the query side cannot choose between two indexes on one column (STACK.md).
 BTREE indexes on chunks `chunk_id`, `path` and documents `path`; a vector index once the chunks table has
-`index.vector_index_min_rows` rows (below it brute force is exact and fast enough).
+`index.vector_index_min_rows` rows and more than `index.exact_search_rows` (below either, searches are exact).
 """
 
 from __future__ import annotations
@@ -156,15 +156,17 @@ SCALAR_INDEXES = {"chunks": ("chunk_id", "path"), "documents": ("path",)}  # BTR
 def vector_index_reason(tbl, icfg: IndexConfig, recorded: dict | None) -> str | None:
     """Why the chunks table needs a (new) vector index now, or None.
 
-    Below `vector_index_min_rows` never; above it when there is none, when the configured type or
-    partitions differ from the recorded build, or when the table has doubled since (IVF partitions are
-    trained on the rows present at build time; rows added since are searched exactly until `optimize`).
+    Never below `vector_index_min_rows`, nor while searches are exact (at most `exact_search_rows` rows:
+    the index would not be read); above both when there is none, when the configured type or partitions
+    differ from the recorded build, or when the table has doubled since (IVF partitions are trained on the
+    rows present at build time; rows added since are searched exactly until `optimize`).
     """
     rows = tbl.count_rows()
-    if rows < icfg.vector_index_min_rows:
+    if rows < icfg.vector_index_min_rows or rows <= icfg.exact_search_rows:
         return None
     if not has_vector_index(tbl) or not recorded:
-        return f"{rows} rows >= index.vector_index_min_rows {icfg.vector_index_min_rows}"
+        return (f"{rows} rows >= index.vector_index_min_rows {icfg.vector_index_min_rows} and > "
+                f"index.exact_search_rows {icfg.exact_search_rows}")
     if recorded.get("index_type") != icfg.vector_index_type:
         return f"index.vector_index_type {recorded.get('index_type')} -> {icfg.vector_index_type}"
     if icfg.vector_partitions and recorded.get("num_partitions") != icfg.vector_partitions:

@@ -109,7 +109,7 @@ def _no_model_file(tmp_path, monkeypatch, request):
 
 @pytest.fixture
 def fcfg(cfg):
-    return cfg.replace(index={"vector_index_min_rows": 300, "vector_index_type": "IVF_HNSW_SQ",
+    return cfg.replace(index={"vector_index_min_rows": 300, "exact_search_rows": 100, "vector_index_type": "IVF_HNSW_SQ",
                               "vector_partitions": 2})
 
 

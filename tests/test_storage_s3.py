@@ -45,7 +45,7 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
         monkeypatch.delenv(k, raising=False)
     scfg = cfg.replace(storage={"endpoint": s3, "region": "us-east-1", "access_key_id": "testing",
                                 "secret_access_key": "testing"},
-                       index={"vector_index_min_rows": 200, "vector_index_type": "IVF_HNSW_SQ",
+                       index={"vector_index_min_rows": 200, "exact_search_rows": 100, "vector_index_type": "IVF_HNSW_SQ",
                               "vector_partitions": 2})
     db = "s3://fanout-test/kb/db"
     vault = write_vault(tmp_path / "v", {**many_notes(200), **NOTES})

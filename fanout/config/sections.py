@@ -136,7 +136,9 @@ class IndexConfig:
     # kept it, ~500 MB of a 60,000-chunk first index's 1.9 GB peak (docs/performance.md#index-rounds)
     malloc_arenas: int = 2
     # below this many rows no vector index is built: brute force is exact and fast enough
-    # (docs/performance.md#storage-at-scale)
+    # (docs/performance.md#storage-at-scale). Nor is one built while searches are exact (at most
+    # exact_search_rows rows): it would not be read, and its build was half a first index's CPU and its
+    # memory peak (docs/performance.md#index-rounds)
     vector_index_min_rows: int = 50000
     # up to this many chunks a vector search is exact (one matrix product over the pinned version's vectors,
     # loaded once per process); above it the vector index, whose start-up cost per process only pays back on
