@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fanout.pipelines.index import index_vault
 
-from fanout.store import fts, fts_memory, fts_postings
+from fanout.store import fts, fts_memory, fts_postings, version_files
 from fanout.store.db import Collection, fts_columns
 from tests.support.fts import TEXTS
 from tests.support.vault import write_vault
@@ -116,8 +116,10 @@ def test_a_damaged_file_is_ignored_with_a_warning_and_rebuilt(db, fake_cfg, buil
     assert fts_postings.load(ds, "body_en", ids) is not None  # rewritten
 
 
-def test_a_stale_file_is_never_used(db, fake_cfg, fake_runner, tmp_path, builds):
-    """Another version's or other rows' file: its name does not match; it is rebuilt, the old one removed."""
+def test_a_stale_file_is_never_used(db, fake_cfg, fake_runner, tmp_path, builds, monkeypatch):
+    """Another version's or other rows' file: its name does not match. A search brings the older version's
+    postings to its own version in memory (the added rows tokenized: what a build gives); without an older file
+    it builds them and writes its version's file, the old one removed."""
     old = set(_files(db))
     (tmp_path / "vault" / "new note.md").write_text("# New\n\nsync notes graph\n", encoding="utf-8")
     cfg = fake_cfg.replace(retrieve={"fts_postings_file": False})  # the run leaves the old files
@@ -127,7 +129,17 @@ def test_a_stale_file_is_never_used(db, fake_cfg, fake_runner, tmp_path, builds)
     ds, ids = col.dataset(col.chunks_name), col.row_keys(("path", "chunk_id"))[0]
     assert fts_postings.load(ds, "body_en", ids) is None  # the old version's file is not this one
     assert fts_postings.load(ds, "body_en", ids[:-1]) is None  # other rows: not even looked at
-    col.fts_search_many(["sync notes"], ["body_en"], [1.0], 10, ["path", "chunk_id"])
+    got = col.fts_search_many(TEXTS, ["body_en"], [1.0], 10, ["path", "chunk_id"])
+    assert builds == []  # updated from the older version's file
+    updated = fts.memory_columns(ds, ["body_en"], ids, col.cfg.retrieve)
+    built = fts_memory.memory_column(ds, "body_en", ids)
+    assert updated is not None and built is not None and updated[0].slices == built.slices
+    assert updated[0].contrib.tobytes() == built.contrib.tobytes()
+    monkeypatch.setattr(fts, "_SHARED", type(fts._SHARED)())
+    monkeypatch.setattr(fts_postings, "_from_previous", lambda *a: None)  # no older file to start from
+    builds.clear()
+    assert [t.to_pylist() for t in col.fts_search_many(TEXTS, ["body_en"], [1.0], 10, ["path", "chunk_id"])] == \
+        [t.to_pylist() for t in got]
     assert builds == ["body_en"]
     new = [n for n in _files(db) if n.startswith("body_en.")]
     assert len(new) == 1 and new[0] not in old  # the superseded version's file removed
@@ -137,6 +149,7 @@ def test_an_index_run_keeps_one_version_per_column(db, fake_cfg, fake_runner, tm
     (tmp_path / "vault" / "new note.md").write_text("# New\n\nsync notes graph\n", encoding="utf-8")
     before = _files(db)
     index_vault(tmp_path / "vault", db, "t", fake_cfg, fake_runner)
+    version_files.wait()  # a round's files are written after it returns
     after = _files(db)
     assert len(after) == len(before) and not set(after) & set(before)
 

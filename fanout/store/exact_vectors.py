@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from fanout.store import row_filter, vectors_file
+from fanout.store import row_filter, vectors_file, version_files
 
 log = logging.getLogger(__name__)
 
@@ -413,31 +413,23 @@ def ensure_file(ds, column: str = "vector", background: bool = False) -> str:
             _CACHE.pop(ds.uri, None)
     if not background:
         return "written" if vectors_file.load(ds, column) is not None else "not written"
-    t = threading.Thread(target=_save_later, args=(ds, column, m, held), name="fanout-vectors-file")
-    with _WRITING_LOCK:  # (not a daemon: a process that ends waits for its file)
-        _WRITING[:] = [w for w in _WRITING if w.is_alive()] + [t]
-    t.start()
+    # one writer at a time per table (each removes the older versions' files); not a daemon: a process that ends
+    # waits for its file
+    assert m is not None  # load=True: read from Lance when there is no file
+    version_files.later(vectors_file.job_key(ds), lambda: _save_later(ds, column, m, held), "fanout-vectors-file")
     return "writing"
 
 
-_WRITING: list[threading.Thread] = []  # `ensure_file`'s background writers, until they finish
-_WRITING_LOCK = threading.Lock()
-_SAVE_LOCK = threading.Lock()  # one writer at a time (each removes the older versions' files)
-
-
 def _save_later(ds, column: str, m: Matrix, held: bool) -> None:
-    with _SAVE_LOCK:
-        if vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) is None or not held:
-            return
-        got = vectors_file.load(ds, column)
-        with _LOCK:
-            if got is not None and _CACHE.get(ds.uri) is m:  # still this process's copy: the mapped file
-                _cache(ds.uri, Matrix(m.version, got[0], got[1], got[2]))  # replaces it
+    if vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) is None or not held:
+        return
+    got = vectors_file.load(ds, column)
+    with _LOCK:
+        if got is not None and _CACHE.get(ds.uri) is m:  # still this process's copy: the mapped file
+            _cache(ds.uri, Matrix(m.version, got[0], got[1], got[2]))  # replaces it
 
 
 def wait_files() -> None:
-    """Wait for the vectors files `ensure_file` is writing in the background."""
-    with _WRITING_LOCK:
-        pending = list(_WRITING)
-    for t in pending:
-        t.join()
+    """Wait for the vectors files `ensure_file` (and an index round: pipelines/query_files.py) is writing in the
+    background (fanout/store/version_files.py `later`)."""
+    version_files.wait()

@@ -28,6 +28,7 @@ import hashlib
 import itertools
 import logging
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +43,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 KIND = "postings"
 FORMAT = 3  # bump when the layout changes: older files then never match a name (3: no contributions)
+# (table uri, column) -> (version_key, ids hash, postings): the newest postings this process's `ensure` updated
+_FRESH: dict[tuple[str, str], tuple[tuple, MemoryColumn]] = {}
+_FRESH_LOCK = threading.Lock()
+_IDS_HASH: dict[tuple, str] = {}  # (*version_key, row count) -> the hash of its row ids (the last few)
 _SCHEMA = pa.schema([("token", pa.string()), ("rows", pa.large_list(pa.int32())),
                      ("freq", pa.large_list(pa.int32())), ("dl", pa.large_list(pa.uint32()))])
 
@@ -62,9 +67,59 @@ def fingerprint(ds: LanceDataset, column: str, ids: np.ndarray) -> tuple[str, di
     args, meta, st = got
     key = {"column": column, "version": int(ds.version), "params": meta.get("params"),
            "num_docs": meta.get("num_docs"), "num_tokens": meta.get("num_tokens"),
-           "updated": st.get("updated_at_timestamp_ms"), "rows": len(ids),
-           "ids": hashlib.sha256(np.ascontiguousarray(ids, "<u8").tobytes()).hexdigest()}
+           "updated": st.get("updated_at_timestamp_ms"), "rows": len(ids), "ids": ids_hash(ds, ids)}
     return version_files.fingerprint(FORMAT, key), args
+
+
+def ids_hash(ds: LanceDataset, ids: np.ndarray) -> str:
+    """SHA-256 of the row ids `ids` (the version `ds`'s, sorted), computed once per version in this process (a
+    version's rows never change; an index round asks for every column's fingerprint several times)."""
+    version = version_files.version_key(ds)
+    key = None if version is None else (*version, len(ids), int(ids[0]) if len(ids) else -1,
+                                        int(ids[-1]) if len(ids) else -1)
+    got = _IDS_HASH.get(key) if key is not None else None
+    if got is None:
+        got = hashlib.sha256(np.ascontiguousarray(ids, "<u8").tobytes()).hexdigest()
+        if key is not None:
+            _IDS_HASH[key] = got
+            while len(_IDS_HASH) > 8:
+                _IDS_HASH.pop(next(iter(_IDS_HASH)))
+    return got
+
+
+def _fresh_key(ds: LanceDataset, column: str, ids: np.ndarray) -> tuple | None:
+    version = version_files.version_key(ds)
+    return None if version is None else (*version, ids_hash(ds, ids))
+
+
+def load_or_update(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColumn | None:
+    """What a search uses (fanout/store/fts.py): `column`'s postings for the version `ds`: those this process's
+    index round made (`ensure`, waited for when it is still at work: fanout/store/version_files.py `later`), else
+    the version's file, else (a version published before its file is written) an older version's file brought
+    to this one in memory (only the rows added are tokenized: `updated_column`, the same postings); None when
+    there is none of these."""
+    version_files.wait(job_key(ds))
+    key = _fresh_key(ds, column, ids)
+    with _FRESH_LOCK:
+        fresh = _FRESH.get((str(ds.uri), column))
+    if key is not None and fresh is not None and fresh[0] == key:
+        return fresh[1]
+    got = load(ds, column, ids)
+    return got if got is not None else _from_previous(ds, column, ids, {})
+
+
+def _keep_fresh(ds: LanceDataset, column: str, ids: np.ndarray, mem: MemoryColumn) -> None:
+    """`mem` kept for this process's searches of the version `ds` (`load_or_update`): no file read back."""
+    key = _fresh_key(ds, column, ids)
+    if key is None:
+        return
+    with _FRESH_LOCK:  # the newest version's only: a process keeps no two copies of a column
+        _FRESH[(str(ds.uri), column)] = (key, mem)
+
+
+def job_key(ds: LanceDataset) -> str:
+    """The key of the background jobs that write the postings files of the table `ds` (version_files.later)."""
+    return f"{ds.uri}#{KIND}"
 
 
 def load(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColumn | None:
@@ -191,6 +246,8 @@ def ensure(ds: LanceDataset, columns: list[str], rowid_map_rows: int) -> dict[st
             if mem is None:
                 mem, how = memory_column(ds, c, ids), "written"
             path = save(ds, c, ids, mem) if mem is not None else None
+            if mem is not None and how == "updated":
+                _keep_fresh(ds, c, ids, mem)
             out[c] = "not reproduced by the memory engine" if mem is None else (how if path else "not written")
         version_files.prune(ds, KIND, c, keep=os.path.basename(path) if path else None, newer=True)
     return out
