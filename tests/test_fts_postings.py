@@ -42,6 +42,7 @@ def builds(monkeypatch):
     real = fts_memory.memory_column
     monkeypatch.setattr(fts_memory, "memory_column", lambda ds, c, ids: calls.append(c) or real(ds, c, ids))
     monkeypatch.setattr(fts, "_SHARED", type(fts._SHARED)())  # a fresh process's state
+    monkeypatch.setattr(fts_postings, "_FRESH", {})
     return calls
 
 
@@ -188,3 +189,30 @@ def test_optimize_writes_the_compacted_versions_files_and_removes_the_old(db, fa
     assert all(fts_postings.load(ds, c, ids) is not None for c in COLS)
     col.fts_search_many(TEXTS[:2], COLS, BOOSTS, 10, ["path", "chunk_id"])
     assert builds == []
+
+
+def test_a_rounds_postings_are_made_after_it_returns_and_its_searches_use_them(db, fake_cfg, fake_runner, tmp_path,
+                                                                               builds, monkeypatch):
+    """An index round leaves its postings to a job that runs after it returns (one at a time per table): its
+    searches wait for that job and use the updated columns it made (no file read back, nothing built), the same
+    bits as a build; the job writes the version's files and removes the older ones."""
+    import threading
+
+    gate = threading.Event()
+    real = fts_postings.ensure
+    monkeypatch.setattr(fts_postings, "ensure", lambda *a, **k: gate.wait(30) and real(*a, **k))
+    (tmp_path / "vault" / "new note.md").write_text("# New\n\nsync notes graph\n", encoding="utf-8")
+    before = _files(db)
+    index_vault(tmp_path / "vault", db, "t", fake_cfg, fake_runner)  # returns while its job waits at the gate
+    assert _files(db) == before
+    col = _col(db, fake_cfg, fts_memory_after=1e9)
+    ds, ids = col.dataset(col.chunks_name), col.row_keys(("path", "chunk_id"))[0]
+    threading.Timer(0.2, gate.set).start()
+    got = fts.memory_columns(ds, COLS, ids, col.cfg.retrieve)  # waits for the job
+    assert got is not None and builds == []
+    assert all(m is fts_postings._FRESH[(str(ds.uri), c)][1] for c, m in zip(COLS, got))  # the job's own
+    for c, m in zip(COLS, got):
+        built = fts_memory.memory_column(ds, c, ids)
+        assert built is not None and m.slices == built.slices and m.contrib.tobytes() == built.contrib.tobytes()
+    after = _files(db)
+    assert len(after) == len(before) and not set(after) & set(before)

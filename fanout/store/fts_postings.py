@@ -246,7 +246,7 @@ def ensure(ds: LanceDataset, columns: list[str], rowid_map_rows: int) -> dict[st
             if mem is None:
                 mem, how = memory_column(ds, c, ids), "written"
             path = save(ds, c, ids, mem) if mem is not None else None
-            if mem is not None and how == "updated":
+            if mem is not None and how == "updated":  # (a round's: its process searches them next)
                 _keep_fresh(ds, c, ids, mem)
             out[c] = "not reproduced by the memory engine" if mem is None else (how if path else "not written")
         version_files.prune(ds, KIND, c, keep=os.path.basename(path) if path else None, newer=True)
