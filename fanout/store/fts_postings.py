@@ -4,8 +4,9 @@ memory-mapped by every process instead of built by each.
 Building a column's postings costs ~0.04-0.08 ms of CPU a chunk (10-12 CPU-s a process at 60,000 chunks over the
 columns a search uses); loading them from this file costs tens of ms and the pages are shared through the page
 cache (docs/performance.md#query-cost-at-scale). Written by `fanout index` (and `fanout optimize`) for the version
-they pin, and by any process that built them itself (fanout/store/fts.py memory_columns); read at a process's first
-full-text call when `retrieve.fts_postings_file` is on.
+they pin (an index round's by a job after it returns: `load_or_update`), and by any process that built them itself
+(fanout/store/fts.py memory_columns); read at a process's first full-text call when `retrieve.fts_postings_file`
+is on.
 
 Where, naming, writing, checking and pruning: fanout/store/version_files.py (kind `postings`:
 `<db>/<collection>_chunks.postings/<column>.v<version>.<fingerprint>.arrow`). The fingerprint covers what the
