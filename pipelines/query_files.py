@@ -46,13 +46,14 @@ def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: d
             reader.refresh()
         ds = reader.dataset(reader.chunks_name)
         jobs: list[tuple[str, Callable[[], dict[str, str]]]] = []
+        share = cfg.index.query_files_share if later else 0.0  # (`fanout optimize`: written whatever the share)
         if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
             columns = fts_columns(cfg.index.languages)
             jobs.append((fts_postings.job_key(ds), lambda: fts_postings.ensure(ds, columns,
-                                                                               cfg.retrieve.rowid_map_rows)))
+                                                                               cfg.retrieve.rowid_map_rows, share)))
         if exact_vectors.file_wanted(ds, cfg):
             jobs.append((vectors_file.job_key(ds),
-                         lambda: {"vector": exact_vectors.ensure_file(ds, background=background)}))
+                         lambda: {"vector": exact_vectors.ensure_file(ds, background=background, share=share)}))
         for key, job in jobs:
             if later:
                 version_files.later(key, functools.partial(_query_files, collection, job), "fanout-query-files")

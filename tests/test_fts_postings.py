@@ -210,9 +210,51 @@ def test_a_rounds_postings_are_made_after_it_returns_and_its_searches_use_them(d
     threading.Timer(0.2, gate.set).start()
     got = fts.memory_columns(ds, COLS, ids, col.cfg.retrieve)  # waits for the job
     assert got is not None and builds == []
-    assert all(m is fts_postings._FRESH[(str(ds.uri), c)][1] for c, m in zip(COLS, got))  # the job's own
+    assert all(m is fts_postings._FRESH[(str(ds.uri), c)].mem for c, m in zip(COLS, got))  # the job's own
     for c, m in zip(COLS, got):
         built = fts_memory.memory_column(ds, c, ids)
         assert built is not None and m.slices == built.slices and m.contrib.tobytes() == built.contrib.tobytes()
     after = _files(db)
     assert len(after) == len(before) and not set(after) & set(before)
+
+
+def test_a_round_of_few_changes_keeps_the_older_files_until_the_share_is_passed(db, fake_cfg, fake_runner, tmp_path,
+                                                                                builds):
+    """`index.query_files_share`: while the rows added and deleted since the files are fewer than that share, a
+    round's postings and vectors stay in memory (the older files stay); its searches and those of another process
+    (from the older files, brought up to date) give the build's bits; past the share they are written."""
+    from fanout.store import exact_vectors
+
+    cfg = fake_cfg.replace(index={"query_files_share": 0.5})
+    before = _files(db)
+    vec_dir = db / "t_chunks.exact"
+    vec_before = sorted(os.listdir(vec_dir))
+    for i in range(2):  # two rounds: the second starts from the first's postings in memory
+        (tmp_path / "vault" / f"new note {i}.md").write_text(f"# New {i}\n\nsync notes graph {i}\n", "utf-8")
+        index_vault(tmp_path / "vault", db, "t", cfg, fake_runner)
+        version_files.wait()
+        assert _files(db) == before and sorted(os.listdir(vec_dir)) == vec_before
+    col = _col(db, cfg, fts_memory_after=1e9)
+    ds, ids = col.dataset(col.chunks_name), col.row_keys(("path", "chunk_id"))[0]
+    fresh = [fts_postings._FRESH[(str(ds.uri), c)] for c in COLS]
+    assert all(f.version == int(ds.version) and f.since_file > 0 for f in fresh)
+    other = {c: fts_postings.load_or_update(ds, c, ids) for c in COLS}
+    fts_postings._FRESH.clear()  # another process: the older files brought up to this version
+    for c, f in zip(COLS, fresh):
+        built, updated = fts_memory.memory_column(ds, c, ids), fts_postings.load_or_update(ds, c, ids)
+        assert built is not None and updated is not None and other[c] is f.mem
+        for m in (f.mem, updated):
+            assert m.slices == built.slices and m.contrib.tobytes() == built.contrib.tobytes()
+    exact_vectors._CACHE.clear()
+    m = exact_vectors.matrix(ds, files=True, save=False)  # from the older file and the rows added
+    assert m is not None and m.since_file
+    exact_vectors._CACHE.clear()
+    full = exact_vectors.matrix(ds, files=False)  # every row read from Lance
+    assert full is not None and np.array_equal(m.ids, full.ids) and m.vectors.tobytes() == full.vectors.tobytes()
+    assert sorted(builds) == sorted(COLS)  # (the reference builds above only)
+    (tmp_path / "vault" / "new note 2.md").write_text("# New 2\n\ngraph\n", "utf-8")
+    index_vault(tmp_path / "vault", db, "t", fake_cfg.replace(index={"query_files_share": 0.01}), fake_runner)
+    version_files.wait()  # past the share: written, the older files removed
+    after = _files(db)
+    assert len(after) == len(before) and not set(after) & set(before) and sorted(builds) == sorted(COLS)
+    assert len(os.listdir(vec_dir)) == 1 and sorted(os.listdir(vec_dir)) != vec_before
