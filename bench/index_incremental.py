@@ -17,7 +17,8 @@ this venv): HEAD (commit first: edits not committed are not measured) and `--bas
 Prints one table. The vault is written once under `--work` (kept, reused when it holds the same size).
 `--watch-only` (a size where the whole run does not fit, e.g. `--scale-notes 133000 --dim 64`): the first index and
 the watch rounds only (given the note's path), each round's CPU beside its wall, and the query files' jobs that run
-after it (waited for, timed apart).
+after it (waited for, timed apart). `--template DIR` (with `--watch-only`): DIR/vault and DIR/db, a vault indexed
+before (by any version whose tables this one reads), copied for each version instead of a first index.
 """
 
 from __future__ import annotations
@@ -71,10 +72,11 @@ def child(args: argparse.Namespace) -> dict:
     out: dict = {"code": fanout.__file__}
     with fanout.open(db, config=cfg) as kb:
         t = time.perf_counter()
-        rep = kb.index(vault)
-        out["first_s"] = time.perf_counter() - t
+        rep = kb.index(vault)  # (`--template`: the copied index, every note stat'ed again)
         out["chunks"] = rep.chunks
-        out["first_rss_mb"] = peak_rss_mb()
+        if not args.template:
+            out["first_s"] = time.perf_counter() - t
+            out["first_rss_mb"] = peak_rss_mb()
         if args.watch_only:
             return watch_rounds(kb, vault, notes, args, out)
         times = []
@@ -168,12 +170,16 @@ def run_version(name: str, code: Path, vault: Path, work: Path, args: argparse.N
     copy, db = work / f"vault-{name}", work / f"db-{name}"
     for p in (copy, db):
         shutil.rmtree(p, ignore_errors=True)
+    if args.template:
+        vault = Path(args.template) / "vault"
+        shutil.copytree(Path(args.template) / "db", db)
     shutil.copytree(vault, copy, copy_function=shutil.copy)  # fresh mtimes: no note is older than its copy
     time.sleep(2.5)  # past the stat fast path's racy window: the copies' stats are trusted after the first index
-    cmd = [sys.executable, "-m", "bench.index_incremental", "--child", "--vault", str(copy), "--db", str(db),
+    # this checkout's measuring code (its options) over the version's fanout (first on the path)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--vault", str(copy), "--db", str(db),
            "--scale-notes", str(args.scale_notes), "--rounds", str(args.rounds), "--searches", str(args.searches),
            "--round-notes", str(args.round_notes), "--embed-sleep-s", str(args.embed_sleep_s), "--dim", str(args.dim)] + \
-        (["--watch-only"] if args.watch_only else [])
+        (["--watch-only"] if args.watch_only else []) + (["--template", args.template] if args.template else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), str(ROOT)])}  # bench.query_cost.child_env: why
     t = time.perf_counter()
     res = subprocess.run(cmd, check=False, env=env, cwd=str(code), capture_output=True, text=True)
@@ -199,6 +205,7 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="where the vault is kept (default: a temporary folder)")
     ap.add_argument("--watch-only", action="store_true",
                     help="the first index and the watch rounds only (a size where the whole run does not fit)")
+    ap.add_argument("--template", default=None, help="with --watch-only: DIR/vault and DIR/db indexed before")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--vault", help=argparse.SUPPRESS)
     ap.add_argument("--db", help=argparse.SUPPRESS)
@@ -212,7 +219,7 @@ def main() -> int:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
         vault = work / f"vault-{args.scale_notes}"
-        if not vault.exists():
+        if not vault.exists() and not args.template:
             synthetic_vault(work / "vault-tmp", args.scale_notes).rename(vault)
         versions = {}
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True,
@@ -241,7 +248,9 @@ def main() -> int:
         cells = []
         for n in names:
             v = versions[n]
-            if label.strip() == "ms per chunk":
+            if label.strip() == "ms per chunk" and "first_s" not in v:
+                cells.append("n/a")
+            elif label.strip() == "ms per chunk":
                 cells.append(f"{v['first_s'] * 1e3 / max(1, v['chunks']):.2f}")
             elif key is None and "round_s" not in v:
                 cells.append("n/a")
