@@ -17,7 +17,8 @@ this venv): HEAD (commit first: edits not committed are not measured) and `--bas
 Prints one table. The vault is written once under `--work` (kept, reused when it holds the same size).
 `--watch-only` (a size where the whole run does not fit, e.g. `--scale-notes 133000 --dim 64`): the first index and
 the watch rounds only (given the note's path), each round's CPU beside its wall, and the query files' jobs that run
-after it (waited for, timed apart). `--template DIR` (with `--watch-only`): DIR/vault and DIR/db, a vault indexed
+after it (waited for, timed apart). A baseline's `fanout.pipelines` and `fanout.actors` come from the editable
+install of the interpreter that runs it: `--baseline-python CHECKOUT/.venv/bin/python` for that checkout's. `--template DIR` (with `--watch-only`): DIR/vault and DIR/db, a vault indexed
 before (by any version whose tables this one reads), copied for each version instead of a first index.
 """
 
@@ -176,7 +177,8 @@ def run_version(name: str, code: Path, vault: Path, work: Path, args: argparse.N
     shutil.copytree(vault, copy, copy_function=shutil.copy)  # fresh mtimes: no note is older than its copy
     time.sleep(2.5)  # past the stat fast path's racy window: the copies' stats are trusted after the first index
     # this checkout's measuring code (its options) over the version's fanout (first on the path)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--vault", str(copy), "--db", str(db),
+    py = args.baseline_python if name == "base" and args.baseline_python else sys.executable
+    cmd = [py, str(Path(__file__).resolve()), "--child", "--vault", str(copy), "--db", str(db),
            "--scale-notes", str(args.scale_notes), "--rounds", str(args.rounds), "--searches", str(args.searches),
            "--round-notes", str(args.round_notes), "--embed-sleep-s", str(args.embed_sleep_s), "--dim", str(args.dim)] + \
         (["--watch-only"] if args.watch_only else []) + (["--template", args.template] if args.template else [])
@@ -205,6 +207,9 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="where the vault is kept (default: a temporary folder)")
     ap.add_argument("--watch-only", action="store_true",
                     help="the first index and the watch rounds only (a size where the whole run does not fit)")
+    ap.add_argument("--baseline-python", default=None,
+                    help="the baseline's interpreter: a venv whose editable install maps fanout.pipelines and "
+                         "fanout.actors to the baseline's checkout (else they are this checkout's)")
     ap.add_argument("--template", default=None, help="with --watch-only: DIR/vault and DIR/db indexed before")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--vault", help=argparse.SUPPRESS)
