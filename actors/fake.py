@@ -32,12 +32,55 @@ def _bucket(term: str, dim: int) -> tuple[int, float]:
     return int.from_bytes(h[:4], "little") % dim, 1.0 if h[4] & 1 else -1.0
 
 
+# term -> signed bucket code (the axis, or ~axis for a -1 sign) per dim: a vault repeats its words, so the
+# hash is taken once per distinct term (bounded: cleared past _CODES_MAX terms)
+_CODES: dict[int, dict[str, int]] = {}
+_CODES_MAX = 1 << 20
+
+
+def _codes(words: list[str], dim: int) -> list[int]:
+    cache = _CODES.setdefault(dim, {})
+    if len(cache) > _CODES_MAX:
+        cache.clear()
+    out = []
+    for t in words:
+        c = cache.get(t)
+        if c is None:
+            i, sign = _bucket(t, dim)
+            c = cache[t] = i if sign > 0 else ~i
+        out.append(c)
+    return out
+
+
+def hashed_vectors(texts: list[str], dim: int) -> np.ndarray:
+    """Rows of `hashed_vector(text, dim)` for many texts at once (the same bits, numpy instead of a loop)."""
+    words = [terms(t.casefold()) for t in texts]
+    counts = np.fromiter((len(w) for w in words), np.int64, len(words))
+    codes = np.array(_codes([t for w in words for t in w], dim), np.int64)
+    axis = np.where(codes >= 0, codes, ~codes)
+    rows = np.repeat(np.arange(len(texts), dtype=np.int64), counts)
+    # the per-axis sums are small integers: any order of adding them gives the same float32 values
+    v = np.bincount(rows * dim + axis, weights=np.where(codes >= 0, 1.0, -1.0),
+                    minlength=len(texts) * dim).astype(np.float32).reshape(len(texts), dim)
+    sq = np.einsum("ij,ij->i", v, v, dtype=np.float64)  # exact: integers
+    n = np.sqrt(sq.astype(np.float32))  # below 2**24 the float32 sum is exact: np.linalg.norm's value
+    empty = sq == 0.0
+    n[empty] = 1.0
+    v /= n[:, None]
+    v[empty, 0] = 1.0
+    for r in np.flatnonzero(sq >= 2 ** 24):  # a float32 sum that rounds: np.linalg.norm's own order
+        v[r] = hashed_vector(texts[r], dim)
+    return v
+
+
 def hashed_vector(text: str, dim: int) -> np.ndarray:
     """Unit-length feature-hashing vector of the text's lower-cased terms (one fixed axis if it has none)."""
     v = np.zeros(dim, dtype=np.float32)
-    for t in terms(text.casefold()):
-        i, sign = _bucket(t, dim)
-        v[i] += sign
+    for c in _codes(terms(text.casefold()), dim):
+        if c >= 0:
+            v[c] += 1.0
+        else:
+            v[~c] -= 1.0
     n = float(np.linalg.norm(v))
     if n == 0.0:
         v[0] = 1.0
@@ -60,8 +103,7 @@ class FakeEmbedder:
         titles = batch.column("title").to_pylist() if "title" in batch.column_names else [None] * len(texts)
         if self.sleep_s:
             time.sleep(self.sleep_s * len(texts))
-        vecs = np.stack([hashed_vector(f"{ti or ''} {t or ''}", self.dim) for t, ti in zip(texts, titles)]) \
-            if texts else np.zeros((0, self.dim), np.float32)
+        vecs = hashed_vectors([f"{ti or ''} {t or ''}" for t, ti in zip(texts, titles)], self.dim)
         col = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), pa.float32()), self.dim)
         return batch.append_column("vector", col)
 

@@ -107,7 +107,7 @@ def write_answers(path: Path, rows: int, per_query: int, distinct: int, stamp: s
                 for k, v in zip(FLAT_FIELDS, [qid, r + 1, paths[r % len(paths)], paths[r % len(paths)][:-3], "",
                                               "snippet", best * (1 - 0.05 * r), None, None, text, stamp]):
                     cols[k].append(v)
-        from fanout.io.batch_out import FLAT
+        from fanout.io.batch_output import FLAT
 
         t = pa.table(cols, schema=FLAT)
         writer = writer or pq.ParquetWriter(path, FLAT)

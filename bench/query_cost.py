@@ -1,11 +1,12 @@
-"""A query's cost outside the models: CPU of the whole process tree, both engines; prints one table.
+"""A query's cost outside the models: CPU of the whole process tree, per way of running a job; prints one table.
 
-    .venv/bin/python -m bench.query_cost [--sizes 200,2000] [--engines inproc,data,floor,api]
+    .venv/bin/python -m bench.query_cost [--sizes 200,2000] [--modes inproc,data,floor,api]
                                                       [--scale-notes 0] [--cpus 2] [--baseline DIR]
                                                       [--also LABEL:SECTION.KEY=VALUE[,...]] [--repeat N]
                                                       [--dim 768] [--work DIR]
 
-Fake models (configs/fake.yaml: hashed bag-of-words vectors, at `--dim` dimensions, the real embedder's 768 by
+`--modes`: `inproc` (runner.mode inproc: the in-process loop), `data` (runner.mode ray: one Ray Data Dataset),
+`floor` and `api` (below). Fake models (configs/fake.yaml: hashed bag-of-words vectors, at `--dim` dimensions, the real embedder's 768 by
 default; no sleep), so only fanout's own work counts. The synthetic vault (`--scale-notes`) is written like a
 real one (`Topics`: a Zipf vocabulary, one topic per 300 notes with words of its own), so its vectors cluster
 by topic with neighbours inside it, as real embeddings do, and its queries are written with a topic's words:
@@ -18,7 +19,7 @@ rephrased_query and expected_answer -> two more query vectors) run by `fanout.pi
 process of its own cpuacct cgroup (v1): the CPU counted is that of every process the job starts, Ray's
 raylet, GCS, workers and actors included. Every job starts from a fresh copy of the index (empty caches).
 
-Per engine: CPU and wall of the 200- and the 2,000-query job; the marginal cost per query is the difference
+Per mode: CPU and wall of the 200- and the 2,000-query job; the marginal cost per query is the difference
 divided by 1,800 (what a query adds), the fixed cost is what is left of the small job (process start,
 imports, Ray start, actor pools, opening tables). Per stage: seconds inside each stage of the big job (the
 in-process loop's own timer; on Ray Data each stage's own seconds, summed over its actors: RunStats). `--scale-notes N` repeats the jobs
@@ -29,9 +30,9 @@ and the built index templates there for the next run (a 60,000-chunk index takes
 this code again with config values changed (`--also blocks64:runner.block_rows=64`; with `--baseline`, that
 code too, unless the label starts with `+`: config keys the baseline does not have): a tunable's candidates measured side by side. `--repeat N` runs every job N times, the variants taking turns, and reports the
 medians (the progress lines show each median's range): the box's speed drifts by a second or two between
-minutes, more than a change to the fixed cost often moves it. The engine `floor` runs Ray Data's own floor for the same job shape (the same private
+minutes, more than a change to the fixed cost often moves it. The mode `floor` runs Ray Data's own floor for the same job shape (the same private
 Ray, blocks and actor pools, each stage an identity): what a Ray Data job costs before fanout does anything.
-The engine `api` runs the same job through the Python API (`fanout.open(...).batch(...)`, in-process; this
+The mode `api` runs the same job through the Python API (`fanout.open(...).batch(...)`, in-process; this
 code only): it must cost what `inproc` costs, the API adding nothing per query.
 """
 
@@ -53,147 +54,6 @@ from bench.synthetic_vault import queries, synthetic_vault, topic_queries
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LANCEDB_LOG", "error")
 CGROUP = Path("/sys/fs/cgroup/cpuacct")
-def _mod(new: str, old: str):
-    """A module by its name in this layout, or by its old name in a --baseline checkout from before it (the
-    subpackages and the one import name came in one change)."""
-    import importlib
-
-    try:
-        return importlib.import_module(new)
-    except ImportError:
-        return importlib.import_module(old)
-
-
-# -- the child: one job, in its own cgroup --------------------------------------------------------------------
-def child(engine: str, db: str, qfile: str, out: str, cpus: int) -> None:
-    t0 = time.perf_counter()
-    from fanout.config import load_config
-
-    make_runner = _mod("fanout.exec.engines", "fanout.engines").make_runner
-    run_batch = _mod("fanout.pipelines.batch", "pipelines.batch").run_batch
-    search = _mod("fanout.pipelines.search", "pipelines.search")
-    Searcher, SearchOptions = search.Searcher, search.SearchOptions
-
-    cfg = load_config("fake")
-    sections: dict = json.loads(os.environ.get("FANOUT_QC_SET") or "{}")  # --also: config values changed
-    if engine == "floor":  # the same shape: `--also` changes (pool counts, CPUs) apply to it too
-        return floor(cfg.replace(**sections) if sections else cfg, db, qfile, t0)
-    if engine == "data":
-        sections["runner"] = {**sections.get("runner", {}), "mode": "ray"}
-    if sections:
-        cfg = cfg.replace(**sections)
-    if engine == "api":  # the Python API's batch (fanout.open(...).batch): the same job, in-process
-        import fanout
-
-        with fanout.open(db, "bench", cfg, runner="inproc") as kb:
-            t1 = time.perf_counter()
-            st = kb.batch(qfile, out=out, n=10, expand=False, rerank=False).stats
-            t2 = time.perf_counter()
-    else:
-        with make_runner(cfg, mode="ray" if engine == "data" else "inproc") as runner:
-            t1 = time.perf_counter()
-            searcher = Searcher(db, "bench", cfg, runner)
-            st = run_batch(qfile, out, searcher, SearchOptions(n=10, expand=False, rerank=False))
-            t2 = time.perf_counter()
-    print(json.dumps({"start_s": t1 - t0, "job_s": t2 - t1, "total_s": time.perf_counter() - t0,
-                      "queries": st["queries"], "errors": st["errors"], "timings": st["timings"],
-                      "rss_mb": peak_rss_mb()}))
-
-
-def peak_rss_mb() -> float:
-    """Peak RSS of this process (the in-process job's only process; on Ray Data the driver's): VmHWM of its
-    own address space, not `ru_maxrss`, which a forked-then-exec'd child inherits from its parent's at the fork
-    (the bench's process after building a large table)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def recall_child(db: str, qfile: str) -> None:
-    """Recall@10 of this code's vector lists (`Collection.vector_search_many`, k = Retrieve's 3 x
-    retrieve.k) against exact search (numpy over every stored vector), for the vector-lane texts of the
-    queries in `qfile` (query, rephrased_query, expected_answer), embedded with the fake embedder."""
-    import numpy as np
-
-    from fanout.config import load_config
-
-    hashed_vector = _mod("fanout.actors.fake", "actors.fake").hashed_vector
-    Collection = _mod("fanout.store.db", "fanout.db").Collection
-
-    cfg = load_config("fake")
-    sections: dict = json.loads(os.environ.get("FANOUT_QC_SET") or "{}")
-    if sections:
-        cfg = cfg.replace(**sections)
-    rows = [json.loads(x) for x in Path(qfile).read_text(encoding="utf-8").splitlines() if x.strip()][:100]
-    texts = [r[f] for r in rows for f in ("query", "rephrased_query", "expected_answer")]
-    q = np.stack([hashed_vector(f" {t}", cfg.fake.dim) for t in texts])
-    col = Collection(db, "bench", cfg)
-    col.refresh()
-    t = time.process_time()
-    res = col.vector_search_many([list(map(float, v)) for v in q], 3 * cfg.retrieve.k, ["chunk_id"])
-    cpu = time.process_time() - t
-    ds = col.dataset(col.chunks_name)
-    tab = ds.to_table(columns=["chunk_id", "vector"])
-    v = tab["vector"].combine_chunks().flatten().to_numpy().reshape(tab.num_rows, -1).astype(np.float32)
-    v /= np.linalg.norm(v, axis=1, keepdims=True)
-    s = q @ v.T
-    tenth = -np.partition(-s, 9, axis=1)[:, 9]  # each query's exact 10th best score
-    pos = {c: i for i, c in enumerate(tab["chunk_id"].to_pylist())}
-    got: dict[int, list[str]] = {}
-    res = res.sort_by([("query_index", "ascending"), ("_distance", "ascending")])
-    for qi, cid in zip(res["query_index"].to_pylist(), res["chunk_id"].to_pylist()):
-        got.setdefault(qi, []).append(cid)
-    # a returned chunk counts when its exact score reaches the 10th best: rows tied with the 10th (common with
-    # the fake embedder's bag-of-words vectors of short texts) are all right answers
-    rec = [sum(s[i, pos[c]] >= tenth[i] - 1e-6 for c in got.get(i, [])[:10]) / 10 for i in range(len(q))]
-    print(json.dumps({"recall": float(np.mean(rec)), "vectors": len(q), "cpu_ms_per_vector": 1000 * cpu / len(q)}))
-
-
-class Identity:
-    def __call__(self, table):
-        return table
-
-
-def floor(cfg, db: str, qfile: str, t0: float) -> None:
-    """Ray Data's own floor for the job's shape: the same private local Ray (fanout's runner), the job's rows
-    as the same blocks, and one identity actor pool per pool the search would run (same count and CPUs),
-    iterated to the end. What a Ray Data job costs before fanout does anything."""
-    import pyarrow as pa
-    from fanout.pipelines.search import SearchOptions, search_stages
-
-    from fanout.exec.engines import make_runner
-    from fanout.exec.ray_data import pool_sizes, read_blocks
-    from fanout.exec.runner import fuse_specs
-
-    n = sum(1 for line in Path(qfile).read_text(encoding="utf-8").splitlines() if line.strip())
-    cfg = cfg.replace(runner={"mode": "ray"})
-    specs = fuse_specs(search_stages(cfg, db, "bench", SearchOptions(n=10, expand=False, rerank=False)))
-    blocks = read_blocks(cfg, specs, n, 1)
-    per = -(-n // blocks)
-    with make_runner(cfg, mode="ray") as runner:
-        t1 = time.perf_counter()
-        rd = runner.ray_data()
-        ctx = rd.DataContext.get_current()
-        ctx.enable_progress_bars, ctx.wait_for_min_actors_s = False, -1
-        ds = rd.from_blocks([pa.table({"_row": list(range(i, min(i + per, n)))}) for i in range(0, n, per)])
-        sizes = pool_sizes(cfg, specs, [0] * len(specs), n, per)
-        for k, (spec, size) in enumerate(zip(specs, sizes, strict=True)):
-            acfg = getattr(cfg, spec.pool)
-            ds = ds.map_batches(type(f"Identity{k}", (Identity,), {}), batch_format="pyarrow",
-                                batch_size=spec.batch_rows or acfg.batch_size, num_cpus=acfg.num_cpus,
-                                compute=rd.ActorPoolStrategy(size=size))
-        rows = sum(t.num_rows for t in ds.iter_batches(batch_format="pyarrow", batch_size=None))
-        t2 = time.perf_counter()
-    print(json.dumps({"start_s": t1 - t0, "job_s": t2 - t1, "total_s": time.perf_counter() - t0,
-                      "queries": rows, "errors": 0, "timings": {}}))
-
-
 def median_run(runs: list[dict]) -> dict:
     """One size's runs of one variant as one: the median CPU and the median wall (each on its own)."""
     out = dict(runs[0])
@@ -260,7 +120,7 @@ def in_cgroup(cmd: list[str], name: str, code: Path = ROOT, sections: dict | Non
                 time.sleep(0.2)
 
 
-def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, code: Path = ROOT,
+def job(mode: str, template: Path, n: int, work: Path, tag: str, cpus: int, code: Path = ROOT,
         sections: dict | None = None, notes: int = 0) -> dict:
     db = work / f"db-{tag}"
     shutil.rmtree(db, ignore_errors=True)
@@ -269,12 +129,12 @@ def job(engine: str, template: Path, n: int, work: Path, tag: str, cpus: int, co
     qs = topic_queries(n, n, notes) if notes else queries(n, seed=n)
     q.write_text("".join(json.dumps(r) + "\n" for r in qs), encoding="utf-8")
     out = work / f"out-{tag}.parquet"
-    cmd = [sys.executable, "-m", "bench.query_cost", "--child", engine, str(db), str(q), str(out), str(cpus)]
+    cmd = [sys.executable, "-m", "bench.query_cost", "--child", mode, str(db), str(q), str(out), str(cpus)]
     cpu, line = in_cgroup(cmd, f"fanout-qc-{os.getpid()}-{tag}", code, sections)
     r = json.loads(line)
     assert r["errors"] == 0 and r["queries"] == n, r
     shutil.rmtree(db, ignore_errors=True)
-    return {"engine": engine, "n": n, "cpu": cpu, **r}
+    return {"mode": mode, "n": n, "cpu": cpu, **r}
 
 
 def recall(template: Path, n: int, notes: int, code: Path, sections: dict) -> dict:
@@ -327,7 +187,7 @@ def postings_files(db: Path, sections: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="200,2000", help="two or more job sizes (queries); marginal = last vs first")
-    ap.add_argument("--engines", default="inproc,data")
+    ap.add_argument("--modes", default="inproc,data", help="ways to run the job: inproc, data, floor, api")
     ap.add_argument("--scale-notes", type=int, default=0, help="also on a synthetic vault of this many notes")
     ap.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--baseline", default=None, help="a checkout of another commit: run its code too")
@@ -343,9 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recall-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
+        from bench.query_cost_child import child
+
         child(*args.child[:4], int(args.child[4]))
         return 0
     if args.recall_child:
+        from bench.query_cost_child import recall_child
+
         recall_child(*args.recall_child)
         return 0
     if not CGROUP.is_dir() or not os.access(CGROUP, os.W_OK):
@@ -380,34 +244,34 @@ def main(argv: list[str] | None = None) -> int:
                     if args.baseline and not tag.startswith("+") else []  # for keys the baseline has not)
             # the floor is Ray's and Ray Data's, not fanout's: on this code's runner, once per job shape (this
             # code's config and each --also), never for the baseline
-            variants = [(c, e) for e in args.engines.split(",")
+            variants = [(c, e) for e in args.modes.split(",")
                         for c in ([c for c in codes if c[1] == ROOT] if e in ("floor", "api") else codes)]
             # --repeat N: every variant's job of one size N times, the variants taking turns (the box's speed
             # drifts between minutes; interleaved runs share it), then the median of each
             done: dict[tuple[int, int], list[dict]] = {}
             for _ in range(args.repeat):
                 for n in sizes:
-                    for v, ((mark, code, sections), engine) in enumerate(variants):
+                    for v, ((mark, code, sections), mode) in enumerate(variants):
                         done.setdefault((v, n), []).append(
-                            job(engine, template, n, work, f"{engine}-{n}-{len(rows)}-{v}", args.cpus, code,
+                            job(mode, template, n, work, f"{mode}-{n}-{len(rows)}-{v}", args.cpus, code,
                                 merged(dim, sections), notes))
             recalls = [recall(template, sizes[-1], notes, c[1], merged(dim, c[2])) for c in codes]
-            for v, ((mark, code, sections), engine) in enumerate(variants):
+            for v, ((mark, code, sections), mode) in enumerate(variants):
                 runs = [median_run(done[(v, n)]) for n in sizes]
                 small, big = runs[0], runs[-1]
                 dn = big["n"] - small["n"]
                 m_cpu = (big["cpu"] - small["cpu"]) / dn
                 m_wall = (big["total_s"] - small["total_s"]) / dn
-                rows.append({"index": f"{label} ({chunks} chunks)", "engine": engine + mark, "runs": runs,
+                rows.append({"index": f"{label} ({chunks} chunks)", "mode": mode + mark, "runs": runs,
                              "rss_mb": max(r.get("rss_mb") or 0 for r in runs),
-                             "recall": None if engine == "floor" else
+                             "recall": None if mode == "floor" else
                              recalls[codes.index((mark, code, sections))]["recall"],
                              "spread": [done[(v, n)] for n in sizes],
                              "marginal_cpu_ms": 1000 * m_cpu, "marginal_wall_ms": 1000 * m_wall,
                              "fixed_cpu_s": small["cpu"] - small["n"] * m_cpu,
                              "fixed_wall_s": small["total_s"] - small["n"] * m_wall,
                              "stages": big["timings"], "n_big": big["n"]})
-                print(f"  {label} {engine}{mark}: " + ", ".join(
+                print(f"  {label} {mode}{mark}: " + ", ".join(
                     f"{n} q cpu {_spread([r['cpu'] for r in done[(v, n)]])}s wall "
                     f"{_spread([r['total_s'] for r in done[(v, n)]])}s" for n in sizes), flush=True)
     finally:
@@ -416,12 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nfake models, queries with three agent fields, caches empty at the start; CPU of the whole process "
           f"tree (cpuacct cgroup); marginal = ({sizes[-1]} - {sizes[0]}) queries; {os.cpu_count()} cores"
           + (f"; medians of {args.repeat} interleaved runs" if args.repeat > 1 else "") + "\n")
-    print("| index | engine | CPU ms/query (marginal) | wall ms/query (marginal) | fixed CPU s | fixed wall s | "
+    print("| index | mode | CPU ms/query (marginal) | wall ms/query (marginal) | fixed CPU s | fixed wall s | "
           + " | ".join(f"CPU s, {n} q" for n in sizes) + " | peak RSS MB | recall@10 vs exact |")
     print("|---|---|---|---|---|---|" + "---|" * len(sizes) + "---|---|")
     for r in rows:
         rec = "" if r["recall"] is None else f"{r['recall']:.3f}"
-        print(f"| {r['index']} | {r['engine']} | {r['marginal_cpu_ms']:.2f} | {r['marginal_wall_ms']:.2f} | "
+        print(f"| {r['index']} | {r['mode']} | {r['marginal_cpu_ms']:.2f} | {r['marginal_wall_ms']:.2f} | "
               f"{r['fixed_cpu_s']:.1f} | {r['fixed_wall_s']:.1f} | "
               + " | ".join(f"{x['cpu']:.1f}" for x in r["runs"]) + f" | {r['rss_mb']:.0f} | {rec} |")
     print("\nseconds per stage (in-process: the loop's timer; Ray Data: summed over the actors), marginal: "
@@ -432,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         dn = r["n_big"] - r["runs"][0]["n"]
         st = ", ".join(f"{k} {1000 * (v - small.get(k, 0.0)) / dn:.2f} ({1000 * v / r['n_big']:.2f})"
                        for k, v in big.items())
-        print(f"- {r['index']}, {r['engine']} (ms/query): {st}")
+        print(f"- {r['index']}, {r['mode']} (ms/query): {st}")
     return 0
 
 

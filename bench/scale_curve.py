@@ -10,7 +10,7 @@ same runner (a warm-up), then the n queries, then 1 query again: every job pays 
 starting, planning, teardown: 16-19 s for a 16-actor job on 2 cores in 2026-12, mostly each actor process
 starting Python and importing Ray Data), which the last 1-query job measures; the table prints the raw rate and the rate net of that
 cost, with the driver CPU per query net of it; scaling is judged on the net figures. Every query's three
-texts are unique (no dedupe inside a batch), so the ideal rate per actor is 1 / (3 x sleep). Both engines run on the same cluster in the
+texts are unique (no dedupe inside a batch), so the ideal rate per actor is 1 / (3 x sleep). Both modes run on the same cluster in the
 same invocation, interleaved per actor count:
 
 - `slices`: the pre-Ray-Data runner, kept here only as a baseline (`SliceRunner`): the driver runs every
@@ -67,7 +67,7 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _job(engine: str, rows: list[dict], cfg, db: str, work: Path, name: str, rr) -> tuple[float, float, dict]:
+def _job(mode: str, rows: list[dict], cfg, db: str, work: Path, name: str, rr) -> tuple[float, float, dict]:
     from fanout.pipelines.batch import run_batch
     from fanout.pipelines.search import Searcher, SearchOptions
 
@@ -87,26 +87,26 @@ class SliceRunner(RayRunner):
     run = Runner.run
 
 
-def run(engine: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed: int, label: str = "",
+def run(mode: str, actors: int, cfg, db: str, work: Path, per_actor: int, seed: int, label: str = "",
         per_process: int = 1) -> dict:
-    """One engine at one actor count, three jobs in one runner: a 1-query warm-up (a driver's first job
+    """One mode at one actor count, three jobs in one runner: a 1-query warm-up (a driver's first job
     also starts Ray Data's own actors), the n-query job, then a 1-query job again: its wall and driver CPU
     are the fixed cost every job pays (pools starting, planning, teardown), subtracted from the n-query
     job's to give the net rate and the marginal driver CPU per query, which is what scaling is about."""
     n = per_actor * actors
-    if engine == "inproc":  # the plain loop, no Ray: one embedder in this process
+    if mode == "inproc":  # the plain loop, no Ray: one embedder in this process
         ecfg = cfg.replace(embedder={"count": 1}, runner={"ray_address": "", "mode": "inproc"})
     else:
         per = min(per_process, actors)  # `actors` models in ceil(actors / per) processes of `per` each
         ecfg = cfg.replace(embedder={"count": -(-actors // per), "instances": per})
-    with {"inproc": Runner, "slices": SliceRunner}.get(engine, RayRunner)(ecfg) as rr:
-        if engine == "slices":  # the slice runner creates its pool on first use: start it before timing
+    with {"inproc": Runner, "slices": SliceRunner}.get(mode, RayRunner)(ecfg) as rr:
+        if mode == "slices":  # the slice runner creates its pool on first use: start it before timing
             rr.actor_handles("embedder")
-        _job(engine, queries(1, seed + 1000), ecfg, db, work, f"{engine}-{actors}-warm", rr)
-        wall, cpu, _ = _job(engine, queries(n, seed), ecfg, db, work, f"{engine}-{actors}-n", rr)
-        w1, c1, _ = _job(engine, queries(1, seed + 2000), ecfg, db, work, f"{engine}-{actors}-one", rr)
+        _job(mode, queries(1, seed + 1000), ecfg, db, work, f"{mode}-{actors}-warm", rr)
+        wall, cpu, _ = _job(mode, queries(n, seed), ecfg, db, work, f"{mode}-{actors}-n", rr)
+        w1, c1, _ = _job(mode, queries(1, seed + 2000), ecfg, db, work, f"{mode}-{actors}-one", rr)
     net = max(wall - w1, 1e-9)
-    return {"engine": label or engine, "actors": actors, "queries": n, "wall_s": wall, "fixed_s": w1, "qps": n / wall,
+    return {"mode": label or mode, "actors": actors, "queries": n, "wall_s": wall, "fixed_s": w1, "qps": n / wall,
             "net_qps": n / net, "driver_cpu_per_1k": 1000 * max(cpu - c1, 0.0) / n}
 
 
@@ -116,13 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-actor", type=int, default=60, help="queries per model actor in each run")
     ap.add_argument("--sleep", type=float, default=0.05, help="fake embedder seconds per text")  # 16 actors:
     # 107 queries/s ideal, whose CPU stages (~5 ms CPU/query here) need about half of one of the 2 cores
-    ap.add_argument("--engines", default="slices,data")
-    ap.add_argument("--model-blocks-per-actor", default="", help="data engine: runner.model_blocks_per_actor values to run "
+    ap.add_argument("--modes", default="slices,data")
+    ap.add_argument("--model-blocks-per-actor", default="", help="data mode: runner.model_blocks_per_actor values to run "
                     "side by side, e.g. 0,8 (default: the config's)")
-    ap.add_argument("--instances", default="", help="data engine: models per actor process (embedder.instances) to "
+    ap.add_argument("--instances", default="", help="data mode: models per actor process (embedder.instances) to "
                     "run side by side, e.g. 1,4: N model actors are then N models in ceil(N / per) processes")
     ap.add_argument("--also", action="append", default=[], metavar="LABEL:SEC.KEY=VAL[,...]",
-                    help="data engine: run again with config values changed (repeatable), as bench/query_cost.py")
+                    help="data mode: run again with config values changed (repeatable), as bench/query_cost.py")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -146,49 +146,49 @@ def main(argv: list[str] | None = None) -> int:
         # every job starts all its pools' actors (runner.size_pools_to_job off; --also can turn it on), so the
         # 1-query job's wall is the start-up the n-query job pays too
         cfg = cfg.replace(runner={"ray_address": cluster.address, "size_pools_to_job": False})
-        engines = args.engines.split(",")
+        modes = args.modes.split(",")
         also = list(args.also)
-        if "data" in engines and args.model_blocks_per_actor:  # the config's value gives way to these
-            engines.remove("data")
+        if "data" in modes and args.model_blocks_per_actor:  # the config's value gives way to these
+            modes.remove("data")
             also += [f"data, model_blocks_per_actor {v}:runner.model_blocks_per_actor={v}"
                      for v in args.model_blocks_per_actor.split(",")]
-        per_process = [int(v) for v in args.instances.split(",")] if "data" in engines and args.instances else []
-        if per_process:  # the data engine at each of these models-per-process values instead
-            engines.remove("data")
-        variants = [(e, None, 1) for e in engines] + [("data", overrides(spec), 1) for spec in also]
+        per_process = [int(v) for v in args.instances.split(",")] if "data" in modes and args.instances else []
+        if per_process:  # the data mode at each of these models-per-process values instead
+            modes.remove("data")
+        variants = [(e, None, 1) for e in modes] + [("data", overrides(spec), 1) for spec in also]
         variants += [("data", (f"data, {v} per process" if v > 1 else "data", {}), v) for v in per_process]
         for actors in counts:
-            for engine, extra, per in variants:
-                if engine == "inproc" and actors != counts[0]:
+            for mode, extra, per in variants:
+                if mode == "inproc" and actors != counts[0]:
                     continue
                 vcfg = cfg if extra is None else cfg.replace(**extra[1])
-                rows.append(run(engine, actors, vcfg, db, work, args.per_actor, seed=actors,
+                rows.append(run(mode, actors, vcfg, db, work, args.per_actor, seed=actors,
                                 label="" if extra is None else extra[0], per_process=per))
                 r = rows[-1]
-                print(f"  {engine:6} {actors:2} actors: {r['queries']} queries in {r['wall_s']:.1f}s (fixed {r['fixed_s']:.1f}s)", flush=True)
+                print(f"  {mode:6} {actors:2} actors: {r['queries']} queries in {r['wall_s']:.1f}s (fixed {r['fixed_s']:.1f}s)", flush=True)
     finally:
         if cluster:
             cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
-    base = {r["engine"]: r["net_qps"] for r in rows if r["actors"] == counts[0]}
+    base = {r["mode"]: r["net_qps"] for r in rows if r["actors"] == counts[0]}
     print(f"\nfake embedder {args.sleep * 1000:.0f} ms/text, 3 texts/query, {args.per_actor} queries/actor, "
           f"caches off; 2-node loopback cluster on {os.cpu_count()} cores\n")
     loop = base.get("inproc")
-    print("| engine | model actors | queries | wall s | fixed s (1-query job) | queries/s (wall) | "
+    print("| mode | model actors | queries | wall s | fixed s (1-query job) | queries/s (wall) | "
           "queries/s (net of fixed) | speed-up (net) | efficiency | x in-process (net) | "
           "driver CPU s / 1k q (net) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        up = r["net_qps"] / base[r["engine"]]
+        up = r["net_qps"] / base[r["mode"]]
         vs = f"{r['net_qps'] / loop:.2f}x" if loop else "-"
-        print(f"| {r['engine']} | {r['actors']} | {r['queries']} | {r['wall_s']:.1f} | {r['fixed_s']:.1f} | "
+        print(f"| {r['mode']} | {r['actors']} | {r['queries']} | {r['wall_s']:.1f} | {r['fixed_s']:.1f} | "
               f"{r['qps']:.1f} | {r['net_qps']:.1f} | {up:.2f}x | {up / (r['actors'] / counts[0]):.2f} | {vs} | "
               f"{r['driver_cpu_per_1k']:.2f} |")
     if loop:
-        inproc = next(r for r in rows if r["engine"] == "inproc")
+        inproc = next(r for r in rows if r["mode"] == "inproc")
         for r in rows:
-            if r["engine"] != "inproc":
-                print(f"- 10,000 queries, {r['engine']} with {r['actors']} model actors: ~{10_000 / r['net_qps'] + r['fixed_s']:.0f} s"
+            if r["mode"] != "inproc":
+                print(f"- 10,000 queries, {r['mode']} with {r['actors']} model actors: ~{10_000 / r['net_qps'] + r['fixed_s']:.0f} s"
                       f" against ~{10_000 / loop + inproc['fixed_s']:.0f} s in-process (net rate x 10,000 + fixed)")
     ideal = 1 / (3 * args.sleep)
     print(f"\nideal per actor: {ideal:.1f} queries/s (3 texts x {args.sleep * 1000:.0f} ms); "

@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LANCEDB_LOG", "error")
 
-from bench.query_cost import in_cgroup, merged, overrides, peak_rss_mb
+from bench.query_cost import in_cgroup, merged, overrides
+from bench.query_cost_child import peak_rss_mb
 
 BLOCK = 256  # queries per vector_search_many call (runner.block_rows)
 PER_QUERY = 3  # query vectors per query (query, rephrased_query, expected_answer)

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
         Note,
         SearchRequest,
         SearchResponse,
+        SubQuery,
         Watcher,
         WatchRound,
         collections,
@@ -85,8 +86,8 @@ __all__ = ["BackendError", "BatchResult", "BenchNotFoundError", "CollectionBusy"
            "FanoutError", "FilterError", "GPUBackendMissing", "GapsResult", "Hit", "Hits", "IndexMissing",
            "IndexReport", "IndexStateError", "InputMissing", "KnowledgeBase", "ModelError", "Note",
            "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "SearchResponse",
-           "StorageError", "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher", "__version__",
-           "collections", "open"]
+           "StorageError", "SubQuery", "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher",
+           "__version__", "collections", "open"]
 _LAZY = set(__all__) - set(globals())  # the API types and `open`: imported from fanout.api on first use
 
 

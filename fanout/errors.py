@@ -58,8 +58,9 @@ class NoteError(FanoutError, ValueError):
     """A note reference that cannot be served; the message names the field and the fix."""
 
 
-class ToolArgError(NoteError):
-    """A bad MCP tool argument; the message names the field and the fix."""
+class ToolArgError(NoteError, RequestError):
+    """A bad MCP tool argument; the message names the field and the fix, `field` holds the field's name (a
+    `RequestError` too: `search`'s arguments are parsed as a request, fanout/api/requests.py)."""
 
 
 class VaultError(FanoutError, ValueError):

@@ -48,8 +48,7 @@ def search(ds: Dataset, *, db: str | os.PathLike, collection: str = "notes",
     one row per input row. Raises a `FanoutError` at once for a missing index, a bad config or a column that
     is not there; a bad row becomes that row's `error`, never the job's.
     """
-    from fanout.api.checks import check_count, check_flag
-    from fanout.api.kb import resolve_config
+    from fanout.api.checks import check_count, check_flag, resolve_config
     from fanout.api.requests import check_collection, check_min_score, check_sections
     from fanout.api.types import as_path
     from fanout.exec.ray_runner import RayRunner

@@ -30,9 +30,9 @@ from fanout.pipelines.search import Searcher, SearchOptions
 from fanout.pipelines.write_explained import write_explained
 
 from fanout.errors import UserError
-from fanout.exec.runs import Parts, Source
-from fanout.io.batch_io import filesystem, read_input
-from fanout.io.batch_out import arrow_reader, check_out, parts_dataset, write_results
+from fanout.exec.stage_io import Parts, Source
+from fanout.io.batch_input import filesystem, read_input
+from fanout.io.batch_output import arrow_reader, check_out, parts_dataset, write_results
 from fanout.schemas import ANSWERS, ANSWERS_SECTIONS, INPUT_ROWS
 from fanout.store.db import index_stamp
 

@@ -70,6 +70,29 @@ def split_reused(chunks: pa.Table, reuse: dict[str, list[float]]) -> pa.Table:
     return chunks.filter(pa.array([t not in reuse for t in chunks["embed_text"].to_pylist()]))
 
 
+def note_groups(paths: list[str], chunks: pa.Table, group: int, reuse: dict[str, list[float]]) -> list:
+    """Groups of whole notes, about `group` chunks each, in `paths` order: ((their paths, their chunks, the first
+    one's index in `paths`), the chunks still to embed: split_reused). A note's chunks follow it in `chunks`
+    (chunk_notes keeps the notes' order), so a group's chunks are a slice of the table: no copy."""
+    per_note: dict[str, int] = {}
+    for p in chunks["path"].to_pylist():
+        per_note[p] = per_note.get(p, 0) + 1
+    groups = []
+    i = at = 0
+    while i < len(paths):
+        first = i
+        sel: list[str] = []
+        n = 0
+        while i < len(paths) and (not sel or n < group):
+            sel.append(paths[i])
+            n += per_note.get(paths[i], 0)
+            i += 1
+        part = chunks.slice(at, n)
+        at += n
+        groups.append(((sel, part, first), split_reused(part, reuse)))
+    return groups
+
+
 def _embed(chunks: pa.Table, runner: Runner | None) -> pa.Table:
     if chunks.num_rows == 0:  # as embed_chunks: nothing to embed, no runner needed
         return chunks

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from fanout.config import Config
 from fanout.exec.runner import Runner, StageSpec
-from fanout.exec.runs import Source
+from fanout.exec.stage_io import Source
 
 
 def embed_chunks(chunks: pa.Table, runner: Runner) -> pa.Table:

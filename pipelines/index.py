@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fanout.pipelines.check_vectors import check_vectors, embed_reusing, old_vectors, split_reused
+from fanout.pipelines.check_vectors import check_vectors, embed_reusing, note_groups, old_vectors
 from fanout.pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
 from fanout.pipelines.embed_chunks import embed_groups
 from fanout.pipelines.query_files import write_postings
@@ -166,6 +166,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
                  progress: bool | Callable[[int, int], None] = False, rebuild: bool = False,
                  full_check: bool = False, only: set[str] | None = None) -> IndexReport:
     t0 = time.perf_counter()
+    storage.limit_malloc_arenas(cfg.index.malloc_arenas)  # before Lance's threads start writing
     if only is not None and any(p in RULE_FILES or p != nfc(p) for p in only):
         only = None  # the ignore rules changed (which notes are indexed), or a name to check against all: walk all
     vault = resolve_vault(vault)
@@ -224,6 +225,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)
         return _unchanged(summary, old, t0)
     notes = scan.notes
+    scan.rows.clear()  # (the table holds them now: the bodies once, not twice)
     reuse: dict[str, list[float]] = {}
     if rebuild:
         if old.get("embedder") == manifest["embedder"] and old.get("schema_version") == SCHEMA_VERSION:
@@ -240,7 +242,9 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         if gone:
             for name in (col.chunks_name, col.documents_name):
                 delete_notes(col, name, gone)
-    todo = notes.filter(pc.is_in(notes["path"], pa.array(sorted(changed), pa.string())))
+    todo = notes if len(changed) == notes.num_rows else \
+        notes.filter(pc.is_in(notes["path"], pa.array(sorted(changed), pa.string())))  # (changed: notes' paths)
+    del notes
     acfg = cfg.embedder
     group = max(64, acfg.count * acfg.batch_size * 2)
     count = None
@@ -258,33 +262,21 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     te = time.perf_counter()
     wrote_any = False
     paths = todo["path"].to_pylist()
-    per_note: dict[str, int] = {}
-    for p in chunks_all["path"].to_pylist():
-        per_note[p] = per_note.get(p, 0) + 1
-    i = 0
     failed: list[dict] = []
     written: set[str] = set()
     written_rows = 0
     pending: list[tuple[pa.Table, pa.Table, set[str]]] = []  # embedded groups not written yet
     flushed = time.perf_counter()
-    groups = []
-    while i < len(paths):  # groups of whole notes, about `group` chunks each
-        sel: list[str] = []
-        n = 0
-        while i < len(paths) and (not sel or n < group):
-            sel.append(paths[i])
-            n += per_note.get(paths[i], 0)
-            i += 1
-        part = chunks_all.filter(pc.is_in(chunks_all["path"], pa.array(sel, pa.string())))
-        groups.append(((sel, part), split_reused(part, reuse)))
+    groups = note_groups(paths, chunks_all, group, reuse)
     # one run (embed_groups): in-process one embedder call per group; on Ray one Dataset, groups back in order;
     # chunks whose embedded text is unchanged since the last index keep their vectors (never re-embedded)
-    for (sel, part), fresh in embed_groups(groups, runner, cfg):
+    for (sel, part, first), fresh in embed_groups(groups, runner, cfg):
         vectors, reused = embed_reusing(part, None, reuse, fresh)
         vectors, bad = check_vectors(vectors)  # a note with a NaN/inf/zero vector is not written at all
         failed += bad
         ok = [p for p in sel if p not in {b["path"] for b in bad}]
-        part_notes = todo.filter(pc.is_in(todo["path"], pa.array(ok, pa.string())))
+        part_notes = todo.slice(first, len(sel)) if len(ok) == len(sel) else \
+            todo.filter(pc.is_in(todo["path"], pa.array(ok, pa.string())))  # (the group's notes are todo's next)
         if ok:
             embedded = add_filter_columns(add_fts_columns(vectors, part_notes, cfg.index.languages), part_notes)
             embedded = fit_vectors(embedded, cfg.index.vector_dim)
@@ -303,6 +295,8 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         if report is not None:
             report(summary.embedded_chunks, chunks_all.num_rows)
     _flush(col, pending)
+    del chunks_all, groups, todo  # written: what Lance's index builds below need is in the tables
+    storage.release_memory()
     if bar is not None:
         bar.close()
     if written and cfg.index.verify:  # the rows written read back (a full check reads every row first)
@@ -321,6 +315,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         manifest["fts"] = _lance_fts(col, cfg, old, summary, rebuild or bool(rederived) or compacted, written_rows)
     elif old.get("fts"):
         manifest["fts"] = old["fts"]
+    storage.release_memory()  # (what Lance's full-text index builds left)
     if col.has(col.chunks_name):
         manifest.update(build_indexes(col, cfg, old if not (rebuild or rederived) else {}))
         vi = manifest.get("vector_index")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import pyarrow as pa
 
-from fanout.config.vocab import FIELD_KINDS
+from fanout.config.vocab import FIELD_KINDS, MAX_SEARCHES, SEARCH_TYPES
 from fanout.errors import FilterError, RowError
 from fanout.filters import combine, parse_filter
 from fanout.schemas import CARRY, ERRORS, QUERIES, VARIANT
@@ -22,9 +22,7 @@ from fanout.text import nfc
 if TYPE_CHECKING:
     from fanout.config import Config
 
-SEARCH_TYPES = ("lex", "vec", "hyde")
 MAX_CHARS = 2000  # longer text is a mistake (a whole document pasted as a query)
-MAX_SEARCHES = 10
 
 
 @overload

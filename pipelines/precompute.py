@@ -32,8 +32,8 @@ from fanout.pipelines.write_caches import writer_spec
 from fanout.config import Config
 from fanout.exec.progress import Progress
 from fanout.exec.runner import Runner, StageSpec
-from fanout.exec.runs import Source
-from fanout.io.batch_io import filesystem
+from fanout.exec.stage_io import Source
+from fanout.io.batch_input import filesystem
 from fanout.models.identity import model_identity, model_key
 from fanout.schemas import INPUT_ROWS
 from fanout.store import storage

@@ -33,7 +33,7 @@ from fanout.pipelines.write_caches import writer_spec
 
 from fanout.config import Config
 from fanout.exec.runner import Pipeline, Runner, StageSpec
-from fanout.io.batch_io import rows_table
+from fanout.io.batch_input import rows_table
 from fanout.models.identity import model_identity, model_key
 from fanout.schemas import ERRORS, RESULTS, RESULTS_SECTIONS, VARIANTS
 from fanout.store.db import Collection

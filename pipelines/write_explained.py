@@ -2,7 +2,7 @@
 that found each page, readable (fanout/explain.py) and as JSON.
 
 parquet/CSV: one row per result page (and one per bad query, one per query without pages), the columns of
-`fanout.io.batch_out.FLAT` (with `query` and `index`) then `probe` (`BM25 probe: top 0.91, 0.30 ahead ->
+`fanout.io.batch_output.FLAT` (with `query` and `index`) then `probe` (`BM25 probe: top 0.91, 0.30 ahead ->
 expansion skipped`), `lists` (`fts/orig "q" #1 7.41; vec/vec "..." #3 0.71`) and `explain` (the JSON: lists with lane, kind, text, rank, score; rrf; fused rank;
 rerank; probe; filter). JSONL: one line per query with `query`, `probe` and each result's `lists`/`explain`.
 Streamed from the parts like `write_results` (duckdb over the parts dataset, input order, tmp + move).
@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fanout.explain import lists_compact, probe_text
-from fanout.io.batch_io import filesystem
-from fanout.io.batch_out import FLAT, arrow_reader, csv_safe
+from fanout.io.batch_input import filesystem
+from fanout.io.batch_output import FLAT, arrow_reader, csv_safe
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -56,7 +56,7 @@ def _readable(explain: str | None) -> tuple[str | None, str | None]:
 
 
 def write_explained(parts: pads.Dataset, out: str | Path, storage_cfg: StorageConfig | None = None, index: str | None = None) -> dict[str, int]:
-    """Like `fanout.io.batch_out.write_results`, with the explain columns; returns {queries, errors}."""
+    """Like `fanout.io.batch_output.write_results`, with the explain columns; returns {queries, errors}."""
     import duckdb
     import pyarrow.csv as pcsv
 

@@ -11,7 +11,7 @@ import pytest
 
 from fanout.cli.analyze import EXAMPLES, connect
 from fanout.cli.main import main
-from fanout.io.batch_out import FLAT
+from fanout.io.batch_output import FLAT
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_batch_output_examples(tmp_path, ext):
 
 
 def write_batch_output(flat: pa.Table, out) -> None:
-    """A file in `fanout batch`'s output formats (fanout.io.batch_out.write_results): parquet/CSV one row per
+    """A file in `fanout batch`'s output formats (fanout.io.batch_output.write_results): parquet/CSV one row per
     page plus one per bad query; JSONL one line per query with its results (and error)."""
     import json
 

@@ -119,3 +119,17 @@ def test_strings_and_numbers_are_not_taken_as_booleans(kb, bad):
         kb.status(detail=bad)
     with pytest.raises(FanoutError, match=r"`rerank` must be true, false or null"):
         kb.search("sync", rerank=bad)
+
+
+def test_a_row_that_is_not_an_object_is_one_error_row_naming_the_row_and_the_fix(kb):
+    """Batch rows are parsed at the edge (fanout/api/batch_rows.py BatchRow): a row that is no object, or holds
+    a value JSON cannot, is its own error row; the batch's other rows still answer."""
+    loop: list = []
+    loop.append(loop)  # a value JSON cannot hold
+    got = kb.batch([{"id": "a", "query": "sync devices"}, 5, {"id": "c", "query": "themes", "searches": loop}])
+    rows = got.to_arrow().to_pylist()
+    assert got.queries == 3 and got.errors == 2
+    assert {r["qid"] for r in rows if not r["error"]} == {"a"}
+    errors = {r["qid"]: r["error"] for r in rows if r["error"]}
+    assert errors["row-2"].startswith("row 2 is not an object: 5; give each row as an object with a 'query'")
+    assert errors["row-3"].startswith("row 3 cannot be read (ValueError: Circular reference detected); give its")

@@ -73,7 +73,7 @@ def test_every_flag_has_help_and_models_has_real_subcommands(capsys):
 
 def test_no_face_imports_the_cli():
     """cli.py dispatches to the other faces (lazily); none of them imports cli.py back (shared bits live in
-    fanout/cli/common.py), so there is no cycle."""
+    fanout/cli/startup.py), so there is no cycle."""
     import ast
 
     faces = Path(__file__).resolve().parents[1] / "faces"

@@ -55,7 +55,7 @@ def test_a_small_job_is_read_by_the_driver_and_its_last_chain_writes_the_parts(t
 
     from fanout.exec.ray_data import driver_tables, writing
     from fanout.exec.runner import Chain
-    from fanout.exec.runs import STATS_COLUMN, WRITTEN, Parts, RunStats, Source
+    from fanout.exec.stage_io import STATS_COLUMN, WRITTEN, Parts, RunStats, Source
 
     todo = tmp_path / "todo.parquet"
     pq.write_table(pa.table({"_row": pa.array(range(600), pa.int64())}), todo)

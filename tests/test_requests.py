@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from fanout.api.requests import SearchRequest, parse_search_request
+from fanout.api.requests import SearchRequest, SubQuery, parse_search_request, parse_tool_search
 from fanout.errors import RequestError
 
 
@@ -39,4 +39,38 @@ def test_to_json_parses_back_to_the_same_request():
 def test_a_bad_field_is_named(bad, field):
     with pytest.raises(RequestError) as e:
         parse_search_request({"query": "q", **bad}, 10)
+    assert e.value.field == field
+
+
+def test_mcp_arguments_parse_into_the_same_request():
+    """The MCP tool `search`: `limit` is `n`, qmd's `searches` become typed SubQuerys (a JSON string of them too),
+    and the row carries them to the batch row parser as {type, query} objects."""
+    subs = [{"type": "lex", "query": "wikilinks"}, {"type": "hyde", "query": "Link notes."}]
+    req = parse_tool_search({"query": "old links", "limit": 3.0, "rerank": False, "sections": 2,
+                             "searches": subs}, 50, 20)
+    assert req == SearchRequest(query="old links", n=3, rerank=False, sections=2,
+                                searches=(SubQuery("lex", "wikilinks"), SubQuery("hyde", "Link notes.")))
+    assert req.row() == {"id": "q", "query": "old links", "searches": subs}
+    assert parse_tool_search({"query": "x", "searches": '[{"type": "vec", "query": "y"}]'}, 50, 20).searches == (
+        SubQuery("vec", "y"),)
+    assert "searches" not in parse_search_request({"query": "x"}, 10).to_json()  # serve's wire format as it was
+
+
+@pytest.mark.parametrize(("args", "field", "match"), [
+    ({"query": "x", "limit": 51}, "limit", r"`limit` must be an integer from 1 to 50, got 51; ask for fewer"),
+    ({"query": "x", "rerank": "yes"}, "rerank", r'`rerank` must be true or false, got "yes"'),
+    ({"query": "x", "sections": 21}, "sections", r"`sections` must be a whole number from 1 to 20"),
+    ({"query": "x", "short": 1}, "short", r"unknown argument `short` for search; allowed: \['query'"),
+    ({"query": "x", "searches": {"type": "lex"}}, "searches", r"`searches` must be a list of \{type, query\}"),
+    ({"query": "x", "searches": "[oops"}, "searches", r"`searches` is not valid JSON"),
+    ({"query": "x", "searches": [{"type": "lex", "query": "y"}] * 11}, "searches", r"11 entries, at most 10"),
+    ({"query": "x", "searches": ["lex"]}, "searches[0]", r"`searches\[0\]`: each search must be an object"),
+    ({"query": "x", "searches": [{"type": "sql", "query": "y"}]}, "searches[0].type",
+     r"`searches\[0\]\.type`: unknown variant type \"sql\"; use one of \['lex', 'vec', 'hyde'\]"),
+    ({"query": "x", "searches": [{"type": "vec", "query": " "}]}, "searches[0].query",
+     r"`searches\[0\]\.query`: search query must be a non-empty string"),
+])
+def test_mcp_argument_errors_name_the_field_the_value_and_the_fix(args, field, match):
+    with pytest.raises(RequestError, match=match) as e:
+        parse_tool_search(args, 50, 20)
     assert e.value.field == field

@@ -13,7 +13,7 @@ def cfg():
 
 
 def test_auto_stays_in_process_on_a_small_machine_and_uses_ray_when_attached(cfg, monkeypatch):
-    from fanout.exec import engines as runner
+    from fanout.exec import runner_mode as runner
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(runner.os, "cpu_count", lambda: 2)

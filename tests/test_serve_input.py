@@ -202,7 +202,7 @@ def test_check_request_uses_the_configured_limit(req):
 
 
 def test_write_private_replaces_a_link_and_keeps_an_existing_file(tmp_path):
-    from fanout.cli.common import read_private, write_private
+    from fanout.io.private_files import read_private, write_private
 
     victim = tmp_path / "victim"
     victim.write_text("keep", encoding="utf-8")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from fanout.cli.common import DEFAULT_COLLECTION
+from fanout.defaults import DEFAULT_COLLECTION
 from fanout.serve.app import App as _App
 from tests.support.vault import write_vault
 

@@ -33,7 +33,7 @@ def test_s3_round_trip_index_search_caches_optimize_reindex(tmp_path, monkeypatc
     from fanout.pipelines.optimize_tables import optimize_tables
     from fanout.pipelines.search import Searcher, SearchOptions
 
-    from fanout.io.batch_out import check_out
+    from fanout.io.batch_output import check_out
     from tests.support.storage import FakeRunner, many_notes
 
     def ident(c, r, provision=True):  # the manifest's embedder identity, as a stand-in file would give

@@ -176,6 +176,21 @@ def test_stop_ends_the_thread_and_a_failing_hook_does_not(tmp_path):
         assert w.stop(WAIT) and not w.running and time.monotonic() - t < 5
 
 
+def test_the_watcher_loads_a_rounds_needs_once_idle_and_a_failure_there_is_only_logged(tmp_path, caplog):
+    vault = write_vault(tmp_path / "vault", NOTES)
+    calls = []
+    with fanout.open(tmp_path / "db", config=fast_cfg()) as kb:
+        kb.warm_index()  # what the watcher calls: it loads and returns (the fake models: nothing heavy)
+        kb.warm_index = lambda: (calls.append(time.time()), 1 / 0)  # type: ignore[method-assign]
+        with kb.watch(vault) as w:
+            assert w.wait(1, WAIT) and w.warmed.wait(WAIT)  # after the first round, at an idle tick
+            assert len(calls) == 1 and calls[0] >= w.last.started
+            round_after(w, lambda: (vault / "New.md").write_text("# New\n\nNewt.\n"))
+            assert len(calls) == 1 and w.last.error is None and found(kb, "newt") == ["New.md"]
+    assert any("loading ahead what a round needs failed (ZeroDivisionError" in rec.getMessage()
+               for rec in caplog.records)
+
+
 def test_bad_input_is_refused_with_the_fix(tmp_path):
     with pytest.raises(ConfigError, match=r"watch\.step_ms must be a whole number"):
         load_config("fake").replace(watch={"step_ms": 0})

@@ -7,8 +7,9 @@ the Ray Data processor.
 May import the base, fanout.actors, fanout.pipelines and fanout.gaps; never the faces (cli, serve, evaluation).
 """
 
-from fanout.api.kb import KnowledgeBase, collections, open
-from fanout.api.requests import SearchRequest
+from fanout.api.catalog import collections
+from fanout.api.kb import KnowledgeBase, open
+from fanout.api.requests import SearchRequest, SubQuery
 from fanout.api.types import BatchResult, Hit, Hits, Note, SearchResponse
 from fanout.api.watch import Watcher, WatchRound
 from fanout.gaps.analysis import GapsResult
@@ -16,4 +17,4 @@ from fanout.pipelines.index import IndexReport
 
 # the errors are exported by the package itself (fanout/__init__.py, from fanout/errors.py)
 __all__ = ["BatchResult", "GapsResult", "Hit", "Hits", "IndexReport", "KnowledgeBase", "Note", "SearchRequest",
-           "SearchResponse", "WatchRound", "Watcher", "collections", "open"]
+           "SearchResponse", "SubQuery", "WatchRound", "Watcher", "collections", "open"]

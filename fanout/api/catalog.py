@@ -6,6 +6,7 @@ its manifest `<db>/<name>.manifest.json` records the vault, so no second registr
 
 from __future__ import annotations
 
+import os
 import time
 import unicodedata
 from pathlib import Path
@@ -23,6 +24,16 @@ CACHE_TABLES = ("expansions", "qvec", "rerank")  # <collection>_cache_<name>, se
 def collection_names(db_dir: str | Path, cfg: Config | None = None) -> list[str]:
     """Collections of a db (a folder or an object-store URI): one per `<name>.manifest.json`."""
     return manifest.names(storage.normalize_uri(db_dir), cfg.storage if cfg is not None else None)
+
+
+def collections(db: str | os.PathLike = ".fanout/db", config: str | os.PathLike | Config | None = None
+                ) -> list[str]:
+    """The names of the collections in the index at `db` (a folder or an object-store URI), sorted; [] when
+    the db does not exist yet (`fanout.collections`)."""
+    from fanout.api.checks import resolve_config
+    from fanout.api.types import as_path
+
+    return collection_names(storage.normalize_uri(as_path(db, "db")), resolve_config(config))
 
 
 def _iso(ts: float | None) -> str | None:

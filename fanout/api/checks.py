@@ -1,11 +1,15 @@
 """Argument checks shared by the API's calls and `fanout.ray.search`: each refuses a value of the wrong kind with
-a `UserError` naming the argument."""
+a `UserError` (a `ConfigError` for `config`) naming the argument."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from fanout.config import Config, ConfigError, load_config
 from fanout.errors import UserError
+
+RUNNER_MODES = ("auto", "inproc", "ray")
 
 
 def check_count(value: object, name: str) -> int:
@@ -24,3 +28,20 @@ def check_flag(value: object, name: str, none: bool = False, none_means: str = "
         return bool(value)
     allowed = f"True, False or None ({none_means})" if none else "True or False"
     raise UserError(f"`{name}` must be {allowed}, got {type(value).__name__} {str(value)[:40]!r}")
+
+
+def runner_mode(runner: Any) -> str | None:
+    """`runner` when it is None or one of RUNNER_MODES, else UserError."""
+    if runner is not None and runner not in RUNNER_MODES:
+        raise UserError(f"`runner` must be one of {list(RUNNER_MODES)}, got {runner!r}")
+    return runner
+
+
+def resolve_config(config: str | os.PathLike | Config | None) -> Config:
+    """A Config from a profile name, a YAML path or a Config (None: $FANOUT_CONFIG or local)."""
+    if isinstance(config, Config):
+        return config
+    if config is not None and not isinstance(config, str | os.PathLike):
+        raise ConfigError(f"`config` must be a profile name (e.g. 'local', 'fake'), a YAML path or a "
+                          f"fanout Config, got {type(config).__name__}")
+    return load_config(None if config is None else os.fspath(config))

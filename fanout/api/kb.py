@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from fanout.api.batch_rows import Rows, column_name, input_file
-from fanout.api.checks import check_count, check_flag
+from fanout.api.checks import check_count, check_flag, resolve_config, runner_mode
 from fanout.api.types import BatchResult, Hits, Note, as_path
-from fanout.config import Config, ConfigError, load_config
+from fanout.config import Config
 from fanout.errors import RequestError, UserError
 
 if TYPE_CHECKING:
@@ -39,24 +39,7 @@ if TYPE_CHECKING:
     from fanout.store.db import Collection
 
 RunnerMode = Literal["auto", "inproc", "ray"]
-RUNNER_MODES = ("auto", "inproc", "ray")
 AGENT_FIELDS = ("short_query", "rephrased_query", "expected_answer", "intent")
-
-
-def resolve_config(config: str | os.PathLike | Config | None) -> Config:
-    """A Config from a profile name, a YAML path or a Config (None: $FANOUT_CONFIG or local)."""
-    if isinstance(config, Config):
-        return config
-    if config is not None and not isinstance(config, str | os.PathLike):
-        raise ConfigError(f"`config` must be a profile name (e.g. 'local', 'fake'), a YAML path or a "
-                          f"fanout Config, got {type(config).__name__}")
-    return load_config(None if config is None else os.fspath(config))
-
-
-def _mode(runner: Any) -> str | None:
-    if runner is not None and runner not in RUNNER_MODES:
-        raise UserError(f"`runner` must be one of {list(RUNNER_MODES)}, got {runner!r}")
-    return runner
 
 
 class KnowledgeBase:
@@ -75,13 +58,13 @@ class KnowledgeBase:
         self.db = storage.normalize_uri(as_path(db, "db"))
         self.collection = check_collection(collection)
         cfg = resolve_config(config)
-        self.cfg = cfg.replace(runner={"mode": _mode(runner)}) if runner else cfg
+        self.cfg = cfg.replace(runner={"mode": runner_mode(runner)}) if runner else cfg
         self.lock = threading.RLock()  # calls run one at a time (a server's own reads take it too)
         self._indexing = threading.Lock()  # one `index` run at a time (it holds `lock` only to publish)
         self._runners: dict[str, Runner] = {}
         self._borrowed: set[str] = set()  # runners a server lent (`attach`): closing leaves them open
         if lent is not None:
-            from fanout.exec.engines import job_mode
+            from fanout.exec.runner_mode import job_mode
 
             mode = job_mode(self.cfg, rows=1)  # the runner its searches ask for
             self._runners[mode] = lent
@@ -113,7 +96,7 @@ class KnowledgeBase:
         return f"KnowledgeBase(db={self.db!r}, collection={self.collection!r})"
 
     def _runner(self, mode: str) -> Runner:
-        from fanout.exec.engines import make_runner
+        from fanout.exec.runner_mode import make_runner
 
         if self._closed:
             raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")
@@ -134,7 +117,7 @@ class KnowledgeBase:
 
     def _svc(self) -> SearchService:
         from fanout.api.service import SearchService
-        from fanout.exec.engines import job_mode
+        from fanout.exec.runner_mode import job_mode
 
         if self._service is None:
             self._service = SearchService(self.db, self.cfg, self._runner(job_mode(self.cfg, rows=1)))
@@ -154,7 +137,7 @@ class KnowledgeBase:
         keeps what the last run recorded of it (a watch round passes its events). The result is the whole
         walk's; the report's `skipped`/`ignored` then name only what was listed. The whole vault is walked when
         there is no record yet. A path outside the vault raises UserError."""
-        from fanout.exec.engines import job_mode
+        from fanout.exec.runner_mode import job_mode
         from fanout.pipelines.index import index_vault
 
         vault = as_path(vault, "vault")
@@ -172,6 +155,22 @@ class KnowledgeBase:
         with self.lock:
             self.forget([self.collection])  # its next search pins the new index version (others stay open)
         return rep
+
+    def warm_index(self) -> None:
+        """Load now what an `index` run that writes loads on first use: lancedb (its import: 1-5 s on 2 cores),
+        pyarrow.parquet, the embedder and its tokenizer. A watcher calls it once idle, so a save pays none of it."""
+        from fanout.exec.runner_mode import job_mode
+
+        with self.lock:
+            runner = self._runner(job_mode(self.cfg, rows=0))
+        with self._indexing:  # (not beside a run or `close`)
+            import lancedb  # noqa: F401 - the writes' connection (Collection.db); searches never import it
+            import pyarrow.parquet  # noqa: F401 - the embedding's run files (fanout/exec/runs.py)
+
+            runner.preload("embedder")  # (in-process: lent per call as in a round; Ray: nothing to load)
+            if self.cfg.chunk.check_context:  # (as `index_vault` asks for it)
+                from fanout.actors.tokenizer import shared_counter
+                shared_counter(self.cfg)
 
     def watch(self, vault: str | os.PathLike, *, initial: bool = True,
               on_round: Callable[[WatchRound], Any] | None = None,
@@ -281,10 +280,10 @@ class KnowledgeBase:
         without the query column, or whose columns collide with the answers' own, is refused before any work.
         """
         from fanout.api.requests import check_min_score, check_sections
-        from fanout.exec.engines import job_mode
         from fanout.exec.progress import Progress
+        from fanout.exec.runner_mode import job_mode
         from fanout.filters import as_option, parse_filter
-        from fanout.io.batch_out import check_out
+        from fanout.io.batch_output import check_out
         from fanout.pipelines.batch import run_batch
         from fanout.pipelines.search import Searcher, SearchOptions
 
@@ -303,7 +302,7 @@ class KnowledgeBase:
             src, n_rows, extra = input_file(rows, tmp, query_column, id_column, check_flag(keep_columns, "keep_columns"))
             dest = os.fspath(out) if out is not None else os.path.join(tmp, "answers.parquet")
             check_out(dest, src, self.cfg.storage)
-            mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
+            mode = job_mode(self.cfg, runner_mode(runner), rows=n_rows, path=src)
             runner_ = self._runner(mode)
             searcher = Searcher(self.db, self.collection, self.cfg, runner_)
             if progress:
@@ -313,7 +312,7 @@ class KnowledgeBase:
                 st = run_batch(src, dest, searcher, opts)
             if out is not None:
                 return BatchResult(out=dest, stats=st, storage=self.cfg.storage, extra=extra)
-            from fanout.io.batch_out import read_output
+            from fanout.io.batch_output import read_output
 
             return BatchResult(out=None, stats=st, table=read_output(dest), extra=extra)  # read before the folder goes
 
@@ -321,13 +320,13 @@ class KnowledgeBase:
         """Precompute expansions of `rows` (as for `batch`) into the collection's cache, so later searches of
         the same queries call no expander (`fanout expand`). Returns counters: queries, expanded, cached, agent,
         errors, seconds."""
-        from fanout.exec.engines import job_mode
+        from fanout.exec.runner_mode import job_mode
         from fanout.pipelines.precompute import run_expand
 
         progress = check_flag(progress, "progress", none=True, none_means="a bar when stderr is a terminal")
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-expand-") as tmp:
             src, n_rows, _ = input_file(rows, tmp, keep_columns=False)
-            mode = job_mode(self.cfg, _mode(runner), rows=n_rows, path=src)
+            mode = job_mode(self.cfg, runner_mode(runner), rows=n_rows, path=src)
             st = run_expand(src, self.db, self.collection, self.cfg, self._runner(mode), progress=progress)
             self._service = None  # cached expansions are read anew
             return st
@@ -376,7 +375,6 @@ class KnowledgeBase:
 
         if self._closed:
             raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")
-
         col = Collection(self.db, self.collection, self.cfg)
         col.refresh()  # the table versions the manifest pins: what searches are served
         return col
@@ -397,12 +395,3 @@ def open(db: str | os.PathLike = ".fanout/db", collection: str = "notes",
     """
     return KnowledgeBase(db, collection, config, runner=runner)
 
-
-def collections(db: str | os.PathLike = ".fanout/db", config: str | os.PathLike | Config | None = None
-                ) -> list[str]:
-    """The names of the collections in the index at `db` (a folder or an object-store URI), sorted; [] when
-    the db does not exist yet."""
-    from fanout.api.catalog import collection_names
-    from fanout.store import storage
-
-    return collection_names(storage.normalize_uri(as_path(db, "db")), resolve_config(config))

@@ -165,7 +165,7 @@ class BatchResult:
     def to_arrow(self) -> pa.Table:
         """The answers, one row per page (and per bad query), with the caller's own columns of in-memory rows."""
         if self.table is None:
-            from fanout.io.batch_out import read_output
+            from fanout.io.batch_output import read_output
 
             assert self.out is not None  # held in memory (out=None) means the table is set
             self.table = read_output(self.out, self.storage)

@@ -15,7 +15,9 @@ The embedder is shared, not copied, and lent per call: a round runs beside searc
 takes the KnowledgeBase's lock only to publish the new version), and its embedding batches and a search's query
 embedding take turns on the one model (llama.cpp models are not thread-safe; a second copy would double its
 memory). A search never sees half a round: the round publishes its tables by writing the manifest last
-(fanout/store/manifest.py), and searches read the versions it pins (docs/performance.md#index-rounds).
+(fanout/store/manifest.py), and searches read the versions it pins (docs/performance.md#index-rounds). At its
+first idle tick the watcher loads what a writing round loads on first use (`KnowledgeBase.warm_index`), so the
+first save's round costs what later ones do (docs/performance.md#watch-mode).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class Indexes(Protocol):
 
     def index(self, vault: str | os.PathLike, *, progress: bool | Callable[[int, int], Any] = False,
               paths: list[str] | None = None) -> IndexReport:
+        ...
+
+    def warm_index(self) -> None:
         ...
 
 
@@ -96,6 +101,7 @@ class Watcher:
         self.errors = 0
         self.last: WatchRound | None = None
         self.walked: float | None = None  # time.monotonic() of the last whole walk; None: the next round is one
+        self.warmed = threading.Event()  # set once what a round loads on first use is loaded (`_warm`)
         self._stop = threading.Event()
         self._done = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -148,6 +154,8 @@ class Watcher:
                 for changes in batches(self.events, self._stop, step_ms=self.cfg.step_ms,
                                        debounce_ms=self.cfg.debounce_ms, tick_ms=self.cfg.tick_ms):
                     if not changes and (due is None or time.monotonic() < due):
+                        if not self.warmed.is_set():
+                            self._warm()
                         continue  # an idle tick
                     pending.update(changes)
                     if self._round(sorted(pending, key=lambda x: (x[1], x[0]))):
@@ -159,6 +167,16 @@ class Watcher:
                           self.cfg.retry_s)
                 due, self.walked = 0.0, None
                 self._stop.wait(self.cfg.retry_s)
+
+    def _warm(self) -> None:
+        """At the first idle tick (after the first round, if any): load what a round with something to write
+        loads on first use (lancedb, the embedder, its tokenizer), so the first save's round does not pay it
+        (1-5 s on 2 cores, lancedb's import alone; docs/performance.md#watch-mode). Events meanwhile wait."""
+        try:
+            self.kb.warm_index()
+        except Exception as e:  # noqa: BLE001 - the round that needs it loads it again, and says why it fails
+            log.warning("watch: loading ahead what a round needs failed (%s: %s)", type(e).__name__, e)
+        self.warmed.set()
 
     def _paths(self, changes: list[tuple[str, str]]) -> list[str] | None:
         """The paths this round reads (its events'), or None for a whole walk (see the module's docstring)."""

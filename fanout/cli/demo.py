@@ -29,8 +29,8 @@ def next_commands(db: str) -> list[str]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from fanout.exec.engines import make_runner
     from fanout.exec.progress import EMBED_STARTING, Progress
+    from fanout.exec.runner_mode import make_runner
     from fanout.pipelines.index import index_vault
     from fanout.pipelines.search import Searcher, SearchOptions
 

@@ -13,29 +13,13 @@ import os
 import sys
 
 TYPE_CHECKING = False  # typing and pathlib cost the warm `fanout query` path ~13 ms of imports
-if TYPE_CHECKING:
-    from typing import Any
 
-from fanout.cli.args import _fmt, filter_arg
+from fanout.cli.args import TOOL_COMMANDS, _fmt, filter_arg
 from fanout.cli.args import build_parser as _build_parser
-from fanout.cli.common import collections_arg, config_from_args, setup_logging
+from fanout.cli.startup import collections_arg, config_from_args, open_kb, setup_logging
 from fanout.errors import UserError
 
 # -- commands ---------------------------------------------------------------------------------------------
-
-
-def _kb(args: argparse.Namespace, collection: str | None = None):
-    """The API object the command works through (fanout.open with the command's db, collection and config)."""
-    from fanout.api import KnowledgeBase
-
-    return KnowledgeBase(args.db, collection or _one_collection(args), config_from_args(args))
-
-
-def _one_collection(args: argparse.Namespace) -> str:
-    names = collections_arg(args.collection)
-    if len(names) > 1:
-        raise UserError(f"{args.cmd} works on one collection at a time, got {names}; run it once per collection")
-    return names[0]
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -44,8 +28,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     if getattr(args, "watch", False):
         from fanout.cli.watch import index_watch
 
-        return index_watch(_kb(args), args)
-    with _kb(args) as kb, Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
+        return index_watch(open_kb(args), args)
+    with open_kb(args) as kb, Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:
         s = kb.index(args.vault, progress=progress, rebuild=getattr(args, "rebuild", False),
                      full_check=getattr(args, "full_check", False))
     from fanout.safe_text import for_terminal
@@ -77,7 +61,7 @@ def run_request(args: argparse.Namespace, req: dict) -> dict:
         if resp is not None:
             return resp
     setup_logging(args.verbose)  # main leaves it to here: the warm path above never logs
-    with _kb(args, req["collections"][0]) as kb:
+    with open_kb(args, req["collections"][0]) as kb:
         return kb.answer(req)
 
 
@@ -106,102 +90,31 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 2 if resp["errors"] else 0
 
 
-def _open(args: argparse.Namespace):
-    from fanout.store.db import Collection
-
-    col = Collection(args.db, _one_collection(args), config_from_args(args))
-    col.refresh()  # the table versions the manifest pins: what searches are served
-    return col
-
-
 def cmd_get(args: argparse.Namespace) -> int:
-    from fanout.api.notes import render_lines
+    from fanout.cli.reading import get_note
 
-    with _kb(args) as kb:
-        note = kb.get(args.ref, max_lines=args.lines)
-    if args.json:
-        print(json.dumps({"path": note.path, "title": note.title, "heading": note.heading, "lang": note.lang,
-                          "first_line": note.first_line, "text": note.text}, ensure_ascii=False, indent=2))
-    else:
-        from fanout.safe_text import for_terminal
-
-        print(for_terminal(render_lines(note.first_line, note.text.split("\n"), args.line_numbers), keep_lines=True))
-    return 0
+    return get_note(args)
 
 
 def cmd_multi_get(args: argparse.Namespace) -> int:
-    from fanout.api.notes import (
-        NoteError,
-        indexed_docs,
-        locate,
-        match_many,
-        note_lines,
-        read_note,
-        render_lines,
-        vault_of,
-    )
+    from fanout.cli.reading import get_notes
 
-    col = _open(args)
-    vault, docs = vault_of(col), indexed_docs(col)
-    refs = match_many(args.pattern, [d["path"] for d in docs()])
-    if not refs:
-        raise UserError(f"no indexed note matches {args.pattern!r}; see `fanout ls` for the paths")
-    out: list[dict[str, Any]] = []
-    bad = 0
-    for ref in refs:
-        try:
-            target = locate(vault, ref, docs)
-            size = target.stat().st_size
-            if size > args.max_bytes:
-                out.append({"path": ref, "skipped": f"{size} bytes > --max-bytes {args.max_bytes}"})
-                continue
-            note = read_note(vault, target, "note", col.cfg.index)
-            _, first, lines = note_lines(note, max_lines=args.lines)
-            out.append({"path": note["path"], "title": note["title"], "first_line": first, "text": lines})
-        except NoteError as e:
-            bad += 1
-            out.append({"path": ref, "error": str(e)})
-    if args.json:
-        print(json.dumps([{**o, "text": "\n".join(o["text"])} if "text" in o else o for o in out],
-                         ensure_ascii=False, indent=2))
-    else:
-        from fanout.safe_text import for_terminal
+    return get_notes(args)
 
-        for o in out:
-            print(f"==> {for_terminal(o['path'])} <==")
-            if "text" in o:
-                print(for_terminal(render_lines(o["first_line"], o["text"], args.line_numbers), keep_lines=True) + "\n")
-            else:
-                print(for_terminal(f"({o.get('skipped') or o.get('error')})") + "\n",
-                      file=sys.stderr if "error" in o else sys.stdout)
-    return 2 if bad else 0
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from fanout.cli.reading import list_notes
+
+    return list_notes(args)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from fanout.api.catalog import status_text
     from fanout.safe_text import for_terminal
 
-    with _kb(args) as kb:
+    with open_kb(args) as kb:
         st = kb.status(detail=True)
     print(json.dumps(st, ensure_ascii=False, indent=2) if args.json else for_terminal(status_text(st), keep_lines=True))
-    return 0
-
-
-def cmd_ls(args: argparse.Namespace) -> int:
-    import time
-
-    from fanout.api.catalog import list_files
-    from fanout.safe_text import for_terminal
-
-    rows = list_files(_open(args), args.prefix or "")
-    if args.json:
-        print(json.dumps(rows, ensure_ascii=False, indent=2))
-    elif args.null:  # exact paths, each ended by NUL (find -print0)
-        sys.stdout.write("".join(r["path"] + "\0" for r in rows))
-    else:  # a tab or newline in a name is shown as \x09 / \x0a: one line per note, four fields
-        for r in rows:
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["mtime"])) if r["mtime"] else "-"
-            print(f"{for_terminal(r['path'])}\t{for_terminal(r['lang'])}\t{r['n_chunks']} chunks\t{when}")
     return 0
 
 
@@ -252,7 +165,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def cmd_expand(args: argparse.Namespace) -> int:
     """Precompute expansions for a query file into the cache (no retrieval); resumable, streaming."""
-    with _kb(args, args.collection) as kb:
+    with open_kb(args, args.collection) as kb:
         st = kb.expand(args.file, runner=args.runner, progress=None)
     print(f"{st['queries']} queries in {st['seconds']:.1f}s: {st['expanded']} expanded, {st['cached']} already "
           f"cached, {st['agent']} had agent variants, {st['errors']} bad rows")
@@ -260,7 +173,7 @@ def cmd_expand(args: argparse.Namespace) -> int:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from fanout.cli.common import config_from_args
+    from fanout.cli.startup import config_from_args
     from fanout.pipelines.optimize_tables import optimize_tables, optimize_text
 
     print(optimize_text(optimize_tables(args.db, args.collection, args.keep_days, cfg=config_from_args(args))))
@@ -342,7 +255,12 @@ FNS = {name: globals()["cmd_" + name.replace("-", "_")] for name in COMMANDS if 
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The one parser (fanout/cli/args.py); `only` builds just that command's subparser."""
+    """The one parser (fanout/cli/args.py, the tools' subcommands fanout/cli/tool_args.py); `only` builds just
+    that command's subparser."""
+    if only is None or only in TOOL_COMMANDS:
+        from fanout.cli.tool_args import add_tool_commands
+
+        return _build_parser(FNS, __doc__, only, add_tool_commands)
     return _build_parser(FNS, __doc__, only)
 
 

@@ -131,6 +131,10 @@ class IndexConfig:
     # write embedded notes at least this often, one write per table: a killed run loses at most this much
     # work, and a fast embedder's groups do not each cost a version and a fragment. 0 = one write per group
     write_every_s: float = 10.0
+    # glibc malloc arenas an index run lets this process use (M_ARENA_MAX; 0 = glibc's default, 8 a core; the
+    # MALLOC_ARENA_MAX variable wins): Lance's writer and index threads each filled an arena of their own and
+    # kept it, ~500 MB of a 60,000-chunk first index's 1.9 GB peak (docs/performance.md#index-rounds)
+    malloc_arenas: int = 2
     # below this many rows no vector index is built: brute force is exact and fast enough
     # (docs/performance.md#storage-at-scale)
     vector_index_min_rows: int = 50000
@@ -176,7 +180,7 @@ class IndexConfig:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
         _at_least("index", self, 0, "stat_racy_s", "fts_rebuild_share", "compact_fragments", "write_every_s",
-                  "query_files_share")
+                  "malloc_arenas", "query_files_share")
         _at_least("index", self, 1, "front_matter_max_depth", "front_matter_max_chars", "max_field_chars")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,
@@ -255,7 +259,7 @@ class CleanConfig:
 
 @dataclass(frozen=True)
 class RetrieveConfig:
-    k: int = 20  # hits per list
+    k: int = 20  # hits per list: a count of pages each full-text or vector list keeps (not fuse.k, a constant)
     fts_boost_title: float = 2.0  # BM25 column boosts: title + aliases (English sweep, docs/benchmark.md)
     fts_boost_heading: float = 1.0  # heading path
     fts_boost_body: float = 1.0  # chunk text
@@ -299,7 +303,7 @@ class RetrieveConfig:
 
 @dataclass(frozen=True)
 class FuseConfig:
-    k: int = 60  # RRF constant (Cormack et al. 2009)
+    k: int = 60  # RRF constant in 1 / (k + rank) (Cormack et al. 2009): not a count (retrieve.k is one)
     w_original: float = 2.0  # weight of the original query's lists
     w_lex: float = 1.0  # weight of lex variants (full-text)
     w_vec: float = 1.0  # weight of vec variants (paraphrases)

@@ -2,5 +2,5 @@
 modes and models (matrix.py), scoring runs (score_runs.py), bootstrap intervals, reports and the benchmark
 loader (bench_data.py).
 
-May import fanout.api and below, and fanout.cli.common / fanout.exec.progress.
+May import fanout.api and below, and fanout.exec.progress.
 """

@@ -203,7 +203,7 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 
     from fanout.evaluation.bench_data import corpus_dir, load_agent_fields, load_queries, read_agent_fields
     from fanout.evaluation.score_runs import per_query_metrics, write_run
-    from fanout.exec.engines import make_runner
+    from fanout.exec.runner_mode import make_runner
     from fanout.pipelines.search import Searcher
 
     out = Path(args.out)
@@ -266,10 +266,10 @@ def run_modes(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dic
 def run_own(args: argparse.Namespace, cfg: Config) -> tuple[pa.Table, list[dict]]:
     """Your own judged queries on your own vault (one collection; sets = the queries' subsets)."""
 
-    from fanout.cli.common import DEFAULT_DB
+    from fanout.defaults import DEFAULT_DB
     from fanout.evaluation.own import check_judged, load_judged, load_own_fields
     from fanout.evaluation.score_runs import per_query_metrics
-    from fanout.exec.engines import make_runner
+    from fanout.exec.runner_mode import make_runner
     from fanout.pipelines.search import Searcher
     from fanout.store.db import Collection
 

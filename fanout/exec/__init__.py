@@ -1,5 +1,5 @@
 """Execution (base layer): the stage list and the in-process loop (runner.py), job runs and resumable parts
-(runs.py), choosing where a job runs (engines.py), Ray and Ray Data (ray_runner.py, the one module that imports
+(stage_io.py), choosing where a job runs (runner_mode.py), Ray and Ray Data (ray_runner.py, the one module that imports
 Ray; ray_data.py reaches it through the runner), node paths on a cluster (node_paths.py), progress reporting
 (progress.py) and deferred imports (imports.py).
 

@@ -25,7 +25,7 @@ from fanout.store import manifest, storage
 
 if TYPE_CHECKING:
     from fanout.exec.runner import StageSpec
-    from fanout.exec.runs import Parts
+    from fanout.exec.stage_io import Parts
 
 IO_CPUS = 0.1  # what a Ray Data read task asks for (fanout/exec/ray_data.py): any node with that may run one
 

@@ -1,4 +1,4 @@
-"""The Ray Data engine: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
+"""Jobs on Ray Data: a job's stage list as ONE streaming Dataset (read parquet -> `map_batches` per stage,
 each an actor pool sized by its config section -> parquet parts written by the last operator's actors, or the
 blocks streamed back to the caller: `run`), its fit check, and the stage counters each block carries
 (fanout/exec/runner.py Chain, RunStats).
@@ -25,7 +25,7 @@ from fanout.errors import PlacementError
 from fanout.exec.node_paths import IO_CPUS, check_paths, pool_nodes
 from fanout.exec.ray_session import RaySession
 from fanout.exec.runner import Chain, Instances, StageSpec, fuse_specs
-from fanout.exec.runs import Parts, Run, RunStats, Source, pop_stats
+from fanout.exec.stage_io import Parts, Run, RunStats, Source, pop_stats
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs

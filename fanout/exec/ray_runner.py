@@ -27,7 +27,7 @@ from fanout.exec import ray_data
 from fanout.exec.private_ray import PrivateRay, kill_side_processes, quiet_sigterm
 from fanout.exec.ray_data import placement
 from fanout.exec.runner import Pipeline, Runner, StageSpec
-from fanout.exec.runs import Parts, Run, Source
+from fanout.exec.stage_io import Parts, Run, Source
 from fanout.models.identity import actor_class, role_backend
 
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ config section that sizes its pool). A job hands its list and a `Source` to `run
 one executor interface (with `parts=`, the output is also written as resumable parquet parts): it returns a
 `Run`, an iterator over the output tables whose `stats` (a `RunStats`: per stage the seconds spent inside it
 and its counters, datatrove's stat_update merged across workers) are complete once it is exhausted
-(fanout/exec/runs.py). Where a job runs is the runner it is given (runner.mode: `make_runner`,
-fanout/exec/engines.py); the caller never asks which, it only consumes tables (writes parts, counts):
+(fanout/exec/stage_io.py). Where a job runs is the runner it is given (runner.mode: `make_runner`,
+fanout/exec/runner_mode.py); the caller never asks which, it only consumes tables (writes parts, counts):
 
 - `Runner.run`: the in-process loop over `Runner.pipeline(specs)` (single queries, MCP, tests, small batches);
   model stages call `runner.map(role, table)` on actors held by the runner (one instance per role).
@@ -16,7 +16,7 @@ fanout/exec/engines.py); the caller never asks which, it only consumes tables (w
   along in a column (`STATS_COLUMN`) and are merged in the driver. A model pool with `instances` > 1 runs
   `Instances`: that many models in each actor, its calls side by side.
 
-Only fanout/exec/ray_runner.py imports Ray; fanout/exec/engines.py (`make_runner`) imports it only when Ray is chosen,
+Only fanout/exec/ray_runner.py imports Ray; fanout/exec/runner_mode.py (`make_runner`) imports it only when Ray is chosen,
 and fanout/exec/ray_data.py reaches `ray.data` through the runner.
 """
 
@@ -35,7 +35,7 @@ from typing import Any, Self
 import pyarrow as pa
 
 from fanout.config import Config
-from fanout.exec.runs import Parts, Run, RunStats, Source, Steps, counted_call, pop_stats
+from fanout.exec.stage_io import Parts, Run, RunStats, Source, Steps, counted_call, pop_stats
 from fanout.models.identity import actor_class, role_backend
 
 log = logging.getLogger(__name__)

@@ -2,5 +2,5 @@
 do not answer and groups them (analysis.py), compares with a previous report (previous.py) and writes
 report.md / report.html (report.py).
 
-May import fanout.api and below, and fanout.cli.common / fanout.exec.progress.
+May import fanout.api and below, and fanout.exec.progress.
 """

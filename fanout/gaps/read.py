@@ -87,7 +87,7 @@ def read_answers(uri: str, storage_cfg: StorageConfig | None = None, stats: Read
     """Stream a batch output file as tables of COLUMNS; `on_bytes(read, total)` reports progress."""
     import pyarrow.fs as pafs
 
-    from fanout.io.batch_io import filesystem
+    from fanout.io.batch_input import filesystem
 
     stats = stats or ReadStats()
     ext = _ext(str(uri))

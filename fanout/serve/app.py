@@ -110,7 +110,7 @@ class App:
     def lookup(self, req: object) -> tuple[SearchResponse | None, Ticket | None]:
         """(the remembered answer, None) or (None, the ticket `search` needs): parses the request (RequestError,
         before its collections name any file) and reads the index states; never waits for a search."""
-        from fanout.cli.common import DEFAULT_COLLECTION
+        from fanout.defaults import DEFAULT_COLLECTION
 
         parsed = parse_search_request(req, self.kb.cfg.serve.max_results, self.kb.cfg.retrieve.max_sections,
                                       self.kb.cfg.serve.max_collections)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-from fanout.cli.common import ENV_NO_SERVER
+from fanout.defaults import ENV_NO_SERVER
 from fanout.errors import UserError
 
 

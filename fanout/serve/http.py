@@ -9,7 +9,7 @@ to uvicorn's connection; fanout/serve/client.py the CLI's side (the port file, o
 
 The server trusts no client: a malformed request gets a 4xx JSON answer naming what is wrong, and the
 `serve:` config bounds each connection's time (idle and whole-request timeouts: 408), their number (503), the
-headers (431) and the body's size (413); the port file is written through `fanout.cli.common.write_private` (never
+headers (431) and the body's size (413); the port file is written through `fanout.io.private_files.write_private` (never
 through a planted link).
 """
 
@@ -89,7 +89,7 @@ def _uvicorn(asgi: Any, limits: Any) -> Any:
 
 def watched_collection(args: argparse.Namespace) -> str | None:
     """The collection `--watch VAULT` keeps current (`-c NAME`, else the default one); None without --watch."""
-    from fanout.cli.common import DEFAULT_COLLECTION
+    from fanout.defaults import DEFAULT_COLLECTION
 
     if not getattr(args, "watch", None):
         return None
@@ -113,7 +113,9 @@ def serve(args: argparse.Namespace) -> int:
     import signal
 
     from fanout.api import KnowledgeBase
-    from fanout.cli.common import DEFAULT_COLLECTION, config_from_args, write_private
+    from fanout.cli.startup import config_from_args
+    from fanout.defaults import DEFAULT_COLLECTION
+    from fanout.io.private_files import write_private
     from fanout.serve.app import App, asgi_app
 
     if not 0 <= args.port <= 65535:

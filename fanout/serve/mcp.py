@@ -34,14 +34,15 @@ from fanout.api import KnowledgeBase
 from fanout.api.catalog import count_languages
 from fanout.api.catalog import status as collection_status
 from fanout.api.notes import headings_of, locate, note_lines, read_note, read_ref
-from fanout.api.requests import check_sections
+from fanout.api.requests import parse_tool_search
 from fanout.config import Config
+from fanout.config.vocab import MAX_SEARCHES, SEARCH_TYPES
 from fanout.errors import NoteError, RequestError, ToolArgError, UserError
 from fanout.exec.runner import Runner
 from fanout.filters import KINDS as FILTER_KINDS
 from fanout.pipelines.clean_fields import collection_titles
 from fanout.pipelines.clean_fields import hints as field_hints
-from fanout.pipelines.parse_queries import MAX_SEARCHES, SEARCH_TYPES, RowError, parse_row
+from fanout.pipelines.parse_queries import RowError, parse_row
 from fanout.pipelines.search import SearchOptions
 
 if TYPE_CHECKING:
@@ -124,37 +125,25 @@ class FanoutTools:
 
     # -- search ---------------------------------------------------------------------------------------
     def search(self, args: dict[str, Any]) -> dict[str, Any]:
-        _known(args, (*SEARCH_FIELDS, "limit", "rerank", "filter", "sections"), "search")
-        limit = args.get("limit", 10)
-        if isinstance(limit, float) and limit.is_integer():
-            limit = int(limit)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
-            raise ToolArgError(f"`limit` must be an integer from 1 to {MAX_LIMIT}, got {limit!r}; ask for "
-                               "fewer pages and refine the query instead")
-        rerank = args.get("rerank")
-        if rerank is not None and not isinstance(rerank, bool):
-            raise ToolArgError(f"`rerank` must be true or false, got {rerank!r}")
-        try:
-            sections = check_sections(args.get("sections"), self.cfg.retrieve.max_sections)
-        except RequestError as e:
-            raise ToolArgError(str(e)) from None
-        row = {k: args[k] for k in (*SEARCH_FIELDS, "filter") if args.get(k) is not None}
-        try:
+        try:  # the arguments as a SearchRequest (the edge's one parse), its row through the batch row parser
+            req = parse_tool_search(args, MAX_LIMIT, self.cfg.retrieve.max_sections)
+            row = {**req.row(), **({"filter": req.filter} if req.filter is not None else {})}
             parse_row(row)  # the batch parser's checks and messages, before the lock
+        except RequestError as e:
+            raise ToolArgError(str(e), field=e.field) from None
         except RowError as e:
             msg = str(e)
-            raise ToolArgError(msg if f"`{e.field}`" in msg else f"`{e.field}`: {msg}") from None
+            raise ToolArgError(msg if f"`{e.field}`" in msg else f"`{e.field}`: {msg}", field=e.field) from None
         t = time.perf_counter()
         with self.lock:  # Searcher.search pins the index version first
-            out = self.searcher.search([{"id": "q", **row}], SearchOptions(n=limit, rerank=rerank,
-                                                                                    sections=sections))
+            out = self.searcher.search([row], SearchOptions(n=req.n, rerank=req.rerank, sections=req.sections))
         log.info("search %.0f ms %s", (time.perf_counter() - t) * 1000, out.timings)
         if out.errors.num_rows:
             bad = out.errors.to_pylist()[0]
-            raise ToolArgError(f"`{bad['field']}`: {bad['error']}")
+            raise ToolArgError(f"`{bad['field']}`: {bad['error']}", field=bad["field"])
         keys = ("path", "title", "heading", "snippet", "score")
         results = [{k: (round(r[k], 3) if k == "score" else r[k]) for k in keys}
-                   | ({"sections": r["sections"] or []} if sections else {}) for r in out.results.to_pylist()]
+                   | ({"sections": r["sections"] or []} if req.sections else {}) for r in out.results.to_pylist()]
         data: dict[str, Any] = {"results": results}
         examples = list(dict.fromkeys(r["title"] for r in results if r["title"]))[:3]
         if weak := field_hints(row, collection_titles(self.col), examples):  # fields that look weak
@@ -330,8 +319,8 @@ def http_token(db: str, token_file: str | None) -> tuple[str, str]:
     kept for the next start, so a client's configured header stays valid."""
     import secrets
 
-    from fanout.cli.common import read_private, write_private
     from fanout.errors import UserError
+    from fanout.io.private_files import read_private, write_private
     from fanout.serve.client import port_path
 
     if token_file is None and os.environ.get(ENV_TOKEN):
@@ -357,8 +346,8 @@ async def serve_http(server: Server, port: int, token: str) -> None:
 
 def main_mcp(args: argparse.Namespace) -> int:
     """`fanout mcp --db DIR --collection NAME [--http PORT]`: serve until the client disconnects."""
-    from fanout.cli.common import config_from_args
-    from fanout.exec.engines import make_runner
+    from fanout.cli.startup import config_from_args
+    from fanout.exec.runner_mode import make_runner
 
     port = None
     if args.http is not None:

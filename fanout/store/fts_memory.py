@@ -289,33 +289,14 @@ def memory_column(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColum
     at = np.searchsorted(ids, t["_rowid"].to_numpy())
     if len(ids) != t.num_rows or not (ids[np.minimum(at, len(ids) - 1)] == t["_rowid"].to_numpy()).all():
         return _skip(ds, column, "rows differ from the pinned row ids")
-    import lance
+    from fanout.store.fts_tokens import build
 
-    postings: dict[str, tuple[list[int], list[int]]] = {}
-    dl = np.zeros(len(ids), np.uint32)
-    n_docs = total = 0
-    for p, text in zip(at.tolist(), t[column].to_pylist()):
-        if not text:
-            continue
-        toks = [x.text for x in lance.tokenize(text, **args)]
-        if not toks:  # Lance counts only documents with a token (N, avgdl)
-            continue
-        n_docs += 1
-        total += len(toks)
-        dl[p] = len(toks)
-        for tok, f in Counter(toks).items():
-            r, fs = postings.setdefault(tok, ([], []))
-            r.append(p)
-            fs.append(f)
-    if (n_docs != meta.get("num_docs") or len(postings) != meta.get("num_tokens")) and not _updated(ds, st):
+    texts = itertools.chain.from_iterable(c.to_pylist() for c in t[column].chunks)  # a chunk of strings at a time
+    b = build(zip(at.tolist(), texts), args, len(ids))
+    if (b.n_docs != meta.get("num_docs") or len(b.tokens) != meta.get("num_tokens")) and not _updated(ds, st):
         return _skip(ds, column, f"index has {meta.get('num_docs')} documents / {meta.get('num_tokens')} tokens, "
-                                  f"the rows give {n_docs} / {len(postings)}")
-    tokens = list(postings)
-    lengths = np.fromiter((len(postings[x][0]) for x in tokens), np.int64, len(tokens))
-    ends = np.cumsum(lengths)
-    rows = np.fromiter((p for x in tokens for p in postings[x][0]), np.int32, int(ends[-1]) if len(ends) else 0)
-    freq = np.fromiter((f for x in tokens for f in postings[x][1]), np.int32, len(rows))
-    return _scored(args, tokens, lengths, rows, freq, len(ids), dl)
+                                  f"the rows give {b.n_docs} / {len(b.tokens)}")
+    return _scored(args, b.tokens, b.lengths, b.rows, b.freq, len(ids), b.dl)
 
 
 def _scored(args: dict[str, Any], tokens: list[str], lengths: np.ndarray, rows: np.ndarray, freq: np.ndarray,

@@ -1,5 +1,5 @@
 """Batch output: results out (parquet, JSONL, CSV), local paths or object-store URIs (`filesystem()` of
-fanout/io/batch_io.py). Output is validated before any work (`check_out`) and written by streaming
+fanout/io/batch_input.py). Output is validated before any work (`check_out`) and written by streaming
 (`write_results`); CSV output cells a spreadsheet would run as a formula start with `'` (fanout/safe_text.py,
 `csv_safe`); `read_output` reads a finished output back as one table.
 """
@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from fanout.errors import UserError
-from fanout.io.batch_io import file_ext, filesystem
+from fanout.io.batch_input import file_ext, filesystem
 from fanout.safe_text import CSV_CELL_RE
 from fanout.schemas import ANSWERS, SECTION
 

@@ -1,4 +1,4 @@
-"""Batch input: query rows in (JSONL, JSON, parquet, CSV); fanout/io/batch_out.py writes the results out.
+"""Batch input: query rows in (JSONL, JSON, parquet, CSV); fanout/io/batch_output.py writes the results out.
 
 Paths may be local or any object-store URI `fanout.store.storage` takes (`s3://bucket/q.jsonl`, `gs://`, `az://`,
 `file://`), through `filesystem()`: endpoint, region and credentials come from the config's `storage:` section
@@ -11,7 +11,8 @@ line; the other rows are answered. Every CSV field is text (CSV has no types). J
 types, and read the same: an `id` that is a number is its text, a number in a query field (`query`,
 `short_query`, ...) is an error row naming the field (JSON `{"query": 2024}` and a parquet integer
 column alike). Rows without an id get `row-<n>` (n = 1-based position among the input's rows, stable across
-resumes).
+resumes). A JSONL line that is exactly `{"_error": "..."}` is an error row with that message: how the API's
+edge (fanout/api/batch_rows.py) hands on an in-memory row it refused, as `rows_table` takes `_error`.
 """
 
 from __future__ import annotations
@@ -165,6 +166,8 @@ def _read_json(text: io.TextIOBase, acc: _Rows, ext: str) -> Iterator[pa.Table]:
                 rid = row_id(row, acc.n + 1) if isinstance(row, dict) else None
                 rid = rid if _not_text(rid) is None else None
                 acc.add(rid or f"line-{lineno}", None, f"line {lineno} {bad}")
+            elif isinstance(row, dict) and len(row) == 1 and isinstance(row.get("_error"), str):
+                acc.add(None, None, row["_error"][:500])  # a row the API's edge refused (fanout/api/batch_rows.py)
             else:
                 acc.add(row_id(row, acc.n + 1) if isinstance(row, dict) else None, line.strip())
         if acc.full():

@@ -38,7 +38,7 @@ def job_mode(cfg: Config, mode: str | None = None, rows: int | None = None, path
     if attached(cfg) or not auto_ray(cfg, 10**18):  # decided without counting
         return "ray" if attached(cfg) else "inproc"
     if rows is None and path is not None:
-        from fanout.io.batch_io import read_input
+        from fanout.io.batch_input import read_input
 
         rows = 0
         for t in read_input(path, cfg.storage):

@@ -1,0 +1,89 @@
+"""Searches in threads while an index round runs in the same process (fake models): none waits for the round's
+scan, embedding or writes (only for the publish step, under the KnowledgeBase's lock), and their latency stays
+near its idle level, whether the embedder is pure Python or releases the GIL as llama.cpp does."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+import fanout
+
+WORDS = ["sync", "backup", "vault", "graph", "plugin", "canvas", "theme", "search", "links", "notes", "daily",
+         "template", "restic", "zfs", "mirror", "snapshot", "router", "garden", "tomato", "ferment", "kvass"]
+
+
+def _note(rnd: random.Random) -> str:
+    return "\n\n".join(f"## {' '.join(rnd.choices(WORDS, k=2))}\n\n{' '.join(rnd.choices(WORDS, k=60))}"
+                       for _ in range(3)) + "\n"
+
+
+def _write(path, text: str, stamp: list[int]) -> None:
+    path.write_text(text, encoding="utf-8")
+    stamp[0] += 1_000_000_000  # a distinct mtime per write, in the past (never within the racy window)
+    os.utime(path, ns=(time.time_ns(), stamp[0]))
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def _search_in_threads(kb, until: threading.Event, threads: int, rnd: random.Random) -> list[tuple[float, float]]:
+    """(start, end) of every search `threads` threads ran until `until` was set."""
+    spans: list[tuple[float, float]] = []
+
+    def searching(seed: float) -> None:
+        r = random.Random(seed)
+        while not until.is_set():
+            t = time.perf_counter()
+            kb.search(" ".join(r.choices(WORDS, k=2)), mode="search")
+            spans.append((t, time.perf_counter()))
+
+    ths = [threading.Thread(target=searching, args=(rnd.random(),)) for _ in range(threads)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    return spans
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sleep_s", [0.0, 0.01], ids=["pure-python-embedder", "embedder-releases-the-gil"])
+def test_searches_in_threads_beside_a_round_stay_near_their_idle_latency(tmp_path, fake_cfg, sleep_s):
+    rnd = random.Random(7)
+    vault, db = tmp_path / "v", tmp_path / "db"
+    vault.mkdir()
+    stamp = [time.time_ns() - 10**13]
+    for i in range(300):
+        _write(vault / f"n{i}.md", _note(rnd), stamp)
+    cfg = fake_cfg.replace(fake={"embed_sleep_s": sleep_s}, index={"stat_racy_s": 0})
+    with fanout.open(db, "t", cfg) as kb:
+        kb.index(vault)
+        kb.search("sync notes", mode="search")
+        stop = threading.Event()
+        timer = threading.Timer(1.5, stop.set)
+        timer.start()
+        idle = [b - a for a, b in _search_in_threads(kb, stop, 3, rnd)]
+        for i in range(60):
+            _write(vault / f"n{i}.md", _note(rnd), stamp)
+        done = threading.Event()
+        spans: list[tuple[float, float]] = []
+        th = threading.Thread(target=lambda: spans.extend(_search_in_threads(kb, done, 3, rnd)))
+        th.start()
+        t0 = time.perf_counter()
+        rep = kb.index(vault)
+        t1 = time.perf_counter()
+        done.set()
+        th.join()
+    assert rep.embedded_notes == 60
+    during = [b - a for a, b in spans if t0 <= a and b <= t1]
+    assert len(during) >= 10, f"only {len(during)} searches finished while the round ran ({t1 - t0:.2f} s)"
+    # the issue's goal is p99 <= 2x idle (docs/performance.md#index-rounds, measured on a quiet box); a shared
+    # test box gets slack: the typical search stays near its idle latency and none waits for the round
+    assert _pct(during, 0.5) <= 3 * _pct(idle, 0.5) + 0.02, (sorted(during)[-5:], _pct(idle, 0.5))
+    assert max(during) < max(0.5, 10 * _pct(idle, 0.99)), (max(during), _pct(idle, 0.99), t1 - t0)
