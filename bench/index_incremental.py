@@ -15,6 +15,11 @@ this venv): HEAD (commit first: edits not committed are not measured) and `--bas
   round of `--round-notes` edited notes runs (that round's embedder sleeps `--embed-sleep-s` a chunk, standing in
   for a model, so the round lasts long enough to search through).
 Prints one table. The vault is written once under `--work` (kept, reused when it holds the same size).
+`--watch-only` (a size where the whole run does not fit, e.g. `--scale-notes 133000 --dim 64`): the first index and
+the watch rounds only (given the note's path), each round's CPU beside its wall, and the query files' jobs that run
+after it (waited for, timed apart). A baseline's `fanout.pipelines` and `fanout.actors` come from the editable
+install of the interpreter that runs it: `--baseline-python CHECKOUT/.venv/bin/python` for that checkout's. `--template DIR` (with `--watch-only`): DIR/vault and DIR/db, a vault indexed
+before (by any version whose tables this one reads), copied for each version instead of a first index.
 """
 
 from __future__ import annotations
@@ -68,10 +73,13 @@ def child(args: argparse.Namespace) -> dict:
     out: dict = {"code": fanout.__file__}
     with fanout.open(db, config=cfg) as kb:
         t = time.perf_counter()
-        rep = kb.index(vault)
-        out["first_s"] = time.perf_counter() - t
+        rep = kb.index(vault)  # (`--template`: the copied index, every note stat'ed again)
         out["chunks"] = rep.chunks
-        out["first_rss_mb"] = peak_rss_mb()
+        if not args.template:
+            out["first_s"] = time.perf_counter() - t
+            out["first_rss_mb"] = peak_rss_mb()
+        if args.watch_only:
+            return watch_rounds(kb, vault, notes, args, out)
         times = []
         for _ in range(args.rounds):
             t = time.perf_counter()
@@ -133,15 +141,47 @@ def child(args: argparse.Namespace) -> dict:
     return out
 
 
+def watch_rounds(kb, vault: Path, notes: list[Path], args: argparse.Namespace, out: dict) -> dict:
+    """`--watch-only`: the watch rounds given the edited note's path: wall and CPU of each, then the wait for the
+    query files' jobs that run after it (version_files.later; absent in older code: 0)."""
+    try:
+        from fanout.store.version_files import wait
+    except ImportError:
+        def wait() -> None:
+            return None
+    wait()
+    walls, cpus, jobs = [], [], []
+    for i in range(args.rounds):
+        note = notes[(i * 7919 + 4099) % len(notes)]
+        edit(note, f"paths round {i}")
+        time.sleep(0.01)
+        t, c = time.perf_counter(), time.process_time()
+        kb.index(vault, paths=[note])
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+        t = time.perf_counter()
+        wait()
+        jobs.append(time.perf_counter() - t)
+    out.update(one_note_paths_s=statistics.median(walls), one_note_paths_cpu_s=statistics.median(cpus),
+               jobs_after_s=statistics.median(jobs))
+    return out
+
+
 def run_version(name: str, code: Path, vault: Path, work: Path, args: argparse.Namespace) -> dict:
     copy, db = work / f"vault-{name}", work / f"db-{name}"
     for p in (copy, db):
         shutil.rmtree(p, ignore_errors=True)
+    if args.template:
+        vault = Path(args.template) / "vault"
+        shutil.copytree(Path(args.template) / "db", db)
     shutil.copytree(vault, copy, copy_function=shutil.copy)  # fresh mtimes: no note is older than its copy
     time.sleep(2.5)  # past the stat fast path's racy window: the copies' stats are trusted after the first index
-    cmd = [sys.executable, "-m", "bench.index_incremental", "--child", "--vault", str(copy), "--db", str(db),
+    # this checkout's measuring code (its options) over the version's fanout (first on the path)
+    py = args.baseline_python if name == "base" and args.baseline_python else sys.executable
+    cmd = [py, str(Path(__file__).resolve()), "--child", "--vault", str(copy), "--db", str(db),
            "--scale-notes", str(args.scale_notes), "--rounds", str(args.rounds), "--searches", str(args.searches),
-           "--round-notes", str(args.round_notes), "--embed-sleep-s", str(args.embed_sleep_s), "--dim", str(args.dim)]
+           "--round-notes", str(args.round_notes), "--embed-sleep-s", str(args.embed_sleep_s), "--dim", str(args.dim)] + \
+        (["--watch-only"] if args.watch_only else []) + (["--template", args.template] if args.template else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), str(ROOT)])}  # bench.query_cost.child_env: why
     t = time.perf_counter()
     res = subprocess.run(cmd, check=False, env=env, cwd=str(code), capture_output=True, text=True)
@@ -165,6 +205,12 @@ def main() -> int:
     ap.add_argument("--embed-sleep-s", type=float, default=0.002)
     ap.add_argument("--dim", type=int, default=768, help="fake embedder's vector size (the real model's: 768)")
     ap.add_argument("--work", default=None, help="where the vault is kept (default: a temporary folder)")
+    ap.add_argument("--watch-only", action="store_true",
+                    help="the first index and the watch rounds only (a size where the whole run does not fit)")
+    ap.add_argument("--baseline-python", default=None,
+                    help="the baseline's interpreter: a venv whose editable install maps fanout.pipelines and "
+                         "fanout.actors to the baseline's checkout (else they are this checkout's)")
+    ap.add_argument("--template", default=None, help="with --watch-only: DIR/vault and DIR/db indexed before")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--vault", help=argparse.SUPPRESS)
     ap.add_argument("--db", help=argparse.SUPPRESS)
@@ -178,7 +224,7 @@ def main() -> int:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
         vault = work / f"vault-{args.scale_notes}"
-        if not vault.exists():
+        if not vault.exists() and not args.template:
             synthetic_vault(work / "vault-tmp", args.scale_notes).rename(vault)
         versions = {}
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True,
@@ -193,6 +239,8 @@ def main() -> int:
             ("  peak RSS, MB", "first_rss_mb", "{:.0f}"), ("no change: kb.index, s", "nochange_s", "{:.3f}"),
             ("one note edited: round, s", "one_note_s", "{:.3f}"),
             ("  given its path (a watch round), s", "one_note_paths_s", "{:.3f}"),
+            ("    its CPU, s", "one_note_paths_cpu_s", "{:.3f}"),
+            ("    then the query files' jobs, s", "jobs_after_s", "{:.3f}"),
             ("search p99 idle, ms", "search_idle_p99_ms", "{:.1f}"),
             (f"search p99 during a {args.round_notes}-note round, ms", "search_round_p99_ms", "{:.1f}"),
             ("  that round, s / searches in it", None, ""), ]
@@ -205,8 +253,12 @@ def main() -> int:
         cells = []
         for n in names:
             v = versions[n]
-            if label.strip() == "ms per chunk":
+            if label.strip() == "ms per chunk" and "first_s" not in v:
+                cells.append("n/a")
+            elif label.strip() == "ms per chunk":
                 cells.append(f"{v['first_s'] * 1e3 / max(1, v['chunks']):.2f}")
+            elif key is None and "round_s" not in v:
+                cells.append("n/a")
             elif key is None:
                 cells.append(f"{v['round_s']:.1f} / {v['searches_during']}")
             else:

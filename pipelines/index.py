@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from fanout.pipelines.check_vectors import check_vectors, embed_reusing, note_groups, old_vectors
 from fanout.pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
 from fanout.pipelines.embed_chunks import embed_groups
+from fanout.pipelines.query_files import write_postings
 from fanout.pipelines.scan_notes import IGNORED, VaultScan, scan_key, scan_vault
 from fanout.pipelines.write_index import (
     add_filter_columns,
@@ -39,13 +40,12 @@ from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import RULE_FILES, resolve_vault, vault_paths
 from fanout.models.identity import model_identity
-from fanout.store import exact_vectors, file_states, fts_postings, storage
+from fanout.store import file_states, storage
 from fanout.store.db import (
     SCHEMA_VERSION,
     Collection,
     check_collection_name,
     content_digest,
-    fts_columns,
 )
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
@@ -330,7 +330,9 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     manifest["content"] = content_digest((p, h) for p, h in scan.hashes.items() if p not in gone)
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     if col.has(col.chunks_name):  # before the versions are published: their first search maps them
-        write_postings(db_dir, collection, cfg, manifest["tables"], background=True)
+        # a round's files are made after it returns (a rebuild's before: every process would build its own)
+        write_postings(db_dir, collection, cfg, manifest["tables"], background=True,
+                       later=not (rebuild or rederived))
     col.write_manifest(manifest)
     file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)  # after the commit it records
     return summary
@@ -436,36 +438,3 @@ def _current(col: Collection, old: dict, cfg: Config) -> bool:
     chunks = col.open_version(col.chunks_name)  # (Lance itself: an unchanged run never imports lancedb)
     vi = old.get("vector_index") if has_vector_index(chunks) else None
     return vector_index_reason(chunks, cfg.index, vi) is None
-
-
-def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: dict[str, int] | None = None,
-                   background: bool = False) -> dict[str, str]:
-    """The files searching processes map instead of each building its own copy, for the version the manifest
-    now pins, or `versions` (an index run: the versions it is about to publish) (kept when already there): the memory full-text engine's postings (fanout/store/fts_postings.py,
-    `retrieve.fts_postings_file`) and exact search's vectors (fanout/store/vectors_file.py,
-    `index.exact_vectors_file`; `background`: written by a thread after this returns, exact_vectors.ensure_file).
-    Local databases only; never fails the run (a warning: processes then build or load their own, as without
-    the files). Returns what was done per file."""
-    if storage.is_remote(db_dir):
-        return {}
-    done: dict[str, str] = {}
-    try:
-        reader = Collection(str(db_dir), collection, cfg)
-        if not reader.has(reader.chunks_name):  # (`fanout optimize` over tables fanout did not make)
-            return done
-        if versions is None and not reader.exists():
-            return done
-        if versions is not None:
-            reader.pin(versions)
-        else:
-            reader.refresh()
-        t = time.process_time()
-        ds = reader.dataset(reader.chunks_name)
-        if cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file:
-            done.update(fts_postings.ensure(ds, fts_columns(cfg.index.languages), cfg.retrieve.rowid_map_rows))
-        if exact_vectors.file_wanted(ds, cfg):
-            done["vector"] = exact_vectors.ensure_file(ds, background=background)
-        log.info("query files of %s (%.1f CPU-s): %s", collection, time.process_time() - t, done)
-    except Exception as e:  # noqa: BLE001  the index is complete; the files only save each process a build
-        log.warning("query files of %s not written (%s); each process builds its own copy", collection, e)
-    return done

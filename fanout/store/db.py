@@ -10,23 +10,20 @@ cut to the searched dimension here.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
-import shutil
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 os.environ.setdefault("LANCEDB_LOG", "error")  # Lance warns on stderr for every query without _score
 
 import pyarrow as pa
 
-from fanout.store import ann_rescore, manifest, storage
+from fanout.store import manifest, storage
+from fanout.store.collection_search import Searches
 from fanout.store.integrity import (
     IndexMissing,
     IndexStateError,
@@ -34,7 +31,8 @@ from fanout.store.integrity import (
     describe_error,
     rebuild_hint,
 )
-from fanout.store.vectors import VECTOR, has_vector_index, truncate_vectors, vector_dims
+from fanout.store.stamps import INDEX_VERSIONS, content_digest, content_key, index_stamp, pin_batch, tag_batch
+from fanout.store.table_writes import WriteGuard
 
 if TYPE_CHECKING:
     from fanout.config import Config, StorageConfig
@@ -64,9 +62,8 @@ def fts_columns(languages: tuple[str, ...]) -> list[str]:
     return [f"{f}_{lang}" for f in FTS_FIELDS for lang in languages]
 
 
-# -- vectors: Matryoshka dimension ------------------------------------------------------------------------
 @dataclass
-class Collection:
+class Collection(WriteGuard, Searches):
     """Handles to one collection's tables at a LanceDB location (local folder or object-store URI).
 
     `cfg` supplies storage options (`storage:`) and query-time vector-index parameters (`index:`); None uses
@@ -173,61 +170,6 @@ class Collection:
         if self.has(name):
             self.db.drop_table(name)
 
-    @contextlib.contextmanager
-    def writing(self, name: str):
-        """Around ONE write to table `name` (create, add, delete, index build): if it fails before it commits a
-        new table version, the files it wrote are deleted. No version references them, so nothing else ever
-        would (a failed run on a full disk would otherwise keep the space it took). Local folders only."""
-        if storage.scheme(self.db_dir) != "file":
-            yield
-            return
-        root = os.path.join(self.db_dir, f"{name}.lance")
-        existed = os.path.isdir(root)
-        before = _entries(root)
-        version = self._latest_version(name) if existed else None
-        try:
-            yield
-        except Exception:  # not KeyboardInterrupt: Lance may still be finishing that write in its own thread
-            self._reclaim(name, root, existed, before, version)
-            raise
-
-    def _latest_version(self, name: str) -> int | None:
-        try:
-            return int(self._open(name).version)
-        except Exception:  # noqa: BLE001  (no table, or one without a readable version)
-            return None
-
-    def _reclaim(self, name: str, root: str, existed: bool, before: set[str], version: int | None) -> None:
-        try:
-            self.forget(name)
-            now = self._latest_version(name)
-            if now is not None and now != version:
-                return  # the write committed; its files belong to the new version
-            if not existed and now is None:
-                size = sum(os.path.getsize(os.path.join(root, f)) for f in _tree(root))
-                shutil.rmtree(root, ignore_errors=True)
-                log.warning("removed %s (%.1f MB) left by a failed create of table %s", root, size / 1e6, name)
-                return
-            new = sorted(_entries(root) - before)  # no new version was committed: none of these is referenced
-            size = files = 0
-            for f in new:
-                p = os.path.join(root, f)
-                with contextlib.suppress(OSError):
-                    if os.path.isdir(p) and not os.path.islink(p):  # a whole new index folder
-                        got = [os.path.join(p, x) for x in _tree(p)]
-                        size += sum(os.path.getsize(x) for x in got)
-                        files += len(got)
-                        shutil.rmtree(p)
-                    else:
-                        size += os.path.getsize(p)
-                        files += 1
-                        os.remove(p)
-            if new:
-                log.warning("removed %d files (%.1f MB) that a failed write to table %s left in %s", files,
-                            size / 1e6, name, root)
-        except Exception as e:  # noqa: BLE001  (cleaning up must never hide the write's own error)
-            log.warning("could not remove what a failed write to %s left: %s", name, e)
-
     def exists(self) -> bool:
         return self.has(self.chunks_name) and manifest.exists(self.db_dir, self.name, self.storage_cfg)
 
@@ -287,132 +229,6 @@ class Collection:
         if not self.has(self.chunks_name):
             raise IndexMissing(self.missing_message())
         return found
-
-    # -- search ---------------------------------------------------------------------------------------
-    def fts_search_many(self, queries: list[str], columns: list[str], boosts: list[float], k: int,
-                        select: list[str], wheres: list[str | None] | None = None) -> list[pa.Table]:
-        """One full-text search per query (`select` + `_score` each) on the pinned chunks version; `wheres[i]`
-        is query i's prefilter (fanout/filters.py). The engines (in memory, or Lance): fanout/store/fts.py."""
-        from fanout.store import fts
-
-        if not queries:  # no dataset opened for nothing (a warm interactive query pays ~25 ms for one)
-            return []
-        with self.guard(self.chunks_name):
-            keys = self.row_keys(tuple(select)) if set(select) <= {"path", "chunk_id"} else None
-            return fts.search_many(self.dataset(self.chunks_name), queries, columns, boosts, k, select, wheres,
-                                   keys, self.cfg.retrieve if self.cfg is not None else None)
-
-    def row_keys(self, columns: tuple[str, ...]) -> tuple[np.ndarray, pa.Table] | None:
-        """The pinned chunks version's `columns` in `_rowid` order with its sorted row ids (memo; None above
-        `retrieve.rowid_map_rows` rows). A full-text call that asks for `_rowid` only and takes these columns
-        from memory costs ~1.9 ms of CPU instead of ~3.0 (the per-call read of the columns from the data
-        files; bench/query_cost.py)."""
-        limit = self.cfg.retrieve.rowid_map_rows if self.cfg is not None else 0
-
-        def build():
-            ds = self.dataset(self.chunks_name)
-            if not limit or ds.count_rows() > limit:
-                return None
-            t = ds.to_table(columns=list(columns), with_row_id=True)
-            ids = t["_rowid"].to_numpy()
-            order = np.argsort(ids, kind="stable")
-            return ids[order], t.select(list(columns)).take(pa.array(order))
-
-        with self.guard(self.chunks_name):
-            return self.memo(("row_keys", columns), build)
-
-    def vector_search_many(self, vectors: list[list[float]] | np.ndarray, k: int, select: list[str],
-                           where: str | None = None) -> pa.Table:
-        """All query vectors (lists, or the rows of a 2-D array) as ONE batched search; the result has
-        `query_index`.
-
-        Query vectors are cut to the stored dimension (Matryoshka) and re-normalised. Up to
-        `index.exact_search_rows` rows the search is exact, one matrix product (`_exact_search`); above, with a
-        vector index the config's `index.nprobes` / `index.refine_factor` / `index.ef` apply (rows added since
-        the index was built are searched exactly as well). Non-finite query vectors get empty lists; stored
-        vectors that are damaged (NaN distance) are logged and never served. `where` prefilters every query (fanout/filters.py).
-        """
-        import pyarrow.compute as pc
-
-        if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
-            finite = np.flatnonzero(np.isfinite(vectors).all(axis=1)).tolist()
-        else:
-            finite = [i for i, v in enumerate(vectors) if v is not None and np.isfinite(np.asarray(v)).all()]
-        if len(finite) < len(vectors):
-            log.warning("%d query vectors are not finite; their vector lists are empty", len(vectors) - len(finite))
-        if not finite:
-            return pa.table({"query_index": pa.array([], pa.int32())})
-        with self.guard(self.chunks_name):
-            ds = self.dataset(self.chunks_name)
-            dim, indexed = self.memo("vector_meta", lambda: (vector_dims(ds)[0], has_vector_index(ds)))
-            if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
-                qv = np.asarray(vectors if len(finite) == len(vectors) else vectors[finite], np.float32)
-            else:
-                qv = np.asarray([vectors[i] for i in finite], dtype=np.float32)
-            qv = truncate_vectors(qv, dim)
-            res = self._exact_search(ds, qv, k, select, where)  # None: above the size, or Lance must answer
-            cols = [c for c in select if c != "_distance"] + ["_distance"]
-            # the index's candidates re-scored exactly from the vectors file instead of Lance's refine
-            if res is None and indexed and ann_rescore.usable(ds, self.cfg) and \
-                    self.memo("ann_rescore_file", lambda: ann_rescore.has_file(ds)):
-                got = ds.to_table(columns=cols, nearest=self._nearest(qv, k, indexed, rescore=True),
-                                  filter=where or None, prefilter=True if where else None, with_row_id=True)
-                res = ann_rescore.rescore(ds, qv, got, k)  # None: no vectors file after all (Lance refines)
-            if res is None:
-                res = ds.to_table(columns=cols, nearest=self._nearest(qv, k, indexed), filter=where or None,
-                                  prefilter=True if where else None)
-        if res.num_rows:  # Lance's batch search always gives `query_index` and (asked for) `_distance`
-            ok = pc.fill_null(pc.is_finite(res["_distance"]), False)
-            if not pc.all(ok).as_py():  # a stored vector is damaged (NaN/inf): never serve it
-                bad = res.filter(pc.invert(ok))
-                ids = sorted(set(bad["chunk_id"].to_pylist()))[:3] if "chunk_id" in bad.column_names else []
-                log.error("table %s in %s has damaged vectors (e.g. %s), left out of the results; repair with "
-                          "`fanout index` (it re-embeds damaged notes) or %s", self.chunks_name, self.db_dir,
-                          ids, self.hint())
-                res = res.filter(ok)
-        if len(finite) < len(vectors):  # map back to the caller's positions
-            back = pa.array(finite, pa.int32()).take(res["query_index"])
-            res = res.set_column(res.column_names.index("query_index"), "query_index", back)
-        return res
-
-    def _nearest(self, qv: np.ndarray, k: int, indexed: bool, rescore: bool = False) -> dict[str, Any]:
-        """Lance's batch search (one plan per query vector, `query_index` first), as lancedb runs it, with the
-        config's index settings; `rescore`: `index.ann_rescore` x k candidates, no refine (fanout/store/
-        ann_rescore.py re-scores them)."""
-        nearest: dict[str, Any] = {"column": VECTOR, "q": qv, "k": k, "metric": "cosine"}
-        icfg = self.cfg.index if self.cfg is not None else None
-        if icfg is None or not indexed:
-            return nearest
-        nearest["minimum_nprobes"] = nearest["maximum_nprobes"] = icfg.nprobes  # lancedb's nprobes()
-        candidates = ann_rescore.nearest_k(k, icfg) if rescore else k * max(1, icfg.refine_factor)
-        if rescore:
-            nearest["k"] = candidates
-        elif icfg.refine_factor:
-            nearest["refine_factor"] = icfg.refine_factor
-        if icfg.ef:
-            nearest["ef"] = max(icfg.ef, candidates)  # Lance: ef >= candidates
-        return nearest
-
-    def _exact_search(self, ds, qv: np.ndarray, k: int, select: list[str], where: str | None) -> pa.Table | None:
-        """One matrix product over this process's copy of the pinned vectors (fanout/store/exact_vectors.py) while
-        the table holds at most `index.exact_search_rows` rows, whether or not it has a vector index; None
-        above that (LanceDB's index answers) or when Lance must evaluate the prefilter."""
-        limit = self.cfg.index.exact_search_rows if self.cfg is not None else 0
-        if not limit or self.memo("vector_rows", ds.count_rows) > limit:
-            return None
-        from fanout.store import exact_vectors
-
-        cols = tuple(c for c in select if c not in ("_distance", "query_index"))
-        got = exact_vectors.search(ds, qv, k, select, where, self.row_keys(cols) if cols else None,
-                                   files=bool(self.cfg is not None and self.cfg.index.exact_vectors_file),
-                                   threads=self.cfg.index.exact_threads if self.cfg is not None else 0)
-        if got is None:
-            return None
-        res, damaged = got
-        if damaged:
-            log.error("table %s in %s has %d damaged vectors, left out of the results; repair with `fanout index` "
-                      "(it re-embeds damaged notes) or %s", self.chunks_name, self.db_dir, damaged, self.hint())
-        return res
 
     # -- readers: one consistent set of table versions per request --------------------------------------
     def hint(self) -> str:
@@ -513,94 +329,5 @@ class Collection:
         return rows, sorted(p for p in damaged if p is not None)
 
 
-def index_stamp(name: str, manifest: dict[str, Any]) -> str:
-    """`<collection>@<12 hex>`: which index answered: what the answers depend on (the embedder, its prompt,
-    the chunking, the languages, the vector size, the notes' content (`content`: a hash of every indexed
-    path and its content hash, written by `fanout index`) and the counts). Not the table versions:
-    `fanout optimize` makes new versions of the same rows. Batch output carries it in its `index` column, so a
-    later reader (`fanout gaps`) can refuse answers of another collection or index version. A manifest of an
-    older fanout (no `content`) keeps the stamp it had (table versions in place of the content)."""
-    import hashlib
-
-    stats = manifest.get("stats") or {}
-    content = manifest.get("content")
-    keys = ("embedder", "chunk", "languages", "vectors", "content") if content else \
-        ("embedder", "chunk", "languages", "tables")
-    key = {k: manifest.get(k) for k in keys}
-    if content:
-        key["vectors"] = (key["vectors"] or {}).get("dim") if isinstance(key["vectors"], dict) else None
-    key["counts"] = [stats.get("notes"), stats.get("chunks")]
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return f"{name}@{digest}"
-
-
-def content_key(col: Collection) -> str | None:
-    """A hash of the indexed notes (every path and its content hash, in path order): what answers depend on,
-    unchanged by `fanout optimize` (the manifest's `content`, fanout.store.db.index_stamp)."""
-
-    if not col.has(col.documents_name):
-        return None
-    t = col.open_version(col.documents_name).to_table(columns=["path", "content_hash"])
-    return content_digest(zip(t["path"].to_pylist(), t["content_hash"].to_pylist()))
-
-
-def content_digest(pairs) -> str:
-    """The `content` key of (path, content hash) pairs (`content_key`): what an index run compares its scan with
-    to see, without reading the documents table, that the pinned index holds exactly these notes."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for path, digest in sorted(pairs):
-        h.update(f"{path}\0{digest}\n".encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
-
-
-def _entries(root: str) -> set[str]:
-    """The entries of `root` and of its folders, one level down ('data/x.lance', '_indices/<uuid>'): where a write
-    adds its files (a new index is one new folder), without walking every file of every index."""
-    out: set[str] = set()
-    try:
-        top = list(os.scandir(root))
-    except OSError:
-        return out
-    for e in top:
-        out.add(e.name)
-        if e.is_dir(follow_symlinks=False):
-            with contextlib.suppress(OSError), os.scandir(e.path) as it:
-                out.update(f"{e.name}/{x.name}" for x in it)
-    return out
-
-
-def _tree(root: str) -> set[str]:
-    """Every file under `root`, relative to it ('/'-separated); empty when it does not exist."""
-    out: set[str] = set()
-    for dirpath, _, files in os.walk(root):
-        rel = os.path.relpath(dirpath, root)
-        out.update(f if rel == "." else f"{rel}/{f}".replace(os.sep, "/") for f in files)
-    return out
-
-
-INDEX_VERSIONS = "_index"  # batch column: the table versions the first index stage pinned (JSON)
-
-
-def tag_batch(col: Collection, batch: pa.Table) -> pa.Table:
-    """Pin the manifest's versions (`refresh`) and record them in the batch, so every later stage of this
-    batch reads the same index, wherever it runs."""
-    col.refresh()
-    tag = json.dumps(col.pinned, sort_keys=True)
-    arr = pa.array([tag] * batch.num_rows, pa.string())
-    if INDEX_VERSIONS in batch.column_names:
-        return batch.set_column(batch.column_names.index(INDEX_VERSIONS), INDEX_VERSIONS, arr)
-    return batch.append_column(INDEX_VERSIONS, arr)
-
-
-def pin_batch(col: Collection, batch: pa.Table) -> None:
-    """Check out the versions an earlier stage recorded in the batch (`tag_batch`); else the manifest's.
-    A batch re-blocked from rows of two index runs (a re-index during a Ray job) reads the newer one."""
-    tags = batch.column(INDEX_VERSIONS).drop_null().unique().to_pylist() \
-        if INDEX_VERSIONS in batch.column_names and batch.num_rows else []
-    if not tags:
-        col.refresh()
-        return
-    versions = [json.loads(t) for t in tags]
-    col.pin(max(versions, key=lambda v: sorted(v.values())))
+__all__ = ["FTS_FIELDS", "INDEX_VERSIONS", "SCHEMA_VERSION", "Collection", "check_collection_name", "content_digest",
+           "content_key", "fts_columns", "index_stamp", "pin_batch", "tag_batch"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from fanout.store import row_filter, vectors_file
+from fanout.store import row_filter, vectors_file, version_files
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class Matrix:
     ids: np.ndarray  # sorted row ids (int64)
     vectors: np.ndarray  # float32 (rows, dim), unit length; damaged rows are zero and never served
     damaged: np.ndarray  # bool per row: a stored vector that is not finite or zero
+    since_file: int | None = None  # rows added and deleted since the vectors file it came from (None: read whole)
     _float64: np.ndarray | None = field(default=None, repr=False)  # `float64()`: small tables only
 
     def float64(self) -> np.ndarray:
@@ -81,7 +82,7 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True, s
             _CACHE.move_to_end(key)
             return got
         if files and (loaded := vectors_file.load(ds, column)) is not None:
-            return _cache(key, Matrix(version, loaded[0], loaded[1], loaded[2]))
+            return _cache(key, Matrix(version, loaded[0], loaded[1], loaded[2], 0))
         if not load:
             return None
         m = _from_previous(ds, column, got if got is not None and got.version < version else None) \
@@ -115,7 +116,7 @@ def _keep(key: str, ds, column: str, m: Matrix, files: bool) -> Matrix:
     from it (the next process maps this one's, and so does this one: the private copy is dropped)."""
     if files and vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) and \
             (got := vectors_file.load(ds, column)) is not None:
-        m = Matrix(m.version, got[0], got[1], got[2])
+        m = Matrix(m.version, got[0], got[1], got[2], 0)
     return _cache(key, m)
 
 
@@ -160,7 +161,7 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
             got = vectors_file.load(lance.dataset(ds.uri, version=max(versions)), column)
             if got is None:
                 return None
-            old = Matrix(max(versions), got[0], got[1], got[2])
+            old = Matrix(max(versions), got[0], got[1], got[2], 0)
         dim = ds.schema.field(column).type.list_size
         if old.vectors.shape[1] != dim:
             return None
@@ -189,7 +190,8 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
             vec[~found], damaged[~found] = _unit(t.column(column).chunk(0), dim)
         log.info("vectors of %s version %d from version %d: %d rows added, %d gone", ds.uri, int(ds.version),
                  old.version, len(added), len(old.ids) - int(found.sum()))
-        return Matrix(int(ds.version), ids, vec, damaged)
+        since = None if old.since_file is None else old.since_file + len(added) + len(old.ids) - int(found.sum())
+        return Matrix(int(ds.version), ids, vec, damaged, since)
     except Exception as e:  # noqa: BLE001  every row is read from Lance instead
         log.warning("vectors of %s not updated from an older version (%s); read anew", ds.uri, e)
         return None
@@ -395,13 +397,15 @@ def file_wanted(ds, cfg) -> bool:
     return bool(i.ann_rescore) and has_vector_index(ds)
 
 
-def ensure_file(ds, column: str = "vector", background: bool = False) -> str:
+def ensure_file(ds, column: str = "vector", background: bool = False, share: float = 0.0) -> str:
     """The exact-search vectors file of the version `ds` (`fanout index`'s last step): `kept` when a valid one is
     there, else loaded (or updated from an older version's copy) and `written`; this process keeps no copy it
     did not hold before. `background` (an index round): the file is written by a thread after this returns
     (`writing`): the round does not wait for the copy's checksum and write (~0.2 s at 60,000 x 768), this
     process searches its copy meanwhile and maps the file once written, and another process that starts
-    before then updates its own copy from the previous version's file, as without the file (`wait_files`)."""
+    before then updates its own copy from the previous version's file, as without the file (`wait_files`).
+    `share` (`index.query_files_share`, with `background`): a copy updated from an older file is not written
+    while the rows added and deleted since that file are fewer than this share of the rows (`in memory`)."""
     if vectors_file.folder(ds) is None:
         return "object store: a copy per process"
     if vectors_file.load(ds, column) is not None:
@@ -413,31 +417,25 @@ def ensure_file(ds, column: str = "vector", background: bool = False) -> str:
             _CACHE.pop(ds.uri, None)
     if not background:
         return "written" if vectors_file.load(ds, column) is not None else "not written"
-    t = threading.Thread(target=_save_later, args=(ds, column, m, held), name="fanout-vectors-file")
-    with _WRITING_LOCK:  # (not a daemon: a process that ends waits for its file)
-        _WRITING[:] = [w for w in _WRITING if w.is_alive()] + [t]
-    t.start()
+    # one writer at a time per table (each removes the older versions' files); not a daemon: a process that ends
+    # waits for its file
+    assert m is not None  # load=True: read from Lance when there is no file
+    if m.since_file is not None and m.since_file < share * len(m.ids):
+        return f"in memory ({m.since_file} rows since the file)"
+    version_files.later(vectors_file.job_key(ds), lambda: _save_later(ds, column, m, held), "fanout-vectors-file")
     return "writing"
 
 
-_WRITING: list[threading.Thread] = []  # `ensure_file`'s background writers, until they finish
-_WRITING_LOCK = threading.Lock()
-_SAVE_LOCK = threading.Lock()  # one writer at a time (each removes the older versions' files)
-
-
 def _save_later(ds, column: str, m: Matrix, held: bool) -> None:
-    with _SAVE_LOCK:
-        if vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) is None or not held:
-            return
-        got = vectors_file.load(ds, column)
-        with _LOCK:
-            if got is not None and _CACHE.get(ds.uri) is m:  # still this process's copy: the mapped file
-                _cache(ds.uri, Matrix(m.version, got[0], got[1], got[2]))  # replaces it
+    if vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) is None or not held:
+        return
+    got = vectors_file.load(ds, column)
+    with _LOCK:
+        if got is not None and _CACHE.get(ds.uri) is m:  # still this process's copy: the mapped file
+            _cache(ds.uri, Matrix(m.version, got[0], got[1], got[2], 0))  # replaces it
 
 
 def wait_files() -> None:
-    """Wait for the vectors files `ensure_file` is writing in the background."""
-    with _WRITING_LOCK:
-        pending = list(_WRITING)
-    for t in pending:
-        t.join()
+    """Wait for the vectors files `ensure_file` (and an index round: pipelines/query_files.py) is writing in the
+    background (fanout/store/version_files.py `later`)."""
+    version_files.wait()

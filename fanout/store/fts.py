@@ -85,7 +85,7 @@ def memory_columns(ds: LanceDataset, columns: list[str], ids: np.ndarray, settin
             for c in columns:
                 if c not in state.columns and c not in state.tried:
                     state.tried.add(c)
-                    if (m := fts_postings.load(ds, c, ids)) is not None:
+                    if (m := fts_postings.load_or_update(ds, c, ids)) is not None:
                         state.columns[c] = m
     if not all(c in state.columns for c in columns) and \
             state.lance_cpu_s < settings.fts_memory_after * len(ids) * len(columns) * fts_memory.BUILD_S_PER_CELL:

@@ -4,8 +4,9 @@ memory-mapped by every process instead of built by each.
 Building a column's postings costs ~0.04-0.08 ms of CPU a chunk (10-12 CPU-s a process at 60,000 chunks over the
 columns a search uses); loading them from this file costs tens of ms and the pages are shared through the page
 cache (docs/performance.md#query-cost-at-scale). Written by `fanout index` (and `fanout optimize`) for the version
-they pin, and by any process that built them itself (fanout/store/fts.py memory_columns); read at a process's first
-full-text call when `retrieve.fts_postings_file` is on.
+they pin (an index round's by a job after it returns: `load_or_update`), and by any process that built them itself
+(fanout/store/fts.py memory_columns); read at a process's first full-text call when `retrieve.fts_postings_file`
+is on.
 
 Where, naming, writing, checking and pruning: fanout/store/version_files.py (kind `postings`:
 `<db>/<collection>_chunks.postings/<column>.v<version>.<fingerprint>.arrow`). The fingerprint covers what the
@@ -28,6 +29,8 @@ import hashlib
 import itertools
 import logging
 import os
+import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +45,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 KIND = "postings"
 FORMAT = 3  # bump when the layout changes: older files then never match a name (3: no contributions)
+# (table uri, column) -> the newest postings this process's `ensure` updated (`_Fresh`)
+_FRESH: dict[tuple[str, str], _Fresh] = {}
+_FRESH_LOCK = threading.Lock()
+_IDS_HASH: dict[tuple, str] = {}  # (*version_key, row count) -> the hash of its row ids (the last few)
 _SCHEMA = pa.schema([("token", pa.string()), ("rows", pa.large_list(pa.int32())),
                      ("freq", pa.large_list(pa.int32())), ("dl", pa.large_list(pa.uint32()))])
 
@@ -62,9 +69,73 @@ def fingerprint(ds: LanceDataset, column: str, ids: np.ndarray) -> tuple[str, di
     args, meta, st = got
     key = {"column": column, "version": int(ds.version), "params": meta.get("params"),
            "num_docs": meta.get("num_docs"), "num_tokens": meta.get("num_tokens"),
-           "updated": st.get("updated_at_timestamp_ms"), "rows": len(ids),
-           "ids": hashlib.sha256(np.ascontiguousarray(ids, "<u8").tobytes()).hexdigest()}
+           "updated": st.get("updated_at_timestamp_ms"), "rows": len(ids), "ids": ids_hash(ds, ids)}
     return version_files.fingerprint(FORMAT, key), args
+
+
+def ids_hash(ds: LanceDataset, ids: np.ndarray) -> str:
+    """SHA-256 of the row ids `ids` (the version `ds`'s, sorted), computed once per version in this process (a
+    version's rows never change; an index round asks for every column's fingerprint several times)."""
+    version = version_files.version_key(ds)
+    key = None if version is None else (*version, len(ids), int(ids[0]) if len(ids) else -1,
+                                        int(ids[-1]) if len(ids) else -1)
+    got = _IDS_HASH.get(key) if key is not None else None
+    if got is None:
+        got = hashlib.sha256(np.ascontiguousarray(ids, "<u8").tobytes()).hexdigest()
+        if key is not None:
+            _IDS_HASH[key] = got
+            while len(_IDS_HASH) > 8:
+                _IDS_HASH.pop(next(iter(_IDS_HASH)))
+    return got
+
+
+def _fresh_key(ds: LanceDataset, column: str, ids: np.ndarray) -> tuple | None:
+    version = version_files.version_key(ds)
+    return None if version is None else (*version, ids_hash(ds, ids))
+
+
+def load_or_update(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColumn | None:
+    """What a search uses (fanout/store/fts.py): `column`'s postings for the version `ds`: those this process's
+    index round made (`ensure`, waited for when it is still at work: fanout/store/version_files.py `later`), else
+    the version's file, else (a version published before its file is written) an older version's file brought
+    to this one in memory (only the rows added are tokenized: `updated_column`, the same postings); None when
+    there is none of these."""
+    version_files.wait(job_key(ds))
+    key = _fresh_key(ds, column, ids)
+    with _FRESH_LOCK:
+        fresh = _FRESH.get((str(ds.uri), column))
+    if key is not None and fresh is not None and fresh.key == key:
+        return fresh.mem
+    got = load(ds, column, ids)
+    if got is not None:
+        return got
+    updated = _from_previous(ds, column, ids, {})
+    return updated[0] if updated is not None else None
+
+
+@dataclass
+class _Fresh:
+    """Postings `ensure` made for a version (this process's searches use them, the next round starts from them)."""
+
+    key: tuple  # `_fresh_key` of the version
+    version: int
+    ids: np.ndarray  # its sorted row ids
+    mem: MemoryColumn
+    since_file: int  # rows added and deleted since the newest file of the column (0: written)
+
+
+def _keep_fresh(ds: LanceDataset, column: str, ids: np.ndarray, mem: MemoryColumn, since_file: int) -> None:
+    """`mem` kept for this process's searches of the version `ds` (`load_or_update`): no file read back."""
+    key = _fresh_key(ds, column, ids)
+    if key is None:
+        return
+    with _FRESH_LOCK:  # the newest version's only: a process keeps no two copies of a column
+        _FRESH[(str(ds.uri), column)] = _Fresh(key, int(ds.version), ids, mem, since_file)
+
+
+def job_key(ds: LanceDataset) -> str:
+    """The key of the background jobs that write the postings files of the table `ds` (version_files.later)."""
+    return f"{ds.uri}#{KIND}"
 
 
 def load(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColumn | None:
@@ -164,11 +235,15 @@ def save(ds: LanceDataset, column: str, ids: np.ndarray, mem: MemoryColumn) -> s
         return None
 
 
-def ensure(ds: LanceDataset, columns: list[str], rowid_map_rows: int) -> dict[str, str]:
+def ensure(ds: LanceDataset, columns: list[str], rowid_map_rows: int, share: float = 0.0) -> dict[str, str]:
     """The postings files of `columns` for the pinned chunks version `ds`: each kept when a valid one is there,
-    else built (or updated from an older version's file) and written, and every other version's files removed
-    (what `fanout index` and `fanout optimize` call last). The memory engine serves at most `rowid_map_rows`
-    rows (`retrieve.rowid_map_rows`). Returns column -> `kept` / `written` / `updated` / why not."""
+    else built (or updated from this process's postings of an older version, or an older version's file) and
+    written, and every other version's files removed (what `fanout index` and `fanout optimize` call last).
+    `share` (`index.query_files_share`, an index round): updated postings are kept in memory only, not written,
+    while the rows added and deleted since the column's newest file are fewer than this share of the rows (the
+    older file stays; a process without them brings it up to date: `load_or_update`). The memory engine serves
+    at most `rowid_map_rows` rows (`retrieve.rowid_map_rows`). Returns column -> `kept` / `written` /
+    `updated` / `in memory` / why not."""
     from fanout.store.chunk_rows import sorted_row_ids
     from fanout.store.fts_memory import memory_column
 
@@ -186,20 +261,29 @@ def ensure(ds: LanceDataset, columns: list[str], rowid_map_rows: int) -> dict[st
             assert got is not None  # a file was loaded: the column's index is one the engine reproduces
             path = version_files.path(ds, KIND, c, got[0])
         else:
-            mem = _from_previous(ds, c, ids, previous)
-            how = "updated"
-            if mem is None:
-                mem, how = memory_column(ds, c, ids), "written"
+            with _FRESH_LOCK:
+                held = _FRESH.get((str(ds.uri), c))
+            updated = _from_previous(ds, c, ids, previous, held)
+            mem, since, how = (updated[0], updated[1], "updated") if updated is not None else \
+                (memory_column(ds, c, ids), 0, "written")
+            if mem is not None and how == "updated" and since < share * len(ids):
+                _keep_fresh(ds, c, ids, mem, since)  # the older file stays: nothing pruned
+                out[c] = f"in memory ({since} rows since the file)"
+                continue
             path = save(ds, c, ids, mem) if mem is not None else None
+            if mem is not None and how == "updated":  # (a round's: its process searches them next)
+                _keep_fresh(ds, c, ids, mem, since if path is None else 0)
             out[c] = "not reproduced by the memory engine" if mem is None else (how if path else "not written")
         version_files.prune(ds, KIND, c, keep=os.path.basename(path) if path else None, newer=True)
     return out
 
 
-def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dict[str, Any]) -> MemoryColumn | None:
-    """`column`'s postings for the version `ds` from the newest older version's file (fts_memory.updated_column:
-    only the rows added since are tokenized); None when there is no usable one (the caller builds from every
-    row). Never raises."""
+def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dict[str, Any],
+                   held: _Fresh | None = None) -> tuple[MemoryColumn, int] | None:
+    """(`column`'s postings for the version `ds`, the rows added and deleted since the column's newest file)
+    from `held` (this process's postings of an older version, when no file is newer) or else the newest older
+    version's file (fts_memory.updated_column: only the rows added since are tokenized); None when there is no
+    usable one (the caller builds from every row). Never raises."""
     import lance
 
     from fanout.store.chunk_rows import sorted_row_ids, take_rows
@@ -209,17 +293,19 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
         if isinstance(index_meta(ds, column), str):
             return None
         older = version_files.older_versions(ds, KIND, column)
-        if not older:
+        if held is not None and (held.version >= int(ds.version) or (older and held.version < older[-1])):
+            held = None  # (a newer file than it, or not older than `ds`)
+        if not older and held is None:
             return None
-        version = older[-1]
-        if previous.get("version") != version:
-            old_ds = lance.dataset(ds.uri, version=version)
-            old_ids = sorted_row_ids(old_ds)
+        version = held.version if held is not None else older[-1]
+        if previous.get("version") != (version, held is not None):
+            old_ds = None if held is not None else lance.dataset(ds.uri, version=version)
+            old_ids = held.ids if held is not None else sorted_row_ids(old_ds)
             gone = np.setdiff1d(old_ids, ids, assume_unique=True)
             new = np.setdiff1d(ids, old_ids, assume_unique=True)
             previous.clear()
-            previous.update(version=version, ds=old_ds, ids=old_ids, new=new, gone=len(gone))
-        old = load(previous["ds"], column, previous["ids"])
+            previous.update(version=(version, held is not None), ds=old_ds, ids=old_ids, new=new, gone=len(gone))
+        old = held.mem if held is not None else load(previous["ds"], column, previous["ids"])
         if old is None:
             return None
         new = previous["new"]
@@ -227,10 +313,11 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
             return None
         texts = take_rows(ds, new.astype(np.int64), [column])[column].to_pylist() if len(new) else []
         mem = updated_column(old, previous["ids"], ids, list(zip(np.searchsorted(ids, new).tolist(), texts)))
-        if mem is not None:
-            log.info("full-text postings of %s v%d from v%d: %d rows added, %d gone", column, int(ds.version),
-                     version, len(new), previous["gone"])
-        return mem
+        if mem is None:
+            return None
+        log.info("full-text postings of %s v%d from v%d: %d rows added, %d gone", column, int(ds.version),
+                 version, len(new), previous["gone"])
+        return mem, (held.since_file if held is not None else 0) + len(new) + previous["gone"]
     except Exception as e:  # noqa: BLE001  the full build remains
         log.warning("full-text postings of %s not updated from the previous version (%s); built anew", column, e)
         return None

@@ -35,6 +35,11 @@ def folder(ds: LanceDataset) -> str | None:
     return version_files.folder(ds, KIND)
 
 
+def job_key(ds: LanceDataset) -> str:
+    """The key of the background jobs that write the vectors files of the table `ds` (version_files.later)."""
+    return f"{ds.uri}#{KIND}"
+
+
 def older_versions(ds: LanceDataset, column: str) -> list[int]:
     """The versions older than `ds`'s with a vectors file of `column`, ascending."""
     return version_files.older_versions(ds, KIND, column)

@@ -20,8 +20,10 @@ import hashlib
 import json
 import os
 import re
+import threading
 import uuid
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 NAME = re.compile(r"^(?P<column>[A-Za-z0-9_]+)\.v(?P<version>\d+)\.(?P<fp>[0-9a-f]{16})\.arrow$")
 _COLUMN = re.compile(r"[A-Za-z0-9_]+")
 _WRITTEN: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) of the files this process wrote
+_JOBS: dict[str, threading.Thread] = {}  # table uri -> the last job `later` started for it
+_JOBS_LOCK = threading.Lock()
 
 
 def folder(ds: LanceDataset, kind: str) -> str | None:
@@ -161,3 +165,38 @@ def version_key(ds: LanceDataset) -> tuple | None:
             continue
         return uri, v, st.st_ino, st.st_mtime_ns
     return None
+
+
+def later(key: str, job: Callable[[], object], name: str) -> None:
+    """Run `job` in a thread once the jobs started before for `key` (a table's uri) have ended: one at a time per
+    table, each starting from the files the one before wrote. Not a daemon: a process that ends waits for it."""
+    with _JOBS_LOCK:
+        before = _JOBS.get(key)
+
+        def run() -> None:
+            if before is not None:
+                before.join()
+            job()
+
+        t = threading.Thread(target=run, name=name)
+        _JOBS[key] = t
+        for k in [k for k, j in _JOBS.items() if not j.is_alive() and j is not t]:
+            del _JOBS[k]
+        t.start()
+
+
+def wait(key: str | None = None) -> None:
+    """Wait for the jobs `later` started for `key` (every table when None); a job's own thread never waits for
+    itself."""
+    with _JOBS_LOCK:
+        pending = [t for k, t in _JOBS.items() if key is None or k == key]
+    for t in pending:
+        if t is not threading.current_thread():
+            t.join()
+
+
+def pending(key: str) -> bool:
+    """Whether a job `later` started for `key` is still running or waiting."""
+    with _JOBS_LOCK:
+        t = _JOBS.get(key)
+    return t is not None and t.is_alive()
