@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import fanout
-    from fanout.api.watch import Watcher
+    from fanout.api.watcher import Watcher
     from fanout.config import load_config
 
     if args.no_warm:

@@ -1,5 +1,5 @@
 """The public Python API (above the pipelines): `open` -> `KnowledgeBase` with index, search, batch, expand,
-get, status, gaps and watch (kb.py; the `Watcher`: watch.py); its result types (types.py); the request ->
+get, status, gaps and watch (kb.py; the `Watcher`: watcher.py); its result types (types.py); the request ->
 response service the CLI and `fanout serve` share (service.py); reading notes confined to the vault
 (notes.py); what a db holds (catalog.py). `fanout/__init__.py` re-exports the public names; `fanout.ray` is
 the Ray Data processor.
@@ -11,7 +11,7 @@ from fanout.api.catalog import collections
 from fanout.api.kb import KnowledgeBase, open
 from fanout.api.requests import SearchRequest, SubQuery
 from fanout.api.types import BatchResult, Hit, Hits, Note, SearchResponse
-from fanout.api.watch import Watcher, WatchRound
+from fanout.api.watcher import Watcher, WatchRound
 from fanout.gaps.analysis import GapsResult
 from fanout.pipelines.index import IndexReport
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from fanout.api.requests import Mode, SearchRequest
     from fanout.api.service import SearchService
     from fanout.api.types import SearchResponse
-    from fanout.api.watch import Watcher, WatchRound
+    from fanout.api.watcher import Watcher, WatchRound
     from fanout.exec.runner import Runner
     from fanout.gaps.analysis import GapsResult
     from fanout.pipelines.index import IndexReport
@@ -179,7 +179,7 @@ class KnowledgeBase:
         background thread that runs `index(vault)` once per batch of file events (config `watch:`), plus a first
         round when `initial`. `on_round(WatchRound)` is called after each round; `progress` goes to the first
         round's `index`. Stop it with `.stop()`, a `with` block, or `close()`; a failed round is logged and retried."""
-        from fanout.api.watch import Watcher
+        from fanout.api.watcher import Watcher
 
         if self._closed:
             raise UserError(f"{self!r} is closed; open it again with fanout.open(...)")

@@ -26,7 +26,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from fanout.exec.progress import EMBED_STARTING, Progress
 
     if getattr(args, "watch", False):
-        from fanout.cli.watch import index_watch
+        from fanout.cli.index_watch import index_watch
 
         return index_watch(open_kb(args), args)
     with open_kb(args) as kb, Progress("embedding", "chunk", starting=EMBED_STARTING) as progress:

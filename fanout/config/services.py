@@ -92,7 +92,7 @@ class ServeConfig:
 
 @dataclass(frozen=True)
 class WatchConfig:
-    """`--watch` on `fanout index`, `serve` and `mcp` (fanout/api/watch.py): how file events become index rounds.
+    """`--watch` on `fanout index`, `serve` and `mcp` (fanout/api/watcher.py): how file events become index rounds.
 
     Events come from watchfiles (the OS's file notifications, no polling of our own); a batch of them runs one
     incremental round (only notes whose stat changed are read; searches go on meanwhile). Figures:

@@ -2,5 +2,5 @@
 (mcp.py). Both answer through fanout.api.
 
 May import fanout.api and below, and fanout.cli.startup (`fanout serve` and `fanout mcp` read their config from
-their arguments as every command does, and print `--watch` rounds as it does: fanout.cli.watch).
+their arguments as every command does, and print `--watch` rounds as it does: fanout.cli.index_watch).
 """

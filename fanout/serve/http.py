@@ -132,7 +132,7 @@ def serve(args: argparse.Namespace) -> int:
             app.state(name)
         watcher = None
         if watched:  # each round that publishes a new index version drops that collection's remembered answers
-            from fanout.cli.watch import round_printer
+            from fanout.cli.index_watch import round_printer
 
             watcher = kb.watch(args.watch, on_round=round_printer(sys.stderr, lambda r: app.state(watched)))
         _room_for(cfg.serve.max_connections)

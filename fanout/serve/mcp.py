@@ -369,7 +369,7 @@ def main_mcp(args: argparse.Namespace) -> int:
         threading.Thread(target=tools.warm, name="warm", daemon=True).start()
         watcher = None
         if getattr(args, "watch", None):  # rounds under the tools' lock; every request pins the latest version
-            from fanout.cli.watch import round_printer
+            from fanout.cli.index_watch import round_printer
 
             watcher = tools.kb.watch(args.watch, on_round=round_printer(sys.stderr))  # stdout is MCP's
         try:

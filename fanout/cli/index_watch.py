@@ -1,5 +1,5 @@
 """`--watch` on the command line: `fanout index VAULT --watch`, and the round lines `fanout serve --watch` and
-`fanout mcp --watch` print. A thin layer over `KnowledgeBase.watch` (fanout/api/watch.py)."""
+`fanout mcp --watch` print. A thin layer over `KnowledgeBase.watch` (fanout/api/watcher.py)."""
 
 from __future__ import annotations
 

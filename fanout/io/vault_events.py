@@ -1,4 +1,4 @@
-"""A vault's file events, in batches: what `--watch` reacts to (fanout/api/watch.py runs one index round per batch).
+"""A vault's file events, in batches: what `--watch` reacts to (fanout/api/watcher.py runs one index round per batch).
 
 The events come from watchfiles (Rust `notify`: inotify, FSEvents, ReadDirectoryChangesW; no polling loop of
 ours). `VaultEvents` is the filter: it keeps only the events that can change what `fanout index` would index,

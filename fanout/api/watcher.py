@@ -1,6 +1,6 @@
 """`KnowledgeBase.watch(vault)`: keep a collection's index current while the notes change (`--watch`).
 
-A `Watcher` is a background thread: the vault's file events (fanout/io/watch.py, watchfiles) come in batches
+A `Watcher` is a background thread: the vault's file events (fanout/io/vault_events.py, watchfiles) come in batches
 (`watch.step_ms` of quiet closes one, `watch.debounce_ms` caps it), and each batch runs the ordinary incremental
 `KnowledgeBase.index` once, given the batch's paths: only those notes (a folder's: all under it) are stat'ed and
 read. A whole walk (every file stat'ed, the stat fast path deciding what is read) runs instead on the first
@@ -87,7 +87,7 @@ class Watcher:
     def __init__(self, kb: Indexes, vault: str | os.PathLike, *, initial: bool = True,
                  on_round: Callable[[WatchRound], Any] | None = None,
                  progress: bool | Callable[[int, int], Any] = False):
-        from fanout.io.watch import VaultEvents
+        from fanout.io.vault_events import VaultEvents
 
         if on_round is not None and not callable(on_round):
             from fanout.errors import UserError
@@ -145,7 +145,7 @@ class Watcher:
 
     # -- the thread ---------------------------------------------------------------------------------------------
     def _loop(self) -> None:
-        from fanout.io.watch import batches
+        from fanout.io.vault_events import batches
 
         due = 0.0 if self.initial else None  # monotonic time a round is owed by (first round, a retry)
         pending: set[tuple[str, str]] = set()  # changes of failed rounds, shown again in the retry's line
