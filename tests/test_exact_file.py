@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from fanout.pipelines.index import index_vault
 
-from fanout.store import exact_vectors, vectors_file
+from fanout.store import exact_vectors, vector_topk, vectors_file
 from fanout.store.db import Collection
 from tests.support.vault import write_vault
 
@@ -48,7 +48,7 @@ def test_an_index_run_writes_it_and_the_file_equals_the_lance_read(db, fake_cfg,
     assert np.array_equal(a.ids, b.ids) and np.array_equal(a.damaged, b.damaged)
     assert a.vectors.dtype == b.vectors.dtype and a.vectors.tobytes() == b.vectors.tobytes()
     q = np.random.default_rng(1).standard_normal((20, a.vectors.shape[1])).astype(np.float32)
-    for x, y in zip(exact_vectors.top_k(a, q, 10), exact_vectors.top_k(b, q, 10)):
+    for x, y in zip(vector_topk.top_k(a, q, 10), vector_topk.top_k(b, q, 10)):
         assert np.array_equal(x, y)
 
 

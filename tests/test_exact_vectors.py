@@ -189,7 +189,8 @@ def _exact_unit_vectors(rng: np.random.Generator, n: int, dim: int = 8) -> np.nd
 def test_top_k_is_the_exact_top_k_with_ties_in_row_order(rows, k, masked):
     """Every candidate path of `top_k` (all rows, a partition per row, the block-maximum bound) gives the
     exact top k, ties (many: products that are multiples of 1/4) in row order, only allowed rows."""
-    from fanout.store.exact_vectors import Matrix, top_k
+    from fanout.store.exact_vectors import Matrix
+    from fanout.store.vector_topk import top_k
 
     rng = np.random.default_rng(rows + k)
     v = _exact_unit_vectors(rng, rows)
@@ -217,7 +218,8 @@ def test_top_k_is_the_exact_top_k_with_ties_in_row_order(rows, k, masked):
 def test_top_k_of_real_valued_vectors_is_the_top_k_of_exact_cosines(rows):
     """Random real vectors (products round differently per BLAS kernel and shape): the rows and distances
     are those of the cosines computed in float64, within float32 rounding."""
-    from fanout.store.exact_vectors import Matrix, top_k
+    from fanout.store.exact_vectors import Matrix
+    from fanout.store.vector_topk import top_k
 
     rng = np.random.default_rng(rows)
     v = rng.normal(size=(rows, 64)).astype(np.float32)
@@ -238,7 +240,8 @@ def test_top_k_of_real_valued_vectors_is_the_top_k_of_exact_cosines(rows):
 def test_rows_tied_at_the_cut_are_kept_in_row_order(rows, k):
     """Many rows with the same score at the k-th place (bag-of-words vectors sharing no term with the query
     all score 0): the first ones in row order are kept, as Lance's flat search keeps them."""
-    from fanout.store.exact_vectors import Matrix, top_k
+    from fanout.store.exact_vectors import Matrix
+    from fanout.store.vector_topk import top_k
 
     v = np.zeros((rows, 4), np.float32)
     v[:, 1] = 1.0  # orthogonal to the query: score 0
@@ -254,7 +257,8 @@ def test_a_query_scores_alike_alone_and_in_any_batch(rows):
     """The same query vector gets bit-equal distances and the same row order alone, first or last in a
     batch, on a small table and on a large one (Ray Data's blocks and the in-process loop batch it
     differently; the products' shapes differ, the scores returned do not)."""
-    from fanout.store.exact_vectors import Matrix, top_k
+    from fanout.store.exact_vectors import Matrix
+    from fanout.store.vector_topk import top_k
 
     rng = np.random.default_rng(7)
     v = rng.normal(size=(rows, 64)).astype(np.float32)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from fanout.store import exact_vectors, vectors_file
+from fanout.store import exact_vectors, vector_topk, vectors_file
 
 if TYPE_CHECKING:
     from lance import LanceDataset
@@ -58,11 +58,11 @@ def rescore(ds: LanceDataset, queries: np.ndarray, res: pa.Table, k: int) -> pa.
     q: np.ndarray = np.asarray(queries, np.float32)
     qn = np.linalg.norm(q, axis=1)
     q = q / np.where(qn > 0, qn, 1.0)[:, None]
-    sim = exact_vectors.pair_cosines(m.vectors, pos, q.astype(np.float32), qi)  # alike in any batch, on any CPU
+    sim = vector_topk.pair_cosines(m.vectors, pos, q.astype(np.float32), qi)  # alike in any batch, on any CPU
     sim[m.damaged[pos]] = -np.inf  # never served
     out: tuple[list, list, list] = ([], [], [])
     order = np.arange(len(pos))
-    exact_vectors.keep_best(qi, order, sim, k, 0, qn, None, out)  # positions here: rows of `res`
+    vector_topk.keep_best(qi, order, sim, k, 0, qn, None, out)  # positions here: rows of `res`
     _, take, dist = (np.concatenate(x) for x in out)
     picked = res.take(pa.array(take, pa.int64())).drop_columns(["_rowid"])
     at = picked.column_names.index("_distance")
