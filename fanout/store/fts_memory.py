@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fanout.store.fts_index_meta import index_meta, updated_since
+
 if TYPE_CHECKING:
     from lance import LanceDataset
 
@@ -47,10 +49,6 @@ log = logging.getLogger(__name__)
 BUILD_S_PER_CELL = 0.00006
 K1 = np.float32(1.2)
 B = np.float32(0.75)
-# index parameters that lance.tokenize takes (the rest of `index_statistics`' params describe the index)
-_TOKENIZE_ARGS = ("base_tokenizer", "language", "max_token_length", "lower_case", "stem", "remove_stop_words",
-                  "custom_stop_words", "ascii_folding", "min_ngram_length", "max_ngram_length", "prefix_only",
-                  "split_identifiers", "split_on_numerics", "preserve_original", "index_operators")
 
 
 # How `MemoryColumn.top` adds a query's postings up and cuts them to the k best; none changes a result, each
@@ -293,7 +291,7 @@ def memory_column(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColum
 
     texts = itertools.chain.from_iterable(c.to_pylist() for c in t[column].chunks)  # a chunk of strings at a time
     b = build(zip(at.tolist(), texts), args, len(ids))
-    if (b.n_docs != meta.get("num_docs") or len(b.tokens) != meta.get("num_tokens")) and not _updated(ds, st):
+    if (b.n_docs != meta.get("num_docs") or len(b.tokens) != meta.get("num_tokens")) and not updated_since(ds, st):
         return _skip(ds, column, f"index has {meta.get('num_docs')} documents / {meta.get('num_tokens')} tokens, "
                                   f"the rows give {b.n_docs} / {len(b.tokens)}")
     return _scored(args, b.tokens, b.lengths, b.rows, b.freq, len(ids), b.dl)
@@ -372,57 +370,6 @@ def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, adde
     present = lengths > 0  # a token whose every row is gone is gone (Lance counts the tokens it holds)
     tokens = [t for t, k in zip(tokens, present.tolist()) if k]
     return _scored(old.tokenize_args, tokens, lengths[present], rows, freq, len(ids), dl)
-
-
-def _updated(ds: LanceDataset, st: dict[str, Any]) -> bool:
-    """Whether the full-text index of `ds` was built before rows were added or deleted (fanout updates it only
-    now and then: pipelines/index.py): its counts then include rows gone and miss rows added, so they are not
-    compared with the rows'."""
-    if st.get("num_unindexed_rows"):
-        return True
-    return any(f.metadata.deletion_file is not None for f in ds.get_fragments())
-
-
-_META: dict[tuple, Any] = {}  # (*version_key, column) -> index_meta's answer (the last few)
-_META_LOCK = threading.Lock()
-
-
-def index_meta(ds: LanceDataset, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
-    """(tokenize args, the index's per-segment metadata, its statistics) of `column`'s full-text index on `ds`,
-    or why this engine does not reproduce it (a string). A version's indexes never change: kept for the last
-    few (an index round asks for each column's several times)."""
-    from fanout.store.version_files import version_key
-
-    version = version_key(ds)
-    if version is None:
-        return _index_meta(ds, column)
-    key = (*version, column)
-    with _META_LOCK:
-        if key in _META:
-            return _META[key]
-    got = _index_meta(ds, column)
-    with _META_LOCK:
-        _META[key] = got
-        while len(_META) > 64:
-            _META.pop(next(iter(_META)))
-    return got
-
-
-def _index_meta(ds: LanceDataset, column: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | str:
-    name = next((d.name for d in ds.describe_indices()
-                 if list(d.field_names) == [column] and "Inverted" in d.type_url), None)
-    if name is None:
-        return "no full-text index"
-    st = ds.index_statistics(name)
-    if st.get("num_segments") != 1 or len(st.get("indices", [])) != 1:
-        return f"index layout {st.get('num_segments')} segments"
-    meta = st["indices"][0]
-    params = meta.get("params")
-    if not isinstance(params, dict):  # Lance writes none for an index of no rows (every note deleted)
-        return "index statistics without tokenizer parameters (an index of no rows)"
-    if params.get("lance_tokenizer", "text") != "text":
-        return f"tokenizer {params.get('lance_tokenizer')}"
-    return {a: params[a] for a in _TOKENIZE_ARGS if a in params}, meta, st
 
 
 def _idf(token_docs: int, num_docs: int) -> np.float32:

@@ -61,7 +61,7 @@ def folder(ds: LanceDataset) -> str | None:
 def fingerprint(ds: LanceDataset, column: str, ids: np.ndarray) -> tuple[str, dict[str, Any]] | None:
     """(the fingerprint of `column`'s postings on the version `ds` in the row order `ids`, the index's
     tokenize args), None when the memory engine does not reproduce the column's index."""
-    from fanout.store.fts_memory import index_meta
+    from fanout.store.fts_index_meta import index_meta
 
     got = index_meta(ds, column)
     if isinstance(got, str):
@@ -287,7 +287,8 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
     import lance
 
     from fanout.store.chunk_rows import sorted_row_ids, take_rows
-    from fanout.store.fts_memory import index_meta, updated_column
+    from fanout.store.fts_index_meta import index_meta
+    from fanout.store.fts_memory import updated_column
 
     try:
         if isinstance(index_meta(ds, column), str):
