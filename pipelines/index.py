@@ -22,10 +22,10 @@ from fanout.pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
 from fanout.pipelines.embed_chunks import embed_groups
 from fanout.pipelines.query_files import write_postings
 from fanout.pipelines.scan_notes import IGNORED, VaultScan, scan_key, scan_vault
+from fanout.pipelines.table_upkeep import compact, lance_fts
 from fanout.pipelines.write_index import (
     add_filter_columns,
     add_fts_columns,
-    build_fts,
     build_indexes,
     delete_notes,
     documents_table,
@@ -309,10 +309,11 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     summary.skipped += failed
     summary.embed_seconds = time.perf_counter() - te
     summary.embedded_notes = len(paths) - len(failed)
-    compacted = _compact(col, cfg) if wrote_any or deleted else False
+    compacted = compact(col, cfg) if wrote_any or deleted else False
     summary.chunks = col.table(col.chunks_name).count_rows() if col.has(col.chunks_name) else 0
     if (wrote_any or deleted or rebuild or rederived) and col.has(col.chunks_name):
-        manifest["fts"] = _lance_fts(col, cfg, old, summary, rebuild or bool(rederived) or compacted, written_rows)
+        manifest["fts"] = lance_fts(col, cfg, old, summary.chunks, rebuild or bool(rederived) or compacted,
+                                    written_rows)
     elif old.get("fts"):
         manifest["fts"] = old["fts"]
     storage.release_memory()  # (what Lance's full-text index builds left)
@@ -338,24 +339,6 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     return summary
 
 
-def _lance_fts(col: Collection, cfg: Config, old: dict, summary: IndexReport, anew: bool, added: int) -> dict:
-    """Lance's full-text indexes after a run that changed rows: rebuilt when the rows added or deleted since their
-    last build pass `index.fts_rebuild_share` of the table (or on a rebuild, or with no record of a build), else
-    left as they are: Lance searches the rows added since without the index, and the memory engine scores every
-    pinned row exactly whatever the index's age (fanout/store/fts_memory.py). Always rebuilt when searches are
-    answered by Lance (`retrieve.fts_engine` not `memory`, no postings files). Returns the manifest's `fts`."""
-    before = int((old.get("stats") or {}).get("chunks") or 0)
-    removed = max(0, before + added - summary.chunks)
-    rec = old.get("fts") if isinstance(old.get("fts"), dict) and not anew else None
-    stale = (int(rec.get("stale_rows", 0)) if rec else 0) + added + removed
-    # searches that Lance answers (another engine, or no postings file to load: an object store) want it fresh
-    memory = cfg.retrieve.fts_engine == "memory" and cfg.retrieve.fts_postings_file and not storage.is_remote(col.db_dir)
-    if rec is None or not memory or stale > cfg.index.fts_rebuild_share * max(1, summary.chunks):
-        build_fts(col, cfg.index.languages)
-        return {"built_rows": summary.chunks, "stale_rows": 0}
-    return {"built_rows": rec.get("built_rows"), "stale_rows": stale}
-
-
 def _flush(col: Collection, pending: list[tuple[pa.Table, pa.Table, set[str]]]) -> float:
     """Write the embedded groups in `pending` as one write per table (write_index), and empty it; returns the
     time. Every write is a table version and a fragment: a first index with a fast embedder wrote ~900 of
@@ -371,37 +354,6 @@ def _has_paths(col: Collection, paths: set[str]) -> bool:
     """Whether the chunks table holds a row of any of `paths` (one read of its path column)."""
     t = col.open_version(col.chunks_name).to_table(columns=["path"])
     return bool(pc.any(pc.is_in(t["path"], pa.array(sorted(paths), pa.string()))).as_py())
-
-
-COMPACT_KEEP_ROWS = 4096  # a fragment this large is never merged by a round's compaction (`_compact`)
-
-
-def _compact(col: Collection, cfg: Config) -> bool:
-    """Merge the small fragments each write leaves (a first index writes one per group of notes, a round one more,
-    plus deletion files) once a table has more than `index.compact_fragments`: a round's reads cost per fragment.
-    Compaction renumbers the rows, so the next postings and vectors files are built from every row once, and it
-    folds the deletion files in, after which an older full-text index no longer shows its age (fts_memory
-    `_updated`): the caller rebuilds it. Returns whether the chunks table was compacted."""
-    done = False
-    for name in (col.chunks_name, col.documents_name):
-        if not col.has(name):
-            continue
-        ds = col.open_version(name)
-        frags = ds.get_fragments()
-        if len(frags) <= cfg.index.compact_fragments:
-            continue
-        # fragments of many rows (a first index's) are left as they are: their rows keep their ids, so the next
-        # postings and vectors files still start from the previous version's; only the rounds' small fragments
-        # are merged (their rows renumbered: read again, a few hundred rows)
-        big = [f.fragment_id for f in frags if f.physical_rows >= COMPACT_KEEP_ROWS]
-        if len(frags) - len(big) < 2:
-            continue
-        with col.writing(name):
-            got = ds.optimize.compact_files(materialize_deletions=True, excluded_fragment_ids=big)
-        col.forget(name)
-        done = done or name == col.chunks_name
-        log.info("compacted %s: %s", name, got)
-    return done
 
 
 def summary_of(scan: VaultScan, rederived: str, damaged: list[str]) -> IndexReport:

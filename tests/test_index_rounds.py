@@ -187,8 +187,8 @@ class Killed(Exception):
     pass
 
 
-STEPS = ["half-written group", "fanout.pipelines.index.write_index", "fanout.pipelines.index.delete_notes", "fanout.pipelines.index._compact",
-         "fanout.pipelines.index._lance_fts", "fanout.pipelines.index.write_postings", "fanout.store.file_states.save"]
+STEPS = ["half-written group", "fanout.pipelines.index.write_index", "fanout.pipelines.index.delete_notes", "fanout.pipelines.index.compact",
+         "fanout.pipelines.index.lance_fts", "fanout.pipelines.index.write_postings", "fanout.store.file_states.save"]
 
 
 @pytest.mark.parametrize("step", STEPS)
