@@ -4,16 +4,25 @@
 setup:
 	bash scripts/setup.sh
 
+# pytest's test runs: PYTHONDONTWRITEBYTECODE emptied so pytest keeps its rewritten test modules in
+# tests/__pycache__ (git-ignored) and a worker's collection reads them instead of rewriting every module again.
+# 2 workers: 3 and 4 were no faster on the shared 2-core box and cost up to 25% more CPU (docs/performance.md
+# "Test suite")
+PYTEST := PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -q
+# two passes: every test without a model or Ray on 2 workers, then the model and Ray tests one at a time: each
+# model already decodes on both cores (n_threads: 2, slower when oversubscribed), and a private local Ray's start
+# and kill checks want the box to themselves (test_ray_data's kill -9 test diffs /tmp's Ray folders)
 test: setup
 	bash scripts/test_deps.sh
-	.venv/bin/python -m pytest -q
+	$(PYTEST) -m "not model and not ray" -n 2
+	$(PYTEST) -m "model or ray"
 
 # every test that needs no model and no Ray and is not slow (pyproject.toml's markers), with no model installed,
 # on both cores: a contributor's loop
 test-fast:
 	@FANOUT_SETUP_SKIP_MODELS=1 bash scripts/setup.sh  # seconds when done; redoes the install when pyproject changed
 	@d=$$(mktemp -d); cp -r $${FANOUT_CACHE:-$$HOME/.cache/fanout}/cpu $$d/ 2>/dev/null || true; \
-	FANOUT_MODELS_OFFLINE=1 FANOUT_CACHE=$$d .venv/bin/python -m pytest -q -m "not model and not ray and not slow" -n 2
+	FANOUT_MODELS_OFFLINE=1 FANOUT_CACHE=$$d $(PYTEST) -m "not model and not ray and not slow" -n 2
 
 demo: setup
 	.venv/bin/fanout demo

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,6 +44,27 @@ def tiny_db(tmp_path_factory, tiny_vault, cfg, runner) -> Path:
     return db
 
 
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> SimpleNamespace:
+    """`fanout demo --db DIR` run once per session (it indexes the bundled sample vault with the local profile's
+    real embedder through index_vault, as a test would): `code`, what it printed (`out`), its index folder (`db`,
+    for tests/test_demo.py, which goes on using it) and `index`, a copy of that folder taken as the demo left it.
+    Other real-model tests copy `index` instead of embedding the sample vault again (the biggest model cost)."""
+    import contextlib
+    import io
+    import shutil
+
+    from fanout.cli.main import main
+
+    base = tmp_path_factory.mktemp("demo")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["demo", "--db", str(base / "demo-db")])
+    if code == 0:
+        shutil.copytree(base / "demo-db", base / "sample-index")
+    return SimpleNamespace(code=code, out=out.getvalue(), db=base / "demo-db", index=base / "sample-index")
+
+
 # the fake model profile, one runner per test module (modules that need another fake config define their own)
 @pytest.fixture(scope="module")
 def fake_cfg():
@@ -63,7 +85,7 @@ def fake_runner(fake_cfg):
 # `-m "not model and not ray and not slow"` with no model installed. A module whose every test loads a real
 # model or starts Ray says so in its `pytestmark`; a test that reaches the real models through these fixtures
 # is marked here.
-MODEL_FIXTURES = {"runner", "tiny_db"}  # the local profile's real models (transitively: mcp_db, served, ...)
+MODEL_FIXTURES = {"runner", "tiny_db", "demo_run"}  # the local profile's real models (transitively: mcp_db, served, ...)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -19,10 +19,10 @@ pytestmark = pytest.mark.model
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_demo_keeps_its_index_and_the_printed_commands_work(tmp_path, capsys, monkeypatch):
-    db = tmp_path / "demo-db"
-    assert main(["demo", "--db", str(db)]) == 0
-    out = capsys.readouterr().out
+def test_demo_keeps_its_index_and_the_printed_commands_work(demo_run, capsys, monkeypatch):
+    db = demo_run.db  # `fanout demo --db DB`, run once per session by the fixture (tests/conftest.py)
+    assert demo_run.code == 0
+    out = demo_run.out
     assert "right page first for" in out and (db / "samples.manifest.json").exists()
     tail = out.split("try next:", 1)[1].splitlines()
     cmds = [ln.strip() for ln in tail if ln.strip().startswith(".venv/bin/fanout ")]

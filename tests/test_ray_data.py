@@ -219,16 +219,18 @@ def test_expand_job_runs_as_one_dataset(tmp_path, fake_db, fake_cfg, ray_runner)
     assert again["expanded"] == 0 and again["cached"] == 2000
 
 
-def test_ray_data_equals_in_process_with_real_models_on_the_sample_vault(tmp_path, cfg, runner):
+def test_ray_data_equals_in_process_with_real_models_on_the_sample_vault(tmp_path, cfg, runner, demo_run):
     """The bundled sample vault and its queries, real embedder: byte-identical results files."""
+    import shutil
+
     from fanout.pipelines.batch import run_batch
-    from fanout.pipelines.index import index_vault
     from fanout.pipelines.search import Searcher, SearchOptions
 
     from fanout.exec.ray_runner import RayRunner
 
-    db = tmp_path / "db"
-    index_vault(ROOT / "samples" / "vault", db, "samples", cfg, runner)
+    assert demo_run.code == 0, demo_run.out[-2000:]
+    db = tmp_path / "db"  # the sample vault as `fanout demo` indexed it (index_vault, local profile), a copy
+    shutil.copytree(demo_run.index, db)
     q = ROOT / "samples" / "queries.jsonl"
     # a search's texts one an embed() call: its vectors then do not depend on how each engine groups a batch
     nocache = cfg.replace(cache={"enabled": False}, runner={"object_store_mb": 128},
