@@ -31,10 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LANCEDB_LOG", "error")
 # stage -> (module, attribute) wrapped with a timer; pipelines/index.py imports the first four by name
-STAGES = {"scan": ("fanout.pipelines.index", "scan_vault"), "chunk": ("fanout.pipelines.index", "chunk_notes"),
-          "write": ("fanout.pipelines.index", "write_index"), "fts index": ("fanout.pipelines.index", "build_fts"),
-          "scalar+vector indexes": ("fanout.pipelines.index", "build_indexes"),
-          "postings": ("fanout.store.fts_postings", "ensure")}
+# stage -> (module, function) places it is called from, in this tree or an older one (each one found is timed)
+STAGES = {"scan": [("fanout.pipelines.index", "scan_vault")], "chunk": [("fanout.pipelines.index", "chunk_notes")],
+          "write": [("fanout.pipelines.index", "write_index")],
+          "fts index": [("fanout.pipelines.index", "build_fts"), ("fanout.pipelines.table_upkeep", "build_fts")],
+          "scalar+vector indexes": [("fanout.pipelines.index", "build_indexes")],
+          "postings": [("fanout.store.fts_postings", "ensure")]}
 
 
 def peak_rss_mb() -> float:
@@ -75,10 +77,14 @@ def child(args: argparse.Namespace) -> dict:
     assert fake.__file__.startswith(os.getcwd()), fake.__file__
 
     spent: dict[str, float] = {}
-    for name, (mod, attr) in STAGES.items():
-        m = importlib.import_module(mod)
-        if hasattr(m, attr):
-            setattr(m, attr, _timed(spent, name, getattr(m, attr)))
+    for name, places in STAGES.items():
+        for mod, attr in places:
+            try:
+                m = importlib.import_module(mod)
+            except ImportError:  # (a module of another version)
+                continue
+            if hasattr(m, attr):
+                setattr(m, attr, _timed(spent, name, getattr(m, attr)))
     fake.FakeEmbedder.__call__ = _timed(spent, "embedder", fake.FakeEmbedder.__call__)
     cfg = load_config("fake").replace(fake={"dim": args.dim})
     kb = fanout.open(args.db, config=cfg)
