@@ -170,17 +170,17 @@ def build(vault: Path, db: Path, sections: dict | None = None) -> int:
 
 
 def postings_files(db: Path, sections: dict) -> None:
-    """The last step of `fanout index` (pipelines/index.py write_postings) on a template kept from an earlier run
+    """The last step of `fanout index` (pipelines/query_files.py write_query_files) on a template kept from an earlier run
     (built by a version that wrote no postings files; a no-op when they are there): the jobs' copies then start
     with them, as after a real `fanout index`. Code without it (a baseline) ignores the files."""
     try:
-        from fanout.pipelines.index import write_postings
+        from fanout.pipelines.query_files import write_query_files
     except ImportError:
         return
     from fanout.config import load_config
 
     t = time.process_time()
-    done = write_postings(db, "bench", load_config("fake").replace(**sections))
+    done = write_query_files(db, "bench", load_config("fake").replace(**sections))
     print(f"    postings files: {sorted(set(done.values()))} in {time.process_time() - t:.1f} CPU-s", flush=True)
 
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from fanout.pipelines.check_vectors import check_vectors, embed_reusing, note_groups, old_vectors
 from fanout.pipelines.chunk_notes import CHUNKER_VERSION, chunk_notes
 from fanout.pipelines.embed_chunks import embed_groups
-from fanout.pipelines.query_files import write_postings
+from fanout.pipelines.query_files import write_query_files
 from fanout.pipelines.scan_notes import IGNORED, VaultScan, scan_key, scan_vault
 from fanout.pipelines.table_upkeep import compact, lance_fts
 from fanout.pipelines.write_index import (
@@ -40,7 +40,7 @@ from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import RULE_FILES, resolve_vault, vault_paths
 from fanout.models.identity import model_identity
-from fanout.store import file_states, storage
+from fanout.store import file_states, process_memory, storage
 from fanout.store.db import (
     SCHEMA_VERSION,
     Collection,
@@ -166,7 +166,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
                  progress: bool | Callable[[int, int], None] = False, rebuild: bool = False,
                  full_check: bool = False, only: set[str] | None = None) -> IndexReport:
     t0 = time.perf_counter()
-    storage.limit_malloc_arenas(cfg.index.malloc_arenas)  # before Lance's threads start writing
+    process_memory.limit_malloc_arenas(cfg.index.malloc_arenas)  # before Lance's threads start writing
     if only is not None and any(p in RULE_FILES or p != nfc(p) for p in only):
         only = None  # the ignore rules changed (which notes are indexed), or a name to check against all: walk all
     vault = resolve_vault(vault)
@@ -296,7 +296,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             report(summary.embedded_chunks, chunks_all.num_rows)
     _flush(col, pending)
     del chunks_all, groups, todo  # written: what Lance's index builds below need is in the tables
-    storage.release_memory()
+    process_memory.release_memory()
     if bar is not None:
         bar.close()
     if written and cfg.index.verify:  # the rows written read back (a full check reads every row first)
@@ -316,7 +316,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
                                     written_rows)
     elif old.get("fts"):
         manifest["fts"] = old["fts"]
-    storage.release_memory()  # (what Lance's full-text index builds left)
+    process_memory.release_memory()  # (what Lance's full-text index builds left)
     if col.has(col.chunks_name):
         manifest.update(build_indexes(col, cfg, old if not (rebuild or rederived) else {}))
         vi = manifest.get("vector_index")
@@ -332,7 +332,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     if col.has(col.chunks_name):  # before the versions are published: their first search maps them
         # a round's files are made after it returns (a rebuild's before: every process would build its own)
-        write_postings(db_dir, collection, cfg, manifest["tables"], background=True,
+        write_query_files(db_dir, collection, cfg, manifest["tables"], background=True,
                        later=not (rebuild or rederived))
     col.write_manifest(manifest)
     file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)  # after the commit it records

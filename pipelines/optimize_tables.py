@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fanout.pipelines.index import write_postings
+from fanout.pipelines.query_files import write_query_files
 from fanout.pipelines.write_index import build_fts, vector_index_reason
 
 from fanout.config import Config, load_config
@@ -131,7 +131,7 @@ def _optimize(col: Collection, db_dir: str | Path, names: list[str], keep_days: 
                                                "stale_rows": 0}})
         owner.advance_pins(versions)  # readers move to the compacted versions
         if f"{prefix}_chunks" in names:  # compaction renumbers rows: the postings of the pinned version, the
-            write_postings(db_dir, prefix, cfg)  # older versions' files removed
+            write_query_files(db_dir, prefix, cfg)  # older versions' files removed
     return out
 
 

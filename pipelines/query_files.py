@@ -17,7 +17,7 @@ from fanout.store.db import Collection, fts_columns
 log = logging.getLogger(__name__)
 
 
-def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: dict[str, int] | None = None,
+def write_query_files(db_dir: str | Path, collection: str, cfg: Config, versions: dict[str, int] | None = None,
                    background: bool = False, later: bool = False) -> dict[str, str]:
     """The files searching processes map instead of each building its own copy, for the version the manifest
     now pins, or `versions` (an index run: the versions it is about to publish) (kept when already there): the
@@ -66,7 +66,7 @@ def write_postings(db_dir: str | Path, collection: str, cfg: Config, versions: d
 
 
 def _query_files(collection: str, job: Callable[[], dict[str, str]]) -> dict[str, str]:
-    """`job`'s files written (write_postings): what it did; never raises (a warning)."""
+    """`job`'s files written (write_query_files): what it did; never raises (a warning)."""
     t = time.process_time()
     try:
         done = job()

@@ -188,7 +188,7 @@ class Killed(Exception):
 
 
 STEPS = ["half-written group", "fanout.pipelines.index.write_index", "fanout.pipelines.index.delete_notes", "fanout.pipelines.index.compact",
-         "fanout.pipelines.index.lance_fts", "fanout.pipelines.index.write_postings", "fanout.store.file_states.save"]
+         "fanout.pipelines.index.lance_fts", "fanout.pipelines.index.write_query_files", "fanout.store.file_states.save"]
 
 
 @pytest.mark.parametrize("step", STEPS)

@@ -19,7 +19,6 @@ import logging
 import os
 import posixpath
 import shutil
-import sys
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -41,44 +40,6 @@ _SECRET_WORDS = ("secret", "key", "token", "password", "sas", "credential")
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FULL_TEXTS = ("no space left on device", "os error 28", "disk quota exceeded", "os error 122")
-
-
-_ARENAS: list[int] = []  # the M_ARENA_MAX this process set (limit_malloc_arenas), once
-
-
-def limit_malloc_arenas(n: int) -> None:
-    """Cap glibc's malloc arenas at `n` for this process (mallopt M_ARENA_MAX), once; nothing when n <= 0, when
-    MALLOC_ARENA_MAX is set (the user's choice), or off glibc. Threads that start later share the arenas there
-    are instead of each keeping one of its own (index.malloc_arenas)."""
-    if n <= 0 or _ARENAS or "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
-        return
-    _ARENAS.append(n)
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        if hasattr(libc, "gnu_get_libc_version"):  # (musl has no arenas to cap)
-            libc.mallopt(-8, n)  # M_ARENA_MAX
-    except (OSError, AttributeError) as e:
-        log.debug("malloc arenas not capped: %s", e)
-
-
-def release_memory() -> None:
-    """Hand the memory freed so far back to the system: pyarrow's pool's unused pages and glibc's free heap
-    pages (malloc_trim), so the next stage (Lance's index builds) grows from what is live, not on top of what
-    the writes left in the allocators (index.malloc_arenas, docs/performance.md#index-rounds)."""
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None)
-            if hasattr(libc, "malloc_trim"):
-                libc.malloc_trim(0)
-        except OSError as e:
-            log.debug("malloc_trim: %s", e)
 
 
 def is_disk_full(e: BaseException) -> bool:
