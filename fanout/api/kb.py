@@ -165,7 +165,7 @@ class KnowledgeBase:
             runner = self._runner(job_mode(self.cfg, rows=0))
         with self._indexing:  # (not beside a run or `close`)
             import lancedb  # noqa: F401 - the writes' connection (Collection.db); searches never import it
-            import pyarrow.parquet  # noqa: F401 - the embedding's run files (fanout/exec/runs.py)
+            import pyarrow.parquet  # noqa: F401 - the embedding's run files (fanout/exec/stage_io.py)
 
             runner.preload("embedder")  # (in-process: lent per call as in a round; Ray: nothing to load)
             if self.cfg.chunk.check_context:  # (as `index_vault` asks for it)
