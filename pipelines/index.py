@@ -379,9 +379,10 @@ def _unchanged(summary: IndexReport, old: dict, t0: float) -> IndexReport:
 
 def _save_states(db_dir: str | Path, collection: str, key: str, scan: VaultScan, col: Collection,
                  always: bool = False) -> None:
-    """Record the scan's file states (only its `touched` paths' rows when it listed some: a delta)."""
-    if always or scan.changed_states:
-        file_states.save(db_dir, collection, key, scan.states, col.storage_cfg, changed=scan.touched)
+    """Record the scan's file states (a partial scan's: its `touched` rows), or hand the record back unchanged."""
+    if not (always or scan.changed_states or scan.touched is not None):
+        return file_states.keep(db_dir, collection)
+    file_states.save(db_dir, collection, key, scan.states, col.storage_cfg, changed=scan.touched)
 
 
 def _at_manifest(col: Collection, old: dict) -> bool:

@@ -366,8 +366,8 @@ def _scan_paths(vault: str | Path, paths: set[str], rec: Record, racy: int, max_
     states, hashes = rec.states, rec.hashes  # taken over: the notes outside `paths` stand as recorded
     folders = tuple(f"{t}/" for t in tops if t not in states)  # (a recorded path is a file: nothing under it)
     gone = {t for t in tops if t in states} | ({p for p in states if p.startswith(folders)} if folders else set())
-    old = {p: states.pop(p) for p in sorted(gone)}
-    before = {p: hashes.pop(p, None) for p in old}
+    old = rec.take(sorted(gone))
+    before = {p: r[6] for p, r in old.items()}
     skips = {s["path"]: s for s in listing.skipped}
     skips.update({p: {"path": p, "reason": states[p][7], "detail": states[p][8]} for p in rec.skipped - gone})
     scan = VaultScan(root=str(Path(vault).expanduser().resolve()), files=files, stats=stats, states=states,

@@ -68,6 +68,13 @@ def test_a_watch_round_compares_only_its_paths_and_writes_a_delta(tmp_path, cfg,
         rep = index_vault(vault, db, "t", cfg, fake_runner, paths=[edit, "c", "n0.md"])
         assert rep.read_notes == 2 and rep.embedded_notes == 2 and rep.deleted == (i == 0)  # (c/new.md: kept)
         _check(vault, db, cfg)
+    def unread(*a, **k):
+        raise AssertionError("the record was parsed again")
+
+    monkeypatch.setattr(file_states, "_read", unread)  # this process keeps the record it wrote
+    _write(vault / "a/n2.md", "# Two\n\ncamera media\n", stamp)
+    assert index_vault(vault, db, "t", cfg, fake_runner, paths=["a/n2.md"]).read_notes == 1
+    monkeypatch.undo()
     after = os.stat(file_states.path(str(db), "t"))
     assert (after.st_ino, after.st_mtime_ns) == (base.st_ino, base.st_mtime_ns)  # only the delta was written
     assert os.path.exists(file_states.delta_path(str(db), "t"))

@@ -73,13 +73,17 @@ def delta_path(db: str | os.PathLike, name: str) -> str:
 class Record:
     """The record as a scan reads it: `states` (path -> FILE_STATES row values), the content hash of each note
     that has one (`hashes`), the skipped notes, and `total`: the content sum of `hashes` (fanout.store.stamps),
-    which a round compares with the manifest's `content` to know that the record holds what the index holds."""
+    which a round compares with the manifest's `content` to know that the record holds what the index holds.
+
+    A scan changes `states` and `hashes` in place: it `take`s the rows of the paths it lists and puts back what
+    it finds; `update` (at `save`) then brings the rest up to date from the rows taken (O(paths taken))."""
 
     states: dict[str, tuple]
     hashes: dict[str, str]
     skipped: set[str]
     total: int
-    racy_paths: dict[int, set[str]] = field(default_factory=dict)  # `racy`'s answers, kept up to date (shared)
+    racy_paths: dict[int, set[str]] = field(default_factory=dict)  # `racy`'s answers, kept up to date
+    taken: dict[str, tuple] = field(default_factory=dict)  # rows a scan took out (`take`), until `update`
 
     @classmethod
     def of(cls, states: dict[str, tuple]) -> Record:
@@ -87,16 +91,25 @@ class Record:
         return cls(states, hashes, {p for p, r in states.items() if r[6] is None},
                    stamps.content_sum(hashes.items()))
 
-    def copy(self) -> Record:
-        return Record(dict(self.states), dict(self.hashes), set(self.skipped), self.total, self.racy_paths)
+    def take(self, paths: Iterable[str]) -> dict[str, tuple]:
+        """Take the rows of `paths` out of `states` and `hashes` (a scan lists them again); returns them."""
+        out = {p: self.states.pop(p) for p in paths if p in self.states}
+        for p, r in out.items():
+            self.hashes.pop(p, None)
+            self.taken.setdefault(p, r)
+        return out
 
-    def update(self, states: dict[str, tuple], paths: Iterable[str]) -> None:
-        """Take `states` as the states, where only `paths` may differ from this record's (O(len(paths)))."""
-        for p in paths:
-            old, new = self.hashes.pop(p, None), states.get(p)
+    def update(self, paths: Iterable[str]) -> bool:
+        """Bring `hashes`, `skipped`, `total` and the racy sets up to `states`, where only `paths` (with every
+        path taken) changed; returns whether a row differs from the one taken."""
+        differs = False
+        for p in set(paths) | set(self.taken):
+            was, new = self.taken.pop(p, None), self.states.get(p)
+            differs = differs or was != new
+            self.hashes.pop(p, None)
             self.skipped.discard(p)
-            if old is not None:
-                self.total -= stamps.content_term(p, old)
+            if was is not None and was[6] is not None:
+                self.total -= stamps.content_term(p, was[6])
             if new is not None and new[6] is not None:
                 self.hashes[p] = new[6]
                 self.total += stamps.content_term(p, new[6])
@@ -107,11 +120,11 @@ class Record:
                 if new is not None and _racy(new, racy_ns):
                     racy.add(p)
         self.total %= 1 << 256
-        self.states = states
+        return differs
 
     def racy(self, racy_ns: int) -> set[str]:
         """Paths recorded within `racy_ns` of their own mtime or ctime (pipelines/scan_notes.py: read again).
-        Worked out once per record a process holds (and its copies), then kept by `update`."""
+        Worked out once per record a process holds, then kept by `update`."""
         if racy_ns not in self.racy_paths:
             self.racy_paths[racy_ns] = {p for p, r in self.states.items() if _racy(r, racy_ns)}
         return set(self.racy_paths[racy_ns])
@@ -131,6 +144,7 @@ class _Held:
     base_rows: int  # rows of the whole file
     base_crc: str
     delta: dict[str, tuple | None]  # the delta's rows: path -> row values, or None where the path was removed
+    lent: bool = False  # handed to a run (`load`), which changes it in place until it `save`s it
 
 
 _HELD: dict[str, _Held] = {}
@@ -170,14 +184,15 @@ def _rows(t: pa.Table) -> dict[str, tuple]:
 
 
 def load(db: str | os.PathLike, name: str, key: str, scfg: StorageConfig | None = None) -> Record | None:
-    """The recorded states when they were written under `key` (a copy: the caller may change it); None when
-    there are none, when the key differs, or when the file cannot be read (logged: the caller reads every
-    file)."""
+    """The recorded states when they were written under `key`; None when there are none, when the key differs,
+    or when the file cannot be read (logged: the caller reads every file). The caller may change the record it
+    gets (a scan does) and hands it back with `save`; until then this process reads the files again."""
     where = path(db, name)
     seen = _identity(db, name)
     held = _HELD.get(where)
-    if held is not None and seen is not None and held.seen == seen and held.key == key:
-        return held.record.copy()
+    if held is not None and not held.lent and seen is not None and held.seen == seen and held.key == key:
+        held.lent = True
+        return held.record
     _HELD.pop(where, None)
     try:
         if not storage.exists(where, scfg):
@@ -209,38 +224,51 @@ def load(db: str | os.PathLike, name: str, key: str, scfg: StorageConfig | None 
             states[p] = r
     record = Record.of(states)
     if seen is not None:
-        _HELD[where] = _Held(key, seen, record, t.num_rows, base_crc, delta)
-    return record.copy()
+        _HELD[where] = _Held(key, seen, record, t.num_rows, base_crc, delta, lent=True)
+    return record
 
 
 def save(db: str | os.PathLike, name: str, key: str, states: pa.Table | dict[str, tuple],
          scfg: StorageConfig | None = None, changed: Iterable[str] | None = None) -> None:
-    """Record `states` (FILE_STATES rows, or path -> row values) under `key`. `changed`: the only paths whose
-    rows may differ from the record this process read (`load`) in this run: then only they are written (the
-    delta) while it is small; else the whole record. Never raises: a record that is not written costs the next
-    run a full check (a warning)."""
+    """Record `states` (FILE_STATES rows, or path -> row values) under `key`. `changed` with the states of the
+    record `load` gave this run: the only paths whose rows may differ from it; then only they are written (the
+    delta) while it is small, and nothing when no row differs. Else the whole record. Never raises: a record
+    that is not written costs the next run a full check (a warning)."""
     where = path(db, name)
     held = _HELD.pop(where, None)
     try:
         rows = states if isinstance(states, dict) else _rows(states.cast(FILE_STATES))
-        if changed is not None and held is not None and held.key == key and held.seen == _identity(db, name) \
-                and len(held.delta) + len(set(changed) - set(held.delta)) <= max(DELTA_ROWS, COMPACT_EVERY * held.base_rows):
-            paths = set(changed)
-            delta = {**held.delta, **{p: rows.get(p) for p in paths}}
-            t = _table([r if r is not None else (p, *[None] * 8) for p, r in sorted(delta.items())])
-            _write(delta_path(db, name), t, key, scfg, base=held.base_crc)
-            held.record.update(rows, paths)
-            held.delta, held.seen = delta, _identity(db, name)
-        else:
+        small = changed is not None and held is not None and held.lent and held.record.states is rows and \
+            held.key == key and held.seen == _identity(db, name)
+        if small and held is not None and changed is not None:
+            paths = set(changed) | set(held.record.taken)
+            if held.record.update(paths):
+                delta = {**held.delta, **{p: rows.get(p) for p in paths}}
+                small = len(delta) <= max(DELTA_ROWS, COMPACT_EVERY * held.base_rows)
+                if small:
+                    t = _table([r if r is not None else (p, *[None] * 8) for p, r in sorted(delta.items())])
+                    _write(delta_path(db, name), t, key, scfg, base=held.base_crc)
+                    held.delta, held.seen = delta, _identity(db, name)
+        if not small:
             t = _table([rows[p] for p in sorted(rows)])
             crc = _write(where, t, key, scfg)
             storage.remove_if_there(delta_path(db, name), scfg)  # (one left over is ignored: it names the old crc)
-            held = _Held(key, (), Record.of(rows), t.num_rows, crc, {})
-            held.seen = _identity(db, name)
-        if held.seen is not None:
-            _HELD[where] = held
+            held = _Held(key, _identity(db, name), Record.of(rows), t.num_rows, crc, {})
     except Exception as e:  # noqa: BLE001  the index is complete without it
         log.warning("file states of %s not written (%s); the next index run reads every note", name, e)
+        return
+    if held is not None and held.seen is not None:
+        held.lent = False
+        _HELD[where] = held
+
+
+def keep(db: str | os.PathLike, name: str) -> None:
+    """Hand back the record `load` gave this run, unchanged (nothing to write)."""
+    held = _HELD.get(path(db, name))
+    if held is not None and held.lent:
+        if held.record.taken:  # a scan took rows out: what it put back is not known to be the same
+            _HELD.pop(path(db, name), None)
+        held.lent = False
 
 
 def _table(rows: list[tuple]) -> pa.Table:
