@@ -364,7 +364,7 @@ def _scan_paths(vault: str | Path, paths: set[str], rec: Record, racy: int, max_
     by_real = {real: listing.stats.get(rel) for rel, real in listing.files}
     stats = {rel: st for rel, real in files.items() if (st := by_real.get(real)) is not None}
     states, hashes = rec.states, rec.hashes  # taken over: the notes outside `paths` stand as recorded
-    folders = tuple(f"{t}/" for t in tops if t not in states)  # (a recorded path is a file: nothing under it)
+    folders = tuple(f"{t}/" for t in tops if t not in states and rec.has_under(t))  # (recorded folders only)
     gone = {t for t in tops if t in states} | ({p for p in states if p.startswith(folders)} if folders else set())
     old = rec.take(sorted(gone))
     before = {p: r[6] for p, r in old.items()}

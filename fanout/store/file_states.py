@@ -84,12 +84,25 @@ class Record:
     total: int
     racy_paths: dict[int, set[str]] = field(default_factory=dict)  # `racy`'s answers, kept up to date
     taken: dict[str, tuple] = field(default_factory=dict)  # rows a scan took out (`take`), until `update`
+    folders: dict[str, int] = field(default_factory=dict)  # folder -> recorded paths under it (`has_under`)
 
     @classmethod
     def of(cls, states: dict[str, tuple]) -> Record:
         hashes = {p: r[6] for p, r in states.items() if r[6] is not None}
-        return cls(states, hashes, {p for p, r in states.items() if r[6] is None},
-                   stamps.content_sum(hashes.items()))
+        rec = cls(states, hashes, {p for p, r in states.items() if r[6] is None}, stamps.content_sum(hashes.items()))
+        for p in states:
+            rec._count(p, 1)
+        return rec
+
+    def has_under(self, folder: str) -> bool:
+        """Whether a recorded path lies under `folder` (a watch round's event for a new note costs no walk)."""
+        return self.folders.get(folder, 0) > 0
+
+    def _count(self, path: str, step: int) -> None:
+        at = path.find("/")
+        while at != -1:
+            self.folders[path[:at]] = self.folders.get(path[:at], 0) + step
+            at = path.find("/", at + 1)
 
     def take(self, paths: Iterable[str]) -> dict[str, tuple]:
         """Take the rows of `paths` out of `states` and `hashes` (a scan lists them again); returns them."""
@@ -106,6 +119,8 @@ class Record:
         for p in set(paths) | set(self.taken):
             was, new = self.taken.pop(p, None), self.states.get(p)
             differs = differs or was != new
+            if (was is None) != (new is None):
+                self._count(p, 1 if was is None else -1)
             self.hashes.pop(p, None)
             self.skipped.discard(p)
             if was is not None and was[6] is not None:
