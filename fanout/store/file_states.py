@@ -89,20 +89,16 @@ class Record:
     @classmethod
     def of(cls, states: dict[str, tuple]) -> Record:
         hashes = {p: r[6] for p, r in states.items() if r[6] is not None}
-        rec = cls(states, hashes, {p for p, r in states.items() if r[6] is None}, stamps.content_sum(hashes.items()))
+        folders: dict[str, int] = {}
         for p in states:
-            rec._count(p, 1)
-        return rec
+            _count(folders, p, 1)
+        return cls(states, hashes, {p for p, r in states.items() if r[6] is None}, stamps.content_sum(hashes.items()),
+                   folders=folders)
 
     def has_under(self, folder: str) -> bool:
         """Whether a recorded path lies under `folder` (a watch round's event for a new note costs no walk)."""
         return self.folders.get(folder, 0) > 0
 
-    def _count(self, path: str, step: int) -> None:
-        at = path.find("/")
-        while at != -1:
-            self.folders[path[:at]] = self.folders.get(path[:at], 0) + step
-            at = path.find("/", at + 1)
 
     def take(self, paths: Iterable[str]) -> dict[str, tuple]:
         """Take the rows of `paths` out of `states` and `hashes` (a scan lists them again); returns them."""
@@ -120,7 +116,7 @@ class Record:
             was, new = self.taken.pop(p, None), self.states.get(p)
             differs = differs or was != new
             if (was is None) != (new is None):
-                self._count(p, 1 if was is None else -1)
+                _count(self.folders, p, 1 if was is None else -1)
             self.hashes.pop(p, None)
             self.skipped.discard(p)
             if was is not None and was[6] is not None:
@@ -143,6 +139,14 @@ class Record:
         if racy_ns not in self.racy_paths:
             self.racy_paths[racy_ns] = {p for p, r in self.states.items() if _racy(r, racy_ns)}
         return set(self.racy_paths[racy_ns])
+
+
+def _count(folders: dict[str, int], path: str, step: int) -> None:
+    """Add `step` to the count of every folder above `path`."""
+    at = path.find("/")
+    while at != -1:
+        folders[path[:at]] = folders.get(path[:at], 0) + step
+        at = path.find("/", at + 1)
 
 
 def _racy(row: tuple, racy_ns: int) -> bool:
