@@ -159,3 +159,61 @@ def test_a_watch_round_killed_before_its_record_is_written_is_completed_by_the_n
     _write(vault / "n5.md", "# Five\n\nsourdough\n", stamp)
     assert index_vault(vault, db, "t", cfg, fake_runner, paths=["n5.md"]).embedded_notes == 1
     _check(vault, db, cfg)
+
+
+def _rows(db, cfg) -> tuple[list, list]:
+    """What the index holds: every chunk (path, text) and every documents row (path, content hash), sorted."""
+    col = Collection(str(db), "t", cfg)
+    col.refresh()
+    chunks = col.open_version(col.chunks_name, col.pinned[col.chunks_name]).to_table(columns=["path", "text"])
+    docs = col.open_version(col.documents_name, col.pinned[col.documents_name]).to_table(
+        columns=["path", "content_hash"])
+    return sorted(zip(*(chunks[c].to_pylist() for c in chunks.column_names))), \
+        sorted(zip(*(docs[c].to_pylist() for c in docs.column_names)))
+
+
+STEPS = ["half-written group", "fanout.pipelines.index.write_index", "fanout.pipelines.index.delete_notes",
+         "fanout.pipelines.index.compact", "fanout.pipelines.index.lance_fts",
+         "fanout.pipelines.index.write_query_files", "fanout.store.file_states.save"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_watch_round_killed_at_any_step_leaves_the_index_before_or_after_and_its_retry_completes_it(
+        tmp_path, cfg, fake_runner, monkeypatch, step):
+    import importlib
+
+    stamp = [time.time_ns() - 10**13]
+    vault, db = _vault(tmp_path / "v", stamp), tmp_path / "db"
+    cfg = cfg.replace(index={"compact_fragments": 0})  # every step runs in every round
+    index_vault(vault, db, "t", cfg, fake_runner)
+    _write(vault / "a/n1.md", "# One\n\nrestic snapshot\n", stamp)
+    index_vault(vault, db, "t", cfg, fake_runner, paths=["a/n1.md"])  # the record now has a delta
+    before = _rows(db, cfg)
+    _write(vault / "b/n3.md", "# Three\n\nmirror zfs\n", stamp)
+    (vault / "a/n2.md").unlink()
+    _write(vault / "c/new.md", "# New\n\nsourdough kvass\n", stamp)
+    given = ["b/n3.md", "a/n2.md", "c"]
+    index_vault(vault, tmp_path / "rebuilt", "t", cfg, fake_runner, rebuild=True)
+    after = _rows(tmp_path / "rebuilt", cfg)
+    module, name = ("fanout.pipelines.index", "write_index") if step == "half-written group" else step.rsplit(".", 1)
+    real = getattr(importlib.import_module(module), name)
+    calls = []
+
+    def dies(*a, **k):
+        calls.append(1)
+        if step == "half-written group":  # a group's chunks written, its documents rows not
+            col, chunks, docs, remove = a
+            real(col, chunks, docs.slice(0, 0), remove)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(module), name, dies)
+    with pytest.raises(KeyboardInterrupt):
+        index_vault(vault, db, "t", cfg, fake_runner, paths=given)
+    assert calls and _rows(db, cfg) in (before, after)
+    monkeypatch.setattr(importlib.import_module(module), name, real)
+    index_vault(vault, db, "t", cfg, fake_runner, paths=given)  # the watcher's retry
+    assert _rows(db, cfg) == after
+    _check(vault, db, cfg)
+    _write(vault / "n5.md", "# Five\n\ngarden\n", stamp)  # and the rounds after it
+    index_vault(vault, db, "t", cfg, fake_runner, paths=["n5.md"])
+    _check(vault, db, cfg)
