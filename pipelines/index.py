@@ -265,13 +265,10 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     if report is not None:
         report(0, chunks_all.num_rows)
     te = time.perf_counter()
-    wrote_any = False
-    paths = todo["path"].to_pylist()
+    wrote_any, written_rows, paths = False, 0, todo["path"].to_pylist()
     failed: list[dict] = []
     written: set[str] = set()
-    written_rows = 0
     pending: list[tuple[pa.Table, pa.Table, set[str]]] = []  # embedded groups not written yet
-    pending_bytes = 0
     flushed = time.perf_counter()
     groups = note_groups(paths, chunks_all, group, reuse)
     # one run (embed_groups): in-process one embedder call per group; on Ray one Dataset, groups back in order;
@@ -287,13 +284,12 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             embedded = add_filter_columns(add_fts_columns(vectors, part_notes, cfg.index.languages), part_notes)
             embedded = fit_vectors(embedded, cfg.index.vector_dim)
             pending.append((embedded, documents_table(part_notes, embedded), set(sel) & known))
-            pending_bytes += pending[-1][0].nbytes + pending[-1][1].nbytes
             wrote_any = True
             written_rows += embedded.num_rows
             written.update(ok)
             if time.perf_counter() - flushed >= cfg.index.write_every_s or \
-                    0 < cfg.index.write_every_mb <= pending_bytes / 2**20:
-                flushed, pending_bytes = _flush(col, pending), 0
+                    0 < cfg.index.write_every_mb <= sum(a.nbytes + b.nbytes for a, b, _ in pending) / 2**20:
+                flushed = _flush(col, pending)
         else:  # every note of the group failed: only remove their old rows
             for name in (col.chunks_name, col.documents_name):
                 if col.has(name):
