@@ -9,13 +9,12 @@ setup:
 # 2 workers: 3 and 4 were no faster on the shared 2-core box and cost up to 25% more CPU (docs/performance.md
 # "Test suite")
 PYTEST := PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -q
-# two passes: every test without a model or Ray on 2 workers, then the model and Ray tests one at a time: each
-# model already decodes on both cores (n_threads: 2, slower when oversubscribed), and a private local Ray's start
-# and kill checks want the box to themselves (test_ray_data's kill -9 test diffs /tmp's Ray folders)
+# two passes: every test without a model or Ray on 2 workers, then the Ray tests and the other model tests in two
+# pytest processes side by side (scripts/test_models_and_ray.sh says why and how)
 test: setup
 	bash scripts/test_deps.sh
 	$(PYTEST) -m "not model and not ray" -n 2
-	$(PYTEST) -m "model or ray"
+	bash scripts/test_models_and_ray.sh
 
 # every test that needs no model and no Ray and is not slow (pyproject.toml's markers), with no model installed,
 # on both cores: a contributor's loop

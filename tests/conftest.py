@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.support.once import held, run_folder
 from tests.support.vault import write_vault
 
 os.environ.setdefault("LANCEDB_LOG", "error")
@@ -46,23 +47,33 @@ def tiny_db(tmp_path_factory, tiny_vault, cfg, runner) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> SimpleNamespace:
-    """`fanout demo --db DIR` run once per session (it indexes the bundled sample vault with the local profile's
+    """`fanout demo --db DIR` run once per test run (it indexes the bundled sample vault with the local profile's
     real embedder through index_vault, as a test would): `code`, what it printed (`out`), its index folder (`db`,
     for tests/test_demo.py, which goes on using it) and `index`, a copy of that folder taken as the demo left it.
-    Other real-model tests copy `index` instead of embedding the sample vault again (the biggest model cost)."""
+    Other real-model tests copy `index` instead of embedding the sample vault again (the biggest model cost).
+    Where two pytest processes share a run (`make test`'s second pass), the first that needs it runs it and the
+    other waits for it (tests/support/once.py)."""
     import contextlib
     import io
+    import json
     import shutil
 
     from fanout.cli.main import main
 
-    base = tmp_path_factory.mktemp("demo")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(["demo", "--db", str(base / "demo-db")])
-    if code == 0:
-        shutil.copytree(base / "demo-db", base / "sample-index")
-    return SimpleNamespace(code=code, out=out.getvalue(), db=base / "demo-db", index=base / "sample-index")
+    base = run_folder(tmp_path_factory) / "demo"
+    with held(run_folder(tmp_path_factory) / "demo.lock"):
+        done = base / "run.json"
+        if not done.exists():
+            shutil.rmtree(base, ignore_errors=True)  # what a process that failed midway left
+            base.mkdir()
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = main(["demo", "--db", str(base / "demo-db")])
+            if code == 0:
+                shutil.copytree(base / "demo-db", base / "sample-index")
+            done.write_text(json.dumps({"code": code, "out": out.getvalue()}), encoding="utf-8")
+        run = json.loads(done.read_text(encoding="utf-8"))
+    return SimpleNamespace(code=run["code"], out=run["out"], db=base / "demo-db", index=base / "sample-index")
 
 
 # the fake model profile, one runner per test module (modules that need another fake config define their own)

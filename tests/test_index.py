@@ -4,6 +4,7 @@ import shutil
 import time
 
 import numpy as np
+import pytest
 from fanout.pipelines.index import index_vault
 
 from fanout.store.db import Collection
@@ -49,6 +50,7 @@ def test_bad_files_are_skipped_with_reasons(tmp_path, cfg, runner, tiny_vault):
     assert "skipped 4" in s.text() and "bad_yaml 1" in s.text()
 
 
+@pytest.mark.ray  # a private local Ray
 def test_ray_run_equals_in_process_run(tmp_path, cfg, tiny_vault, tiny_db):
     from fanout.exec.ray_runner import RayRunner
 

@@ -9,6 +9,7 @@ are fanout.actors and fanout.pipelines). Walks every import statement.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -46,9 +47,15 @@ def _files() -> dict[str, Path]:
     return mods
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per worker for all the tests here (read only)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -87,7 +94,7 @@ def test_only_the_runner_imports_ray():
 def _runtime_imports(path: Path, known: set[str]) -> set[str]:
     """The project modules a file imports at run time (function-level imports too; `if TYPE_CHECKING:`
     blocks left out: they never run)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
             and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING"
             for b in node.body for n in ast.walk(b)}
@@ -137,7 +144,7 @@ def test_no_stage_imports_another_stage():
     mods = _modules()
     stages = {m for m, f in mods.items() if m.startswith("fanout.pipelines.") and m not in COMPOSITIONS and any(
         isinstance(n, ast.ClassDef) and any(isinstance(b, ast.FunctionDef) and b.name == "__call__" for b in n.body)
-        for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"))))}
+        for n in ast.walk(_tree(f)))}
     bad = [f"{m} imports {o}" for m in sorted(stages) for o in sorted(_runtime_imports(mods[m], stages) - {m})]
     assert not bad, "stage modules importing stage modules:\n" + "\n".join(bad)
 
@@ -178,7 +185,7 @@ def test_lancedb_import_defers_the_namespace_client():
 def _all_imports(path: Path, known: set[str]) -> set[str]:
     """The project modules a file names in any import: module level, in functions and under TYPE_CHECKING."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
