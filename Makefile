@@ -21,7 +21,8 @@ test: setup
 test-fast:
 	@FANOUT_SETUP_SKIP_MODELS=1 bash scripts/setup.sh  # seconds when done; redoes the install when pyproject changed
 	@d=$$(mktemp -d); cp -r $${FANOUT_CACHE:-$$HOME/.cache/fanout}/cpu $$d/ 2>/dev/null || true; \
-	FANOUT_MODELS_OFFLINE=1 FANOUT_CACHE=$$d $(PYTEST) -m "not model and not ray and not slow" -n 2
+	FANOUT_MODELS_OFFLINE=1 FANOUT_CACHE=$$d $(PYTEST) -m "not model and not ray and not slow" -n 2; \
+	rc=$$?; rm -rf $$d; exit $$rc
 
 demo: setup
 	.venv/bin/fanout demo
