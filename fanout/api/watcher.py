@@ -15,7 +15,8 @@ The embedder is shared, not copied, and lent per call: a round runs beside searc
 takes the KnowledgeBase's lock only to publish the new version), and its embedding batches and a search's query
 embedding take turns on the one model (llama.cpp models are not thread-safe; a second copy would double its
 memory). A search never sees half a round: the round publishes its tables by writing the manifest last
-(fanout/store/manifest.py), and searches read the versions it pins (docs/performance.md#index-rounds). At its
+(fanout/store/manifest.py), and the KnowledgeBase's searches move to the new version once it is ready
+(fanout/api/next_version.py; a round counts as done then: `rounds`, `wait`). At its
 first idle tick the watcher loads what a writing round loads on first use (`KnowledgeBase.warm_index`), so the
 first save's round costs what later ones do (docs/performance.md#watch-mode).
 """
@@ -50,6 +51,9 @@ class Indexes(Protocol):
         ...
 
     def warm_index(self) -> None:
+        ...
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
         ...
 
 
@@ -196,6 +200,7 @@ class Watcher:
         self.events.rescan = False
         try:
             report = self.kb.index(self.vault, progress=self.progress if self.rounds == 0 else False, paths=paths)
+            self.kb.wait_ready()  # its version made ready for the searches (a round counts once it is searchable)
             if paths is None:
                 self.walked = time.monotonic()
         except Exception as e:  # noqa: BLE001 - logged; the watcher keeps going and retries
