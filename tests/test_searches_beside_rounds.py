@@ -1,6 +1,7 @@
 """Searches in threads while an index round runs in the same process (fake models): none waits for the round's
-scan, embedding or writes (only for the publish step, under the KnowledgeBase's lock), and their latency stays
-near its idle level, whether the embedder is pure Python or releases the GIL as llama.cpp does."""
+scan, embedding, writes or its version's query-file jobs (they serve the version before it until its own is ready,
+then move to it in one step: fanout/api/next_version.py), and their latency stays near its idle level, whether the
+embedder is pure Python or releases the GIL as llama.cpp does."""
 
 from __future__ import annotations
 
@@ -77,15 +78,18 @@ def test_searches_in_threads_beside_a_round_stay_near_their_idle_latency(tmp_pat
         th.start()
         t0 = time.perf_counter()
         rep = kb.index(vault)
+        assert kb.wait_ready(60)  # the window: the round and its version made ready (its query files' jobs)
         t1 = time.perf_counter()
         done.set()
         th.join()
     assert rep.embedded_notes == 60
-    during = [b - a for a, b in spans if t0 <= a and b <= t1]
+    during = [b - a for a, b in spans if t0 <= a <= t1]
     assert len(during) >= 10, f"only {len(during)} searches finished while the round ran ({t1 - t0:.2f} s)"
     # the issue's goal is p99 <= 2x idle (docs/performance.md#index-rounds, measured on a quiet box); a shared
-    # test box gets slack: the typical search stays near its idle latency and none waits for the round
+    # test box gets slack: the typical search and the tail stay near their idle latency (on a box at load 10,
+    # p99 during / idle came out 0.8-1.0x) and none waits for the round or its version's jobs
     assert _pct(during, 0.5) <= 3 * _pct(idle, 0.5) + 0.02, (sorted(during)[-5:], _pct(idle, 0.5))
+    assert _pct(during, 0.99) <= 3 * _pct(idle, 0.99) + 0.05, (sorted(during)[-5:], _pct(idle, 0.99))
     assert max(during) < max(0.5, 10 * _pct(idle, 0.99)), (max(during), _pct(idle, 0.99), t1 - t0)
 
 

@@ -127,29 +127,28 @@ class NextVersion:
             self._mine.pending = False
 
     def _ready(self, collection: str, service: SearchService | None) -> None:
-        prepared: dict[tuple[str, str], Any] = {}
-        tables: dict[str, int] = {}
+        held = self.serving.get((self.db, collection), {}).get("tables")
+        got: tuple[dict[tuple[str, str], Any], dict[str, int]] | None = None
         try:
-            got = ready_searchers(self.db, collection, self.cfg, service)
-            if got is not None:
-                prepared, tables = got
+            got = ready_searchers(self.db, collection, self.cfg, service, held)
         except Exception as e:  # noqa: BLE001 - the searches then reopen at the new version, as without this
             log.warning("making the new index version of %s ready failed (%s: %s); its next search opens it",
                         collection, type(e).__name__, e)
-            prepared = {}
+            got = {}, {}
         with self.lock:
-            if service is not None:
-                service.install(collection, prepared)  # (none prepared: its Searchers are dropped, reopened)
+            if service is not None and got is not None:
+                service.install(collection, got[0])  # (none prepared: its Searchers are dropped, reopened)
             self.release(collection)
-            if tables:
-                self.swapped[collection] = tables
+            if got is not None and got[1]:
+                self.swapped[collection] = got[1]
 
 
-def ready_searchers(db: str, collection: str, cfg: Config, service: SearchService | None
-                    ) -> tuple[dict[tuple[str, str], Any], dict[str, int]] | None:
+def ready_searchers(db: str, collection: str, cfg: Config, service: SearchService | None,
+                    held: dict[str, int] | None = None) -> tuple[dict[tuple[str, str], Any], dict[str, int]] | None:
     """New Searchers of `collection` at the stored manifest's version, for every mode `service` has open, once
-    the version's query-file jobs have ended: their pipelines built and one plain search run on each. None when
-    there is no index (nothing to make ready)."""
+    the version's query-file jobs have ended: their pipelines built and one plain search run on each, and that
+    version's tables. None when there is nothing to swap: no index, or the versions `held` (a round that
+    changed nothing)."""
     from fanout.pipelines.search import SearchOptions
     from fanout.store import fts_postings, vectors_file, version_files
     from fanout.store.db import Collection
@@ -158,6 +157,8 @@ def ready_searchers(db: str, collection: str, cfg: Config, service: SearchServic
     if col.stored_manifest() is None:
         return None
     found = col.refresh()
+    if held is not None and found.get("tables") == held:
+        return None
     ds = col.dataset(col.chunks_name)
     keys = (fts_postings.job_key(ds), vectors_file.job_key(ds))
     while any(version_files.pending(k) for k in keys):  # (a job may start the next one: a file's write)
