@@ -176,5 +176,19 @@ def ready_searchers(db: str, collection: str, cfg: Config, service: SearchServic
                 new.pipeline(opts)
             plain = SearchOptions(expand=False, rerank=False)
             new.search([{"id": "warm", "query": WARM_QUERY}], plain)
+            carry_memory(old, new)
             out[(name, mode)] = new
     return out, dict(col.pinned)
+
+
+def carry_memory(old: Any, new: Any) -> None:
+    """The chunk columns the old Searcher's stages had come to read whole into memory (fanout/store/
+    chunk_text.py's ski-rental rule) read now for the new version, not by a search some calls after the swap."""
+    from fanout.store import chunk_text
+
+    stages = new._stages  # (the stage instances by (class, kwargs): the same keys for the same config)
+    for key, stage in list(old._stages.items()):
+        col, twin = getattr(stage, "col", None), getattr(stages.get(key), "col", None)
+        if col is not None and twin is not None:
+            for columns in chunk_text.held_in_memory(col):
+                chunk_text.read_whole(twin, columns)
