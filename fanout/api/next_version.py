@@ -172,7 +172,7 @@ def ready_searchers(db: str, collection: str, cfg: Config, service: SearchServic
             if name != collection:
                 continue
             new = service.new_searcher(name, mode)
-            for opts in list(old._pipes):  # (the options its searches asked for: their pipelines)
+            for opts in old.built_options():  # (the options its searches asked for: their pipelines)
                 new.pipeline(opts)
             plain = SearchOptions(expand=False, rerank=False)
             new.search([{"id": "warm", "query": WARM_QUERY}], plain)
@@ -186,8 +186,8 @@ def carry_memory(old: Any, new: Any) -> None:
     chunk_text.py's ski-rental rule) read now for the new version, not by a search some calls after the swap."""
     from fanout.store import chunk_text
 
-    stages = new._stages  # (the stage instances by (class, kwargs): the same keys for the same config)
-    for key, stage in list(old._stages.items()):
+    stages = new.stage_instances()  # (by (class, kwargs): the same keys for the same config)
+    for key, stage in old.stage_instances().items():
         col, twin = getattr(stage, "col", None), getattr(stages.get(key), "col", None)
         if col is not None and twin is not None:
             for columns in chunk_text.held_in_memory(col):
