@@ -195,11 +195,12 @@ class Watcher:
 
     def _round(self, changes: list[tuple[str, str]]) -> bool:
         started, t0 = time.time(), time.perf_counter()
-        report, error = None, None
+        report, error, t1 = None, None, None
         paths = self._paths(changes)
         self.events.rescan = False
         try:
             report = self.kb.index(self.vault, progress=self.progress if self.rounds == 0 else False, paths=paths)
+            t1 = time.perf_counter()
             self.kb.wait_ready()  # its version made ready for the searches (a round counts once it is searchable)
             if paths is None:
                 self.walked = time.monotonic()
@@ -211,7 +212,7 @@ class Watcher:
         except Exception as e:  # noqa: BLE001 - the vault is gone: the next round says so
             log.warning("watch: cannot re-read %s (%s)", self.vault, e)
         r = WatchRound(number=self.rounds + 1, changes=tuple(changes), report=report, error=error,
-                       started=started, seconds=time.perf_counter() - t0)
+                       started=started, seconds=(t1 or time.perf_counter()) - t0)
         if error is not None:
             self.errors += 1
             self.walked = None  # its retry walks the whole vault
