@@ -150,6 +150,7 @@ class KnowledgeBase:
         with self.lock:
             runner = self._runner(job_mode(self.cfg, rows=0))
         shared = runner.kind == "inproc"  # (its models lent per call: Runner.role_lock; a Ray job holds the lock)
+        self._next.wait()  # (the last round's swap, which takes the lock)
         with self._indexing, (contextlib.nullcontext() if shared else self.lock):
             return self._next.round(self.collection, lambda: index_vault(
                 vault, self.db, self.collection, self.cfg, runner, progress=progress, rebuild=rebuild,
@@ -157,8 +158,7 @@ class KnowledgeBase:
                 forget=self.forget)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Wait until searches serve the version the last `index` published (made ready: fanout/api/next_version.py;
-        the thread that called `index` need not: its next search waits); False after `timeout` seconds."""
+        """Wait until searches serve the version the last `index` published; False after `timeout` seconds."""
         return self._next.wait(timeout)
 
     def warm_index(self) -> None:

@@ -85,8 +85,8 @@ class NextVersion:
         """`run()` (an index round of `collection`), the searches on the version they serve meanwhile when `hold`
         (then its version is made ready after it returns: `start`); else, or when it fails, the searches reopen
         at the stored manifest's version when it returns (`forget`)."""
-        self.wait()  # (the last round's swap first)
-        if hold:
+        if hold:  # (the last round's swap first; never under the lock, which the swap takes)
+            self.wait()
             with self.lock:
                 self.hold(collection)
         try:
