@@ -16,8 +16,8 @@ this venv): HEAD (commit first: edits not committed are not measured) and `--bas
   for a model, so the round lasts long enough to search through).
 Prints one table. The vault is written once under `--work` (kept, reused when it holds the same size).
 `--watch-only` (a size where the whole run does not fit, e.g. `--scale-notes 133000 --dim 64`): the first index and
-the watch rounds only (given the note's path), each round's CPU beside its wall, and the query files' jobs that run
-after it (waited for, timed apart). A baseline's `fanout.pipelines` and `fanout.actors` come from the editable
+the watch rounds only (given the note's path), each round's CPU beside its wall, the query files' jobs that run
+after it (waited for, timed apart), and the process's RSS after the rounds. A baseline's `fanout.pipelines` and `fanout.actors` come from the editable
 install of the interpreter that runs it: `--baseline-python CHECKOUT/.venv/bin/python` for that checkout's. `--template DIR` (with `--watch-only`): DIR/vault and DIR/db, a vault indexed
 before (by any version whose tables this one reads), copied for each version instead of a first index.
 """
@@ -48,6 +48,15 @@ def peak_rss_mb() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (VmRSS), MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def p99(xs: list[float]) -> float:
@@ -163,7 +172,7 @@ def watch_rounds(kb, vault: Path, notes: list[Path], args: argparse.Namespace, o
         wait()
         jobs.append(time.perf_counter() - t)
     out.update(one_note_paths_s=statistics.median(walls), one_note_paths_cpu_s=statistics.median(cpus),
-               jobs_after_s=statistics.median(jobs))
+               jobs_after_s=statistics.median(jobs), rounds_rss_mb=rss_mb())
     return out
 
 
@@ -241,6 +250,7 @@ def main() -> int:
             ("  given its path (a watch round), s", "one_note_paths_s", "{:.3f}"),
             ("    its CPU, s", "one_note_paths_cpu_s", "{:.3f}"),
             ("    then the query files' jobs, s", "jobs_after_s", "{:.3f}"),
+            ("  the process's RSS after those rounds, MB", "rounds_rss_mb", "{:.0f}"),
             ("search p99 idle, ms", "search_idle_p99_ms", "{:.1f}"),
             (f"search p99 during a {args.round_notes}-note round, ms", "search_round_p99_ms", "{:.1f}"),
             ("  that round, s / searches in it", None, ""), ]

@@ -29,7 +29,9 @@ from fanout.pipelines.write_index import (
     build_indexes,
     delete_notes,
     documents_table,
+    has_paths,
     plan_changes,
+    plan_touched,
     vector_index_reason,
     write_index,
 )
@@ -40,13 +42,8 @@ from fanout.exec.runner import Runner
 from fanout.filters import FILTER_COLUMNS
 from fanout.io.vault import RULE_FILES, resolve_vault, vault_paths
 from fanout.models.identity import model_identity
-from fanout.store import file_states, process_memory, storage
-from fanout.store.db import (
-    SCHEMA_VERSION,
-    Collection,
-    check_collection_name,
-    content_digest,
-)
+from fanout.store import file_states, process_memory, stamps, storage
+from fanout.store.db import SCHEMA_VERSION, Collection, check_collection_name
 from fanout.store.integrity import IndexStateError
 from fanout.store.locks import collection_lock
 from fanout.store.vectors import fit_vectors, has_vector_index, rederive_vectors, vector_dims
@@ -192,27 +189,33 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             rederived = f"{a} -> {b}" if a != b else ""
     # the stat fast path: only notes whose stat changed since the recorded run are read (a full check reads all)
     key = scan_key(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index)
-    known = None if rebuild or full_check else file_states.load(db_dir, collection, key, col.storage_cfg)
-    scan = scan_vault(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index, known=known,
+    record = None if rebuild or full_check else file_states.load(db_dir, collection, key, col.storage_cfg)
+    agreed = None if record is None else record.total  # (the scan takes the record's dicts over)
+    scan = scan_vault(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index, known=record,
                       racy_s=cfg.index.stat_racy_s, paths=only)
+    # a watch round whose record holds what the pinned index holds (the content sums agree) compares only the
+    # paths it listed: O(changed); any doubt (a killed round, a failed note, an older index) compares all
+    quick = agreed is not None and scan.touched is not None and not (rederived or damaged) and \
+        stamps.content_value(old.get("content")) == agreed and _at_manifest(col, old)
     existing = None
-    if not (rebuild or rederived or damaged) and scan.read_count == 0 and old.get("content") and \
-            old["content"] == content_digest(scan.hashes.items()) and _current(col, old, cfg):
+    if quick:
+        changed, deleted = plan_touched(scan.touched or set(), scan.hashes, scan.before)
+    elif not (rebuild or rederived or damaged) and scan.read_count == 0 and \
+            stamps.same_content(old.get("content"), scan.hashes.items()) and _current(col, old, cfg):
         # the pinned index holds exactly these notes with these hashes (the manifest's `content`): nothing to do,
         # nothing to read
-        if scan.changed_states:
-            file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)
+        _save_states(db_dir, collection, key, scan, col)
         return _unchanged(summary_of(scan, rederived, damaged), old, t0)
-    if not rebuild:
+    if not (rebuild or quick):
         with col.guard(col.documents_name):  # (Lance directly: lancedb's query iterates ~20x slower here)
             existing = col.open_version(col.documents_name).to_table(columns=["path", "content_hash"])
-    for _ in range(3):  # a note the record trusted but the index lacks (or holds another hash of) is read now
-        changed, deleted, _ = plan_changes(scan.hashes, existing)
+    for _ in range(0 if quick else 3):  # a note the record trusted but the index lacks (or holds another hash
+        changed, deleted, _ = plan_changes(scan.hashes, existing)  # of) is read now
         changed |= set(damaged) & set(scan.hashes)
         if not changed - set(scan.rows):
             break
         if scan.partial and changed - set(scan.rows) - set(scan.files):  # not listed: the whole walk lists it
-            scan = scan_vault(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index, known=known,
+            scan = scan_vault(vault, cfg.index.default_lang, cfg.index.max_note_mb, cfg.index, known=record,
                               racy_s=cfg.index.stat_racy_s)
             continue
         scan.read(changed - set(scan.rows))
@@ -221,8 +224,7 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     summary.rebuilt, summary.deleted = rebuild, len(deleted)
     if not (rebuild or rederived or changed or deleted) and _current(col, old, cfg):
         # nothing to write: the manifest already pins what the notes give (a killed round's tables would not be)
-        if scan.changed_states:
-            file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)
+        _save_states(db_dir, collection, key, scan, col)
         return _unchanged(summary, old, t0)
     notes = scan.notes
     scan.rows.clear()  # (the table holds them now: the bodies once, not twice)
@@ -233,12 +235,15 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
         col.drop(col.chunks_name)
         col.drop(col.documents_name)
         col.write_manifest({**manifest, "building": True})  # a killed rebuild resumes under the new manifest
-    known = set() if existing is None else set(existing["path"].to_pylist())  # notes with a documents row
+    # notes with a documents row (quick: those the record holds, as the index does)
+    known = {p for p in changed | deleted if scan.before.get(p) is not None} if quick else \
+        set() if existing is None else set(existing["path"].to_pylist())
     if not rebuild:
         # chunks of notes without a documents row (a run killed between a group's two writes) go in one delete,
         # so each group deletes only the rows of notes it replaces (a first index or a rebuild deletes nothing)
         orphans = changed - known
-        gone = deleted | (orphans if orphans and _has_paths(col, orphans) else set())
+        # (quick: the tables are the manifest's versions, which a killed round's orphans never are)
+        gone = deleted | (orphans if orphans and not quick and has_paths(col, orphans) else set())
         if gone:
             for name in (col.chunks_name, col.documents_name):
                 delete_notes(col, name, gone)
@@ -260,11 +265,9 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     if report is not None:
         report(0, chunks_all.num_rows)
     te = time.perf_counter()
-    wrote_any = False
-    paths = todo["path"].to_pylist()
+    wrote_any, written_rows, paths = False, 0, todo["path"].to_pylist()
     failed: list[dict] = []
     written: set[str] = set()
-    written_rows = 0
     pending: list[tuple[pa.Table, pa.Table, set[str]]] = []  # embedded groups not written yet
     flushed = time.perf_counter()
     groups = note_groups(paths, chunks_all, group, reuse)
@@ -284,7 +287,8 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
             wrote_any = True
             written_rows += embedded.num_rows
             written.update(ok)
-            if time.perf_counter() - flushed >= cfg.index.write_every_s:
+            if time.perf_counter() - flushed >= cfg.index.write_every_s or \
+                    0 < cfg.index.write_every_mb <= sum(a.nbytes + b.nbytes for a, b, _ in pending) / 2**20:
                 flushed = _flush(col, pending)
         else:  # every note of the group failed: only remove their old rows
             for name in (col.chunks_name, col.documents_name):
@@ -328,14 +332,18 @@ def _index_vault(vault: str | Path, db_dir: str | Path, collection: str, cfg: Co
     # what answers depend on (index_stamp), not the table versions: the documents table holds every note scanned
     # except those that failed now (content_key reads it back)
     gone = {f["path"] for f in failed}
-    manifest["content"] = content_digest((p, h) for p, h in scan.hashes.items() if p not in gone)
+    if quick and agreed is not None:  # the pinned index's sum, less the rows this round replaced or removed, plus those it wrote
+        total = agreed - stamps.content_sum((p, h) for p in changed | deleted if (h := scan.before.get(p)) is not None)
+        manifest["content"] = stamps.content_text(total + stamps.content_sum((p, scan.hashes[p]) for p in changed - gone))
+    else:
+        manifest["content"] = stamps.content_digest((p, h) for p, h in scan.hashes.items() if p not in gone)
     manifest["tables"] = col.table_versions()  # readers check out exactly these versions (Collection.refresh)
     if col.has(col.chunks_name):  # before the versions are published: their first search maps them
         # a round's files are made after it returns (a rebuild's before: every process would build its own)
         write_query_files(db_dir, collection, cfg, manifest["tables"], background=True,
                        later=not (rebuild or rederived))
     col.write_manifest(manifest)
-    file_states.save(db_dir, collection, key, _states_table(scan), col.storage_cfg)  # after the commit it records
+    _save_states(db_dir, collection, key, scan, col, always=True)  # after the commit it records
     return summary
 
 
@@ -348,12 +356,6 @@ def _flush(col: Collection, pending: list[tuple[pa.Table, pa.Table, set[str]]]) 
                     set().union(*(p[2] for p in pending)))
         pending.clear()
     return time.perf_counter()
-
-
-def _has_paths(col: Collection, paths: set[str]) -> bool:
-    """Whether the chunks table holds a row of any of `paths` (one read of its path column)."""
-    t = col.open_version(col.chunks_name).to_table(columns=["path"])
-    return bool(pc.any(pc.is_in(t["path"], pa.array(sorted(paths), pa.string()))).as_py())
 
 
 def summary_of(scan: VaultScan, rederived: str, damaged: list[str]) -> IndexReport:
@@ -374,18 +376,23 @@ def _unchanged(summary: IndexReport, old: dict, t0: float) -> IndexReport:
     return summary
 
 
-def _states_table(scan: VaultScan) -> pa.Table:
-    rows = [scan.states[p] for p in sorted(scan.states)]
-    names = file_states.FILE_STATES.names
-    return pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}, schema=file_states.FILE_STATES)
+def _save_states(db_dir: str | Path, collection: str, key: str, scan: VaultScan, col: Collection,
+                 always: bool = False) -> None:
+    """Record the scan's file states (a partial scan's: its `touched` rows), or hand the record back unchanged."""
+    if not (always or scan.changed_states or scan.touched is not None):
+        return file_states.keep(db_dir, collection)
+    file_states.save(db_dir, collection, key, scan.states, col.storage_cfg, changed=scan.touched)
+
+
+def _at_manifest(col: Collection, old: dict) -> bool:
+    """Whether the manifest `old` pins the latest table versions of a finished run."""
+    return not old.get("building") and isinstance(old.get("tables"), dict) and old["tables"] == col.table_versions()
 
 
 def _current(col: Collection, old: dict, cfg: Config) -> bool:
     """Whether the manifest `old` pins the latest table versions of a finished run (no rebuild in progress, no
     vector index due): then a run that changes no note has nothing to do."""
-    if old.get("building") or not isinstance(old.get("tables"), dict):
-        return False
-    if old["tables"] != col.table_versions():
+    if not _at_manifest(col, old):
         return False
     chunks = col.open_version(col.chunks_name)  # (Lance itself: an unchanged run never imports lancedb)
     vi = old.get("vector_index") if has_vector_index(chunks) else None

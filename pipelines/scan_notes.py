@@ -36,6 +36,7 @@ from fanout.io.vault import (
     too_long,
 )
 from fanout.schemas import NOTES, SKIPPED
+from fanout.store.file_states import Record
 from fanout.text import detect_lang, nfc
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,8 @@ class VaultScan:
     trusted: int = 0  # files whose hash came from the record (stat unchanged)
     changed_states: bool = False  # the states differ from the record they were loaded from
     partial: bool = False  # listed only some paths (scan_vault's `paths`): the record stands for the rest
+    touched: set[str] | None = None  # partial: the paths whose state may differ from the record (None: all)
+    before: dict[str, str | None] = field(default_factory=dict)  # partial: their recorded hashes (None: skipped)
     max_bytes: int = 0
     default_lang: str = "auto"
     limits: IndexConfig | None = None
@@ -285,28 +288,29 @@ class VaultScan:
 
 
 def scan_vault(vault: str | Path, default_lang: str = "auto", max_note_mb: float = 20.0,
-               limits: IndexConfig | None = None, known: pa.Table | None = None, racy_s: float = 2.0,
+               limits: IndexConfig | None = None, known: Record | pa.Table | None = None, racy_s: float = 2.0,
                paths: set[str] | None = None) -> VaultScan:
     """List a vault's notes and read those not `known`: the stat fast path of `fanout index`.
 
-    `known` (FILE_STATES, fanout/store/file_states.py): a note whose size, mtime_ns, inode and ctime_ns are the
-    recorded ones is not read; its recorded hash (or skip reason) stands. A record taken within `racy_s` of the
-    file's own mtime or ctime is not trusted (a write in the same clock tick as the read keeps the stat: git's
-    "racy" case): the file is read again. None reads every note (a full check). Everything else as scan_notes.
+    `known` (fanout/store/file_states.py's Record, or its FILE_STATES rows): a note whose size, mtime_ns, inode
+    and ctime_ns are the recorded ones is not read; its recorded hash (or skip reason) stands. A record taken
+    within `racy_s` of the file's mtime or ctime is not trusted (a write in the clock tick of the read keeps the
+    stat: git's "racy" case): the file is read again. None reads every note (a full check). Else as scan_notes.
 
     `paths` (vault-relative, NFC, with `known`; a watch round's events): only those paths (a note, or a folder
     and all under it) and the record's racy entries are listed and stat'ed; every other note keeps its record
-    as it is. The scan is `partial`: its `skipped` and `ignored` name only what it listed, plus the record's
-    skipped notes. Without a record it is a whole scan.
+    as it is; the scan takes the record's dicts over (O(paths), not O(notes)). The scan is `partial`: `skipped`
+    and `ignored` name only what it listed, plus the record's skipped notes; `touched`: the paths whose state
+    may differ from the record, `before`: their recorded hashes. Without a record it is a whole scan.
     """
     max_bytes = int(max_note_mb * 1e6)
     racy = int(racy_s * 1e9)
-    old: dict[str, tuple] = {}
-    if known is not None and known.num_rows:
+    if isinstance(known, pa.Table):
         cols = [known[c].to_pylist() for c in known.column_names]
-        old = {r[0]: r for r in zip(*cols)}
+        known = Record.of({r[0]: r for r in zip(*cols)})
     if paths is not None and known is not None:
-        return _scan_paths(vault, paths, old, racy, max_bytes, default_lang, limits)
+        return _scan_paths(vault, paths, known, racy, max_bytes, default_lang, limits)
+    old = {} if known is None else known.states
     listing = list_notes(vault, max_bytes=max_bytes)
     files = dict(_distinct_paths(listing.files, listing.skipped))  # (adds duplicate names to the skipped)
     skips = {s["path"]: s for s in listing.skipped}
@@ -333,7 +337,7 @@ def _check_states(scan: VaultScan, old: dict[str, tuple], racy: int) -> None:
                 scan.skips[rel] = {"path": rel, "reason": rec[7], "detail": rec[8]}
             continue
         scan.read_file(rel)
-    if set(old) != set(scan.states):
+    if any(p not in scan.states for p in old):  # (a state not in `old` comes from a read: changed already)
         scan.changed_states = True
     for s in scan.skips.values():
         log.debug("skipped %s: %s (%s)", s["path"], s["reason"], s["detail"])
@@ -341,41 +345,35 @@ def _check_states(scan: VaultScan, old: dict[str, tuple], racy: int) -> None:
 
 def _under(rel: str, tops: set[str]) -> bool:
     """Whether `rel` is one of `tops` or under one of them."""
-    if rel in tops:
-        return True
     at = rel.find("/")
     while at != -1:
         if rel[:at] in tops:
             return True
         at = rel.find("/", at + 1)
-    return False
+    return rel in tops
 
 
-def _scan_paths(vault: str | Path, paths: set[str], old: dict[str, tuple], racy: int, max_bytes: int,
+def _scan_paths(vault: str | Path, paths: set[str], rec: Record, racy: int, max_bytes: int,
                 default_lang: str, limits: IndexConfig | None) -> VaultScan:
     """`scan_vault` limited to `paths` (see there): the record stands for every note outside them."""
     # the record's racy entries (read within `racy` of their own change) are checked as a whole walk would
-    racy_paths = {rel for rel, rec in old.items() if not rec[5] - racy > max(rec[2], rec[4])}
-    every = set(paths) | racy_paths
+    every = set(paths) | rec.racy(racy)
     tops = [t for t in sorted(every) if not _under(t.rpartition("/")[0], every)]  # (none under another)
     listing = list_notes(vault, max_bytes=max_bytes, only=set(tops))
     files = dict(_distinct_paths(listing.files, listing.skipped))
     by_real = {real: listing.stats.get(rel) for rel, real in listing.files}
     stats = {rel: st for rel, real in files.items() if (st := by_real.get(real)) is not None}
-    scan = VaultScan(root=str(Path(vault).expanduser().resolve()), files=files, stats=stats,
-                     skips={s["path"]: s for s in listing.skipped}, ignored=list(listing.ignored),
-                     max_bytes=max_bytes, default_lang=default_lang, limits=limits)
-    scan.partial = True
-    listed = set(tops)
-    for rel, rec in old.items():  # the notes outside `paths`: as recorded
-        if _under(rel, listed):
-            continue
-        scan.states[rel] = rec
-        scan.trusted += 1
-        if rec[6] is not None:
-            scan.hashes[rel] = rec[6]
-        else:
-            scan.skips[rel] = {"path": rel, "reason": rec[7], "detail": rec[8]}
+    states, hashes = rec.states, rec.hashes  # taken over: the notes outside `paths` stand as recorded
+    folders = tuple(f"{t}/" for t in tops if t not in states and rec.has_under(t))  # (recorded folders only)
+    gone = {t for t in tops if t in states} | ({p for p in states if p.startswith(folders)} if folders else set())
+    old = rec.take(sorted(gone))
+    before = {p: r[6] for p, r in old.items()}
+    skips = {s["path"]: s for s in listing.skipped}
+    skips.update({p: {"path": p, "reason": states[p][7], "detail": states[p][8]} for p in rec.skipped - gone})
+    scan = VaultScan(root=str(Path(vault).expanduser().resolve()), files=files, stats=stats, states=states,
+                     hashes=hashes, skips=skips, ignored=list(listing.ignored), max_bytes=max_bytes,
+                     default_lang=default_lang, limits=limits, trusted=len(states), partial=True,
+                     touched=gone | set(files), before=before)
     _check_states(scan, old, racy)
     return scan
 

@@ -45,6 +45,19 @@ def plan_changes(notes: pa.Table | dict[str, str], existing: pa.Table | None) ->
     return changed, deleted, set(scanned) - changed
 
 
+def plan_touched(touched: set[str], hashes: dict[str, str], before: dict[str, str | None]) -> tuple[set[str], set[str]]:
+    """`plan_changes` of a watch round whose record holds what the index holds: only the `touched` paths can
+    differ (`hashes`: the scan's, `before`: the record's). Returns (new_or_changed, deleted) paths."""
+    changed = {p for p in touched if p in hashes and hashes[p] != before.get(p)}
+    return changed, {p for p, h in before.items() if h is not None and p not in hashes}
+
+
+def has_paths(col: Collection, paths: set[str]) -> bool:
+    """Whether the chunks table holds a row of any of `paths` (one read of its path column)."""
+    t = col.open_version(col.chunks_name).to_table(columns=["path"])
+    return bool(pc.any(pc.is_in(t["path"], pa.array(sorted(paths), pa.string()))).as_py())
+
+
 def add_fts_columns(chunks: pa.Table, notes: pa.Table, languages: tuple[str, ...]) -> pa.Table:
     """Add body_<lang>, title_<lang>, heading_<lang> columns (NULL unless the chunk is in that language).
 

@@ -131,6 +131,9 @@ class IndexConfig:
     # write embedded notes at least this often, one write per table: a killed run loses at most this much
     # work, and a fast embedder's groups do not each cost a version and a fragment. 0 = one write per group
     write_every_s: float = 10.0
+    # and as soon as the embedded groups waiting for their write hold this many MB: a fast embedder filled up to
+    # write_every_s of them, the largest part of a first index's memory peak. 0 = no size bound
+    write_every_mb: int = 64
     # glibc malloc arenas an index run lets this process use (M_ARENA_MAX; 0 = glibc's default, 8 a core; the
     # MALLOC_ARENA_MAX variable wins): Lance's writer and index threads each filled an arena of their own and
     # kept it, ~500 MB of a 60,000-chunk first index's 1.9 GB peak (docs/performance.md#index-rounds)
@@ -182,7 +185,7 @@ class IndexConfig:
             _check(lang in known, f"index.languages: unknown language {lang!r}; known: {sorted(known)}")
         _check(self.max_note_mb > 0, f"index.max_note_mb must be > 0, got {self.max_note_mb}")
         _at_least("index", self, 0, "stat_racy_s", "fts_rebuild_share", "compact_fragments", "write_every_s",
-                  "malloc_arenas", "query_files_share")
+                  "write_every_mb", "malloc_arenas", "query_files_share")
         _at_least("index", self, 1, "front_matter_max_depth", "front_matter_max_chars", "max_field_chars")
         kinds = ["IVF_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_PQ", "IVF_RQ", "IVF_SQ"]
         _check(self.vector_index_type in kinds,

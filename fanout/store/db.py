@@ -22,7 +22,7 @@ os.environ.setdefault("LANCEDB_LOG", "error")  # Lance warns on stderr for every
 
 import pyarrow as pa
 
-from fanout.store import manifest, served_versions, storage
+from fanout.store import manifest, process_memory, served_versions, storage
 from fanout.store.collection_search import Searches
 from fanout.store.integrity import (
     IndexMissing,
@@ -303,7 +303,7 @@ class Collection(WriteGuard, Searches):
         self.write_manifest(m)
         return True
 
-    def verify(self, batch_rows: int = 8192, paths: set[str] | None = None) -> tuple[int, list[str]]:
+    def verify(self, batch_rows: int = 2048, paths: set[str] | None = None) -> tuple[int, list[str]]:
         """Read every row of chunks and documents (`paths`: only the rows of those notes, e.g. what a run just
         wrote); returns (rows checked, paths with damaged vectors).
 
@@ -320,10 +320,9 @@ class Collection(WriteGuard, Searches):
             if not self.has(name):
                 continue
             with self.guard(name):
-                tbl = self.db.open_table(name)
+                ds = self.open_version(name)  # (the latest: what this run wrote; Lance's scan, its read-ahead bounded)
                 for where in wheres:
-                    q = tbl.search() if where is None else tbl.search().where(where)
-                    for batch in q.limit(None).to_batches(batch_rows):
+                    for batch in ds.to_batches(filter=where, **{**process_memory.LEAN_SCAN, "batch_size": batch_rows}):
                         rows += batch.num_rows
                         if name == self.chunks_name and "vector" in batch.schema.names:
                             for i in bad_vector_rows(batch.column("vector")):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from fanout.store import row_filter, vectors_file, version_files
+from fanout.store import process_memory, row_filter, vectors_file, version_files
 from fanout.store.vector_topk import top_k
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True, s
         ids = np.empty(len(vec), np.int64)
         damaged = np.empty(len(vec), bool)
         at = 0
-        for b in ds.to_batches(columns=[column], with_row_id=True, batch_size=8192):  # no second whole copy
+        for b in ds.to_batches(columns=[column], with_row_id=True, **process_memory.LEAN_SCAN):  # no second whole copy
             n = b.num_rows
             vec[at:at + n], damaged[at:at + n] = _unit(b.column(column), dim)
             ids[at:at + n] = b.column("_rowid").to_numpy()

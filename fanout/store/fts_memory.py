@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fanout.store import process_memory
 from fanout.store.fts_index_meta import index_meta, updated_since
 
 if TYPE_CHECKING:
@@ -283,7 +284,7 @@ def memory_column(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColum
     if isinstance(got, str):
         return _skip(ds, column, got)
     args, meta, st = got
-    t = ds.to_table(columns=[column], with_row_id=True)
+    t = ds.to_table(columns=[column], with_row_id=True, **process_memory.LEAN_SCAN)
     at = np.searchsorted(ids, t["_rowid"].to_numpy())
     if len(ids) != t.num_rows or not (ids[np.minimum(at, len(ids) - 1)] == t["_rowid"].to_numpy()).all():
         return _skip(ds, column, "rows differ from the pinned row ids")

@@ -4,6 +4,7 @@ a batch's stages share (`tag_batch`, `pin_batch`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -49,7 +50,7 @@ def index_stamp(name: str, manifest: dict[str, Any]) -> str:
 
 
 def content_key(col: Collection) -> str | None:
-    """A hash of the indexed notes (every path and its content hash, in path order): what answers depend on,
+    """A digest of the indexed notes (every path and its content hash, `content_digest`): what answers depend on,
     unchanged by `fanout optimize` (the manifest's `content`, fanout.store.db.index_stamp)."""
 
     if not col.has(col.documents_name):
@@ -58,15 +59,63 @@ def content_key(col: Collection) -> str | None:
     return content_digest(zip(t["path"].to_pylist(), t["content_hash"].to_pylist()))
 
 
-def content_digest(pairs) -> str:
+CONTENT_PREFIX = "sum:"  # what marks the summed digest (an index of older fanout holds a sorted hash: no prefix)
+_MOD = 1 << 256
+
+
+def content_term(path: str, digest: str) -> int:
+    """One note's part of the content digest: sha256 of its path and content hash, as a number."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{path}\0{digest}\n".encode("utf-8", "surrogateescape")).digest(), "big")
+
+
+def content_sum(pairs: Iterable[tuple[str, str]]) -> int:
+    """The sum of `content_term` over (path, content hash) pairs, mod 2^256."""
+    return sum(content_term(p, h) for p, h in pairs) % _MOD
+
+
+def content_text(total: int) -> str:
+    """The manifest's `content` of a `content_sum`."""
+    return f"{CONTENT_PREFIX}{total % _MOD:064x}"
+
+
+def content_value(text: object) -> int | None:
+    """The sum a manifest's `content` holds; None for another form (an older fanout's sorted hash, or none)."""
+    if not isinstance(text, str) or not text.startswith(CONTENT_PREFIX):
+        return None
+    try:
+        return int(text[len(CONTENT_PREFIX):], 16)
+    except ValueError:
+        return None
+
+
+def content_digest(pairs: Iterable[tuple[str, str]]) -> str:
     """The `content` key of (path, content hash) pairs (`content_key`): what an index run compares its scan with
-    to see, without reading the documents table, that the pinned index holds exactly these notes."""
+    to see, without reading the documents table, that the pinned index holds exactly these notes.
+
+    A sum of one hash per pair (mod 2^256), so a round adds and removes the notes it changed in O(changed)
+    (pipelines/index.py) instead of hashing every path again; the order of the pairs does not matter. It tells
+    an index from another by accident, not against someone who crafts notes to collide (not a signature)."""
+    return content_text(content_sum(pairs))
+
+
+def legacy_content_digest(pairs: Iterable[tuple[str, str]]) -> str:
+    """The `content` an older fanout wrote (a sha256 over the sorted pairs): an index it made is still recognised
+    as unchanged, and gets the summed form at its next round that writes (never re-embedded)."""
     import hashlib
 
     h = hashlib.sha256()
     for path, digest in sorted(pairs):
         h.update(f"{path}\0{digest}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
+
+
+def same_content(content: object, pairs: Iterable[tuple[str, str]]) -> bool:
+    """Whether a manifest's `content` is the digest of `pairs`, in either form (an older fanout's sorted hash)."""
+    if not content:
+        return False
+    return content == (content_digest if content_value(content) is not None else legacy_content_digest)(pairs)
 
 
 INDEX_VERSIONS = "_index"  # batch column: the table versions the first index stage pinned (JSON)
