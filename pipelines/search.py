@@ -206,6 +206,14 @@ class Searcher:
                 del self._stages[key]
         return self._pipes[opts]
 
+    def built_options(self) -> list[SearchOptions]:
+        """The options its pipelines are built for (least recently used first)."""
+        return list(self._pipes)
+
+    def stage_instances(self) -> dict:
+        """Its stage instances by (class, kwargs), shared by its pipelines (a copy)."""
+        return dict(self._stages)
+
     def cache_stats(self) -> dict[str, dict[str, int]]:
         hits: dict[str, int] = {}
         misses: dict[str, int] = {}

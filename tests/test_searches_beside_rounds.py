@@ -1,6 +1,7 @@
 """Searches in threads while an index round runs in the same process (fake models): none waits for the round's
-scan, embedding or writes (only for the publish step, under the KnowledgeBase's lock), and their latency stays
-near its idle level, whether the embedder is pure Python or releases the GIL as llama.cpp does."""
+scan, embedding, writes or its version's query-file jobs (they serve the version before it until its own is ready,
+then move to it in one step: fanout/api/next_version.py), and their latency stays near its idle level, whether the
+embedder is pure Python or releases the GIL as llama.cpp does."""
 
 from __future__ import annotations
 
@@ -77,13 +78,57 @@ def test_searches_in_threads_beside_a_round_stay_near_their_idle_latency(tmp_pat
         th.start()
         t0 = time.perf_counter()
         rep = kb.index(vault)
+        assert kb.wait_ready(60)  # the window: the round and its version made ready (its query files' jobs)
         t1 = time.perf_counter()
         done.set()
         th.join()
     assert rep.embedded_notes == 60
-    during = [b - a for a, b in spans if t0 <= a and b <= t1]
+    during = [b - a for a, b in spans if t0 <= a <= t1]
     assert len(during) >= 10, f"only {len(during)} searches finished while the round ran ({t1 - t0:.2f} s)"
     # the issue's goal is p99 <= 2x idle (docs/performance.md#index-rounds, measured on a quiet box); a shared
-    # test box gets slack: the typical search stays near its idle latency and none waits for the round
+    # test box gets slack: the typical search and the tail stay near their idle latency (on a box at load 10,
+    # p99 during / idle came out 0.8-1.0x) and none waits for the round or its version's jobs
     assert _pct(during, 0.5) <= 3 * _pct(idle, 0.5) + 0.02, (sorted(during)[-5:], _pct(idle, 0.5))
+    assert _pct(during, 0.99) <= 3 * _pct(idle, 0.99) + 0.05, (sorted(during)[-5:], _pct(idle, 0.99))
     assert max(during) < max(0.5, 10 * _pct(idle, 0.99)), (max(during), _pct(idle, 0.99), t1 - t0)
+
+
+def test_searches_serve_the_version_before_a_round_until_its_own_is_ready(tmp_path, fake_cfg):
+    """A round's new version reaches this KnowledgeBase's searches in one step, once ready: other threads' searches
+    see the old notes until then (never a job's wait), the caller's own next search and `wait_ready` the new ones,
+    and the answers after the swap are those a fresh KnowledgeBase gives (the swap changes no result)."""
+    rnd = random.Random(3)
+    vault, db = tmp_path / "v", tmp_path / "db"
+    vault.mkdir()
+    stamp = [time.time_ns() - 10**13]
+    for i in range(40):
+        _write(vault / f"n{i}.md", _note(rnd), stamp)
+    cfg = fake_cfg.replace(index={"stat_racy_s": 0})
+    with fanout.open(db, "t", cfg) as kb:
+        kb.index(vault)
+        assert list(kb.search("zebra", mode="search")) == []
+        _write(vault / "zebra.md", "# Zebra\n\nzebra stripes\n", stamp)
+        seen: list[int] = []
+        done = threading.Event()
+
+        def searching() -> None:
+            while not done.is_set():
+                seen.append(len(kb.search("zebra", mode="search")))
+
+        th = threading.Thread(target=searching)
+        th.start()
+        try:
+            rep = kb.index(vault)
+            assert list(kb.search("zebra", mode="search"))  # the caller's own next search: the new version
+            assert kb.wait_ready(60)
+            after = len(seen)
+            time.sleep(0.2)
+        finally:
+            done.set()
+            th.join()
+        assert rep.embedded_notes == 1 and seen and seen[-1] == 1 and all(n == 1 for n in seen[after + 1:])
+        assert set(seen) <= {0, 1} and seen == sorted(seen)  # old notes, then new ones: one step, never back
+        for mode in ("search", "query", "vsearch"):
+            got = list(kb.search("zebra stripes", mode=mode))
+            with fanout.open(db, "t", cfg) as fresh:
+                assert got == list(fresh.search("zebra stripes", mode=mode)), mode

@@ -27,6 +27,9 @@ class CountingService:
     def forget(self, collections):
         self.open -= set(collections)
 
+    def serves_older(self, names):  # (a round's new version not served yet: never here)
+        return False
+
 
 def test_repeats_come_from_memory_until_the_index_changes(tmp_path):
     mf = tmp_path / "t.manifest.json"

@@ -129,6 +129,9 @@ def test_the_index_state_of_an_s3_db(s3_cfg):
         def forget(self, names):
             self.opened -= set(names)
 
+        def serves_older(self, names):  # (a round's new version not served yet: never here)
+            return False
+
     db = "s3://fanout-serve/db"
     mf = f"{db}/t.manifest.json"
     storage.write_text(mf, '{"tables": {"t_chunks": 1}}', s3_cfg.storage)
@@ -159,6 +162,9 @@ def test_an_answer_from_memory_does_not_wait_for_a_search(tmp_path):
 
         def forget(self, names):
             pass
+
+        def serves_older(self, names):  # (a round's new version not served yet: never here)
+            return False
 
         def answer(self, req):  # a SearchRequest: the server parsed the JSON
             with self.lock:

@@ -5,11 +5,10 @@ one response; this module holds the runners, the service and the lock). One code
 `fanout query` runs, `batch` is `fanout batch` (the same resumable job, the same output), `expand` is
 `fanout expand`.
 
-Thread safety: one KnowledgeBase may be shared by threads; its calls run one at a time (a lock), because the
-in-process models (llama.cpp) are not thread-safe, except `index` (and a watcher's rounds): it runs beside
-searches, which read the index version published before it, and takes the lock only to publish its own; the
-models are lent per call (one call of a model at a time). For parallel throughput give many queries to one `batch`
-call (it fans out over Ray when that pays), or open one KnowledgeBase per thread (each loads its own models).
+Thread safety: one KnowledgeBase may be shared by threads; its calls run one at a time (a lock: llama.cpp models
+are not thread-safe), except `index` (and a watcher's rounds): it runs beside searches, which serve the version
+before it until its own is ready (fanout/api/next_version.py), its models lent per call. For throughput give many
+queries to one `batch` call (Ray when that pays), or open one KnowledgeBase per thread (each loads its models).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from fanout.api.batch_rows import Rows, column_name, input_file
 from fanout.api.checks import check_count, check_flag, resolve_config, runner_mode
+from fanout.api.next_version import NextVersion
 from fanout.api.types import BatchResult, Hits, Note, as_path
 from fanout.config import Config
 from fanout.errors import RequestError, UserError
@@ -67,9 +67,9 @@ class KnowledgeBase:
             from fanout.exec.runner_mode import job_mode
 
             mode = job_mode(self.cfg, rows=1)  # the runner its searches ask for
-            self._runners[mode] = lent
-            self._borrowed.add(mode)
+            self._runners[mode], self._borrowed = lent, {mode}
         self._service: SearchService | None = None
+        self._next = NextVersion(self.db, self.cfg, self.lock)  # the version searches serve during a round
         self._watchers: list[Watcher] = []  # started by `watch`; `close` stops them
         self._closed = False
 
@@ -84,6 +84,7 @@ class KnowledgeBase:
         """Stop its watchers, release the models and stages; a Ray session fanout started for a job ends here."""
         for w in self._watchers:  # first: a round in progress finishes
             w.stop()
+        self._next.wait()  # (its swap takes the lock)
         with self._indexing, self.lock:
             for mode, r in self._runners.items():
                 if mode not in self._borrowed:
@@ -136,7 +137,10 @@ class KnowledgeBase:
         deleted, or either side of a rename or folder move): only they are stat'ed and read, every other note
         keeps what the last run recorded of it (a watch round passes its events). The result is the whole
         walk's; the report's `skipped`/`ignored` then name only what was listed. The whole vault is walked when
-        there is no record yet. A path outside the vault raises UserError."""
+        there is no record yet. A path outside the vault raises UserError.
+
+        Returns when the round is done; searches from other threads serve the previous version until the new
+        one is ready (`wait_ready`), the caller's own next search waits for it."""
         from fanout.exec.runner_mode import job_mode
         from fanout.pipelines.index import index_vault
 
@@ -145,20 +149,21 @@ class KnowledgeBase:
         progress = progress if callable(progress) else check_flag(progress, "progress")
         with self.lock:
             runner = self._runner(job_mode(self.cfg, rows=0))
-        # searches go on meanwhile: they read the versions the manifest pins, which the run replaces last, and
-        # an in-process runner lends its models per call (Runner.role_lock); only the swap to the new version
-        # takes the lock. A Ray runner's job holds it throughout, as before
-        shared = runner.kind == "inproc"
+        shared = runner.kind == "inproc"  # (its models lent per call: Runner.role_lock; a Ray job holds the lock)
+        self._next.wait()  # (the last round's swap, which takes the lock)
         with self._indexing, (contextlib.nullcontext() if shared else self.lock):
-            rep = index_vault(vault, self.db, self.collection, self.cfg, runner, progress=progress,
-                              rebuild=rebuild, full_check=full_check, paths=paths)
-        with self.lock:
-            self.forget([self.collection])  # its next search pins the new index version (others stay open)
-        return rep
+            return self._next.round(self.collection, lambda: index_vault(
+                vault, self.db, self.collection, self.cfg, runner, progress=progress, rebuild=rebuild,
+                full_check=full_check, paths=paths), hold=shared and not rebuild, service=lambda: self._service,
+                forget=self.forget)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until searches serve the version the last `index` published; False after `timeout` seconds."""
+        return self._next.wait(timeout)
 
     def warm_index(self) -> None:
-        """Load now what an `index` run that writes loads on first use: lancedb (its import: 1-5 s on 2 cores),
-        pyarrow.parquet, the embedder and its tokenizer. A watcher calls it once idle, so a save pays none of it."""
+        """Load what a writing `index` run loads on first use (lancedb: 1-5 s on 2 cores, pyarrow.parquet, the
+        embedder, its tokenizer): a watcher calls it once idle, so a save pays none of it."""
         from fanout.exec.runner_mode import job_mode
 
         with self.lock:
@@ -218,7 +223,7 @@ class KnowledgeBase:
                                  **{k: v for k, v in fields.items() if v is not None}}
         if mode == "query":
             given.update(expand=expand, rerank=rerank)
-        with self.lock:
+        with self._next.searching():
             svc = self._svc()
             resp = svc.run(svc.parse(given))  # the arguments checked as `fanout serve` checks its JSON
         if resp["errors"]:
@@ -228,18 +233,17 @@ class KnowledgeBase:
         return Hits.from_response(resp, query)
 
     def answer(self, request: SearchRequest | Mapping[str, Any]) -> SearchResponse:
-        """One search request -> the JSON-ready response the CLI prints and the server sends (results, errors,
-        timings, expansion). `request`: a `SearchRequest`, or the JSON object `fanout serve` takes (mode,
-        collections, query, agent fields, n, min_score, filter, expand, rerank, explain, full, line_numbers,
-        sections), parsed into one. Raises RequestError for a malformed request; a bad query comes back as an
-        error in `errors`."""
-        with self.lock:
+        """One search request -> the JSON-ready response the CLI prints and the server sends (results, errors, timings,
+        expansion). `request`: a `SearchRequest`, or the JSON object `fanout serve` takes (mode, collections, query,
+        agent fields, n, min_score, filter, expand, rerank, explain, full, line_numbers, sections), parsed into one.
+        Raises RequestError for a malformed request; a bad query comes back as an error in `errors`."""
+        with self._next.searching():
             return self._svc().run(request)
 
     def warm(self, collections: list[str] | tuple[str, ...] = ()) -> None:
-        """Open the searchers of `collections` and load the in-process embedder now, so the first request pays
-        neither (a missing index or a model mismatch of those collections is raised here)."""
-        with self.lock:
+        """Open the searchers of `collections` and load the in-process embedder now, so the first request pays neither
+        (a missing index or a model mismatch of those collections is raised here)."""
+        with self._next.searching():
             svc = self._svc()
             for name in collections:
                 svc.searcher(name, "query")
@@ -250,11 +254,14 @@ class KnowledgeBase:
         """The collections whose searchers are open now (what `forget` drops)."""
         return self._service.opened if self._service is not None else set()
 
+    def serves_older(self, collections: Iterable[str]) -> bool:  # (before its round's version is ready)
+        return any(self._next.holds(n) for n in collections)
+
     def forget(self, collections: list[str] | tuple[str, ...] | set[str]) -> None:
-        """Drop what is open for `collections` (re-indexed or removed since): the next request reopens them at
-        the index version their manifest pins then. A long-lived server calls it when a manifest changes."""
-        if self._service is not None:
-            self._service.forget(set(collections))
+        """Drop what is open for `collections` (re-indexed or removed since; not those a swap is due for or brought in
+        at the pinned versions: fanout/api/next_version.py): the next request reopens them at the manifest's."""
+        if self._service is not None and (names := {n for n in collections if not self._next.keeps(n)}):
+            self._service.forget(names)
 
     # -- batch --------------------------------------------------------------------------------------------------
     def batch(self, rows: Rows, *, out: str | os.PathLike | None = None, n: int = 10, min_score: float = 0.0,
@@ -264,20 +271,19 @@ class KnowledgeBase:
               id_column: str | None = None, keep_columns: bool = True) -> BatchResult:
         """Answer many queries: what `fanout batch` does, with the same output.
 
-        `rows`: a pa.Table, a pandas DataFrame, a list of dicts (each with `query`, optional `id`, the agent
-        fields, `filter`), or the path/URI of a JSONL, CSV or parquet file. A bad row becomes an error row
-        (its id, field and reason) and never stops the others. `out`: a .parquet/.jsonl/.csv path or URI to
-        write (resumable: the same call after a kill redoes only the unfinished rows); None keeps the answers
-        in memory. `runner`: "inproc", "ray" (Ray Data; a running Ray session or cluster is used), or "auto"
-        (the config's rule: Ray for big jobs on big machines). `sections`: each page's N best sections as a
-        `sections` list column (parquet; JSON text in CSV; a `sections` list per result in JSONL), one row per
-        page as without. `progress`: a bar on stderr.
+        `rows`: a pa.Table, a pandas DataFrame, a list of dicts (each with `query`, optional `id`, the agent fields,
+        `filter`), or the path/URI of a JSONL, CSV or parquet file. A bad row becomes an error row (its id, field and
+        reason) and never stops the others. `out`: a .parquet/.jsonl/.csv path or URI to write (resumable: the same
+        call after a kill redoes only the unfinished rows); None keeps the answers in memory. `runner`: "inproc",
+        "ray" (Ray Data; a running Ray session or cluster is used), or "auto" (the config's rule: Ray for big jobs on
+        big machines). `sections`: each page's N best sections as a `sections` list column (parquet; JSON text in CSV;
+        a `sections` list per result in JSONL), one row per page as without. `progress`: a bar on stderr.
 
-        In-memory rows (a table, a DataFrame, a list of dicts, or a list of query strings) may name their
-        query column (`query_column`) and id column (`id_column`, else `id` when there is one, else one is
-        made per row: `row-N`); with `keep_columns` their other columns come back on every answer row of
-        `to_arrow()` / `to_pandas()` (matched by id; the `out` file keeps `fanout batch`'s columns). A table
-        without the query column, or whose columns collide with the answers' own, is refused before any work.
+        In-memory rows (a table, a DataFrame, a list of dicts, or a list of query strings) may name their query column
+        (`query_column`) and id column (`id_column`, else `id` when there is one, else one is made per row: `row-N`);
+        with `keep_columns` their other columns come back on every answer row of `to_arrow()` / `to_pandas()` (matched
+        by id; the `out` file keeps `fanout batch`'s columns). A table without the query column, or whose columns
+        collide with the answers' own, is refused before any work.
         """
         from fanout.api.requests import check_min_score, check_sections
         from fanout.exec.progress import Progress
@@ -305,11 +311,8 @@ class KnowledgeBase:
             mode = job_mode(self.cfg, runner_mode(runner), rows=n_rows, path=src)
             runner_ = self._runner(mode)
             searcher = Searcher(self.db, self.collection, self.cfg, runner_)
-            if progress:
-                with Progress("batch", "query") as bar:
-                    st = run_batch(src, dest, searcher, opts, on_slice=bar)
-            else:
-                st = run_batch(src, dest, searcher, opts)
+            with (Progress("batch", "query") if progress else contextlib.nullcontext()) as bar:
+                st = run_batch(src, dest, searcher, opts, on_slice=bar)
             if out is not None:
                 return BatchResult(out=dest, stats=st, storage=self.cfg.storage, extra=extra)
             from fanout.io.batch_output import read_output

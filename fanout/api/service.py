@@ -38,15 +38,31 @@ class SearchService:
         self.lock = threading.Lock()  # one search at a time: llama.cpp models are not thread-safe
 
     def searcher(self, collection: str, mode: str) -> Searcher:
-        from fanout.pipelines.search import Searcher
-
         if mode not in MODES:
             raise RequestError(f"unknown search mode {mode!r}; choose one of {sorted(MODES)}")
         key = (collection, mode)
         if key not in self._searchers:
-            cfg = self.cfg.replace(**MODES[mode]) if MODES[mode] else self.cfg
-            self._searchers[key] = Searcher(self.db, collection, cfg, self.runner)
+            self._searchers[key] = self.new_searcher(collection, mode)
         return self._searchers[key]
+
+    def new_searcher(self, collection: str, mode: str) -> Searcher:
+        """A Searcher of `collection` in `mode`, not kept (`searcher` keeps one; fanout/api/next_version.py
+        prepares one for a swap)."""
+        from fanout.pipelines.search import Searcher
+
+        cfg = self.cfg.replace(**MODES[mode]) if MODES[mode] else self.cfg
+        return Searcher(self.db, collection, cfg, self.runner)
+
+    def opened_searchers(self) -> dict[tuple[str, str], Searcher]:
+        """The open Searchers by (collection, mode) (a copy)."""
+        return dict(self._searchers)
+
+    def install(self, collection: str, searchers: dict[tuple[str, str], Searcher]) -> None:
+        """Replace the open Searchers of `collection` by `searchers` (made ready at a new index version)."""
+        with self.lock:
+            for key in [k for k in self._searchers if k[0] == collection]:
+                del self._searchers[key]
+            self._searchers.update(searchers)
 
     @property
     def opened(self) -> set[str]:

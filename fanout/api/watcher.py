@@ -15,7 +15,8 @@ The embedder is shared, not copied, and lent per call: a round runs beside searc
 takes the KnowledgeBase's lock only to publish the new version), and its embedding batches and a search's query
 embedding take turns on the one model (llama.cpp models are not thread-safe; a second copy would double its
 memory). A search never sees half a round: the round publishes its tables by writing the manifest last
-(fanout/store/manifest.py), and searches read the versions it pins (docs/performance.md#index-rounds). At its
+(fanout/store/manifest.py), and the KnowledgeBase's searches move to the new version once it is ready
+(fanout/api/next_version.py; a round counts as done then: `rounds`, `wait`). At its
 first idle tick the watcher loads what a writing round loads on first use (`KnowledgeBase.warm_index`), so the
 first save's round costs what later ones do (docs/performance.md#watch-mode).
 """
@@ -50,6 +51,9 @@ class Indexes(Protocol):
         ...
 
     def warm_index(self) -> None:
+        ...
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
         ...
 
 
@@ -191,11 +195,13 @@ class Watcher:
 
     def _round(self, changes: list[tuple[str, str]]) -> bool:
         started, t0 = time.time(), time.perf_counter()
-        report, error = None, None
+        report, error, t1 = None, None, None
         paths = self._paths(changes)
         self.events.rescan = False
         try:
             report = self.kb.index(self.vault, progress=self.progress if self.rounds == 0 else False, paths=paths)
+            t1 = time.perf_counter()
+            self.kb.wait_ready()  # its version made ready for the searches (a round counts once it is searchable)
             if paths is None:
                 self.walked = time.monotonic()
         except Exception as e:  # noqa: BLE001 - logged; the watcher keeps going and retries
@@ -206,7 +212,7 @@ class Watcher:
         except Exception as e:  # noqa: BLE001 - the vault is gone: the next round says so
             log.warning("watch: cannot re-read %s (%s)", self.vault, e)
         r = WatchRound(number=self.rounds + 1, changes=tuple(changes), report=report, error=error,
-                       started=started, seconds=time.perf_counter() - t0)
+                       started=started, seconds=(t1 or time.perf_counter()) - t0)
         if error is not None:
             self.errors += 1
             self.walked = None  # its retry walks the whole vault

@@ -129,8 +129,11 @@ class App:
     def search(self, ticket: Ticket) -> SearchResponse:
         """Search (one at a time: the KnowledgeBase's lock) and remember the answer under `lookup`'s ticket."""
         self._reopen()
+        # (states read while a collection still serves the version before its manifest's, its round's new one
+        # being made ready: fanout/api/next_version.py, are not what the answer comes from: not remembered)
+        held = ticket.key is not None and self.kb.serves_older(ticket.names)
         resp = self.kb.answer(ticket.request)
-        if ticket.key is not None and not resp.get("errors"):
+        if ticket.key is not None and not held and not resp.get("errors"):
             key, names, states = ticket.key, ticket.names, ticket.states
             with self._answers_lock:
                 if all(self.stamps.get(n) == s for n, s in zip(names, states)):  # not re-indexed meanwhile

@@ -54,19 +54,10 @@ def rows_by_chunk_id(col: Collection, chunk_ids: list[str], columns: list[str]) 
     if not len(pos):
         return []
     r = col.cfg.retrieve if col.cfg is not None else None
-    state = col.memo(("chunk_text", tuple(columns)), lambda: {"spent": 0.0, "table": None})
+    state = _state(col, columns)
     if state["table"] is None and r is not None and r.text_memory_rows and len(ids) <= r.text_memory_rows \
             and state["spent"] >= r.text_memory_after * READ_S_PER_ROW * len(ids):
-        with col.guard(col.chunks_name):
-            t = col.dataset(col.chunks_name).to_table(columns=columns, with_row_id=True)
-        rid = t["_rowid"].to_numpy()
-        if len(rid) == len(ids) and (np.diff(rid) > 0).all():  # read in row-id order (as Lance reads): no copy
-            if np.array_equal(rid, ids):  # the same rows as the map (one version); one chunk per column:
-                state["table"] = t.select(columns).combine_chunks()  # a take from 900 chunks costs 10x
-        else:
-            order = np.argsort(rid, kind="stable")
-            if np.array_equal(rid[order], ids):
-                state["table"] = t.select(columns).take(pa.array(order)).combine_chunks()
+        _read_whole(col, columns, ids, state)
     if state["table"] is not None:
         return state["table"].take(pa.array(pos)).to_pylist()
     t0 = time.process_time()
@@ -74,6 +65,40 @@ def rows_by_chunk_id(col: Collection, chunk_ids: list[str], columns: list[str]) 
         out = take_rows(col.dataset(col.chunks_name), ids[pos], columns).to_pylist()
     state["spent"] += time.process_time() - t0
     return out
+
+
+def _state(col: Collection, columns: list[str]) -> dict:
+    return col.memo(("chunk_text", tuple(columns)), lambda: {"spent": 0.0, "table": None})
+
+
+def _read_whole(col: Collection, columns: list[str], ids: np.ndarray, state: dict) -> None:
+    """Every row's `columns` of the pinned version read once and kept in `state` (in `ids`' order)."""
+    with col.guard(col.chunks_name):
+        t = col.dataset(col.chunks_name).to_table(columns=columns, with_row_id=True)
+    rid = t["_rowid"].to_numpy()
+    if len(rid) == len(ids) and (np.diff(rid) > 0).all():  # read in row-id order (as Lance reads): no copy
+        if np.array_equal(rid, ids):  # the same rows as the map (one version); one chunk per column:
+            state["table"] = t.select(columns).combine_chunks()  # a take from 900 chunks costs 10x
+    else:
+        order = np.argsort(rid, kind="stable")
+        if np.array_equal(rid[order], ids):
+            state["table"] = t.select(columns).take(pa.array(order)).combine_chunks()
+
+
+def held_in_memory(col: Collection) -> list[list[str]]:
+    """The column sets `rows_by_chunk_id` reads from memory on `col`'s pinned version (read whole)."""
+    return [list(k[1]) for k, v in list(col.derived.items())
+            if isinstance(k, tuple) and k and k[0] == "chunk_text" and v["table"] is not None]
+
+
+def read_whole(col: Collection, columns: list[str]) -> None:
+    """Read now every row's `columns` of `col`'s pinned version, as `rows_by_chunk_id` does once their reads by
+    row id have cost as much (a new version's Searchers, made ready before they serve: fanout/api/
+    next_version.py, when the version before had come to it: the same rule would pay it again there)."""
+    got = chunk_positions(col)
+    state = _state(col, columns)
+    if got is not None and state["table"] is None:
+        _read_whole(col, columns, got[1], state)
 
 
 def memory_bytes(col: Collection) -> int:

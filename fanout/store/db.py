@@ -22,7 +22,7 @@ os.environ.setdefault("LANCEDB_LOG", "error")  # Lance warns on stderr for every
 
 import pyarrow as pa
 
-from fanout.store import manifest, process_memory, storage
+from fanout.store import manifest, process_memory, served_versions, storage
 from fanout.store.collection_search import Searches
 from fanout.store.integrity import (
     IndexMissing,
@@ -252,9 +252,11 @@ class Collection(WriteGuard, Searches):
         `fanout index` writes the manifest last, with the chunks/documents versions it completed, so every
         read of a request (vector, full text, snippets, titles, aliases, documents) sees one consistent
         index, and a re-index in progress is invisible until it finishes. When the versions change, the
-        handles are reopened and derived state (`memo`) is dropped. Returns the checked manifest.
+        handles are reopened and derived state (`memo`) is dropped. Returns the checked manifest (within a
+        KnowledgeBase's search whose round's new version is not ready yet, the one it still serves:
+        fanout/store/served_versions.py).
         """
-        found = self.require()
+        found = served_versions.served(self.db_dir, self.name) or self.require()
         self.pin({k: v for k, v in (found.get("tables") or {}).items()
                   if k in (self.chunks_name, self.documents_name)})
         return found
