@@ -78,7 +78,7 @@ def _postings(m):
 
 
 def test_an_index_older_than_the_rows_serves_the_rows_scores_as_a_rebuilt_index_does(tmp_path):
-    from fanout.store.fts_memory import updated_column
+    from fanout.store.fts_delta import updated_column
 
     ds, rnd = _dataset(tmp_path, n=60)
     before_ids = _ids(ds)

@@ -21,8 +21,8 @@ exactly the pinned rows, the same document and token counts as the rows give (an
 itself: `memory_column` returns None and says why at debug level). An index built before rows were added or
 deleted (an index round updates Lance's index only past `index.fts_rebuild_share`, pipelines/index.py) lends its
 tokenizer only: the scores are those of the pinned rows, what a rebuild of the index gives (Lance's own search
-of such an index counts the deleted rows in N and avgdl until it is rebuilt). `updated_column` brings one
-version's postings to the next by tokenizing only the rows added (fanout/store/fts_postings.py `ensure`).
+of such an index counts the deleted rows in N and avgdl until it is rebuilt). fanout/store/fts_delta.py brings
+one version's postings to the next by tokenizing only the rows added (fanout/store/fts_postings.py `ensure`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import itertools
 import logging
 import math
 import threading
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -68,29 +67,103 @@ STRIDE = 16
 _SCRATCH = threading.local()  # this thread's float32 array of every row (`_sums_top`), zeros between calls
 
 
-class MemoryColumn:
-    """One FTS column's postings: token -> slice of `rows` (positions in the pinned rows, ascending) and of
-    `freq` (the token's term frequency in each of those rows). A token's float32 BM25 contribution to each of its
-    rows is computed from them at its first use in this process (`_contrib`, elementwise as a build computes
-    them, so the same bits) and kept: a new version's postings are written without recomputing every
-    contribution (N and avgdl change with every added or deleted row). `contrib`, when given, are those
-    contributions for every posting (the query-side tests' columns)."""
+class Column:
+    """What a search reads of one FTS column's postings (`top`): each token's rows (positions in the pinned rows,
+    ascending) and their float32 BM25 contributions, computed at a token's first use in this process from its
+    term frequencies and the rows' token counts (elementwise as a build computes them: the same bits) and kept.
+    `MemoryColumn` holds them as one run per token; fanout/store/fts_delta.py's `DeltaColumn` as an older
+    version's runs plus the rows added since. Subclasses give `_token`, `_contrib` and `dl`."""
+
+    tokenize_args: dict[str, Any]
+    n_rows: int
+
+    def _setup(self, tokenize_args: dict[str, Any], n_rows: int, full_bytes: int) -> None:
+        self.tokenize_args, self.n_rows = tokenize_args, n_rows
+        self.analyzer = tuple(sorted(tokenize_args.items()))  # columns with equal ones tokenize a query alike
+        self._norm: np.ndarray | None = None  # per row: k1 (1 - b + b dl / avgdl) (`_stats`)
+        self._n_docs = 0
+        self._contribs: dict[Any, np.ndarray] = {}  # token key -> that token's contributions (`_contrib`)
+        self._full: dict[Any, np.ndarray] = {}  # token key -> a frequent token's contributions, every row
+        self._full_left = full_bytes  # bytes those arrays may still take
+
+    @property
+    def dl(self) -> np.ndarray:
+        """Each row's token count (uint32)."""
+        raise NotImplementedError
+
+    def _token(self, token: str) -> tuple[Any, np.ndarray] | None:
+        """(a key of `token`'s postings for `_contrib`, its rows), None when no row holds it."""
+        raise NotImplementedError
+
+    def _contrib(self, key: Any, keep: bool = True) -> np.ndarray:
+        """The contributions of the token `key` (kept once computed, unless not `keep`)."""
+        raise NotImplementedError
+
+    def _stats(self) -> tuple[np.ndarray, int]:
+        """(norm per row, N): BM25's statistics of exactly these rows (N and avgdl count the rows with a token),
+        as Lance scores a freshly built index; computed at the first use (two threads may both: the same)."""
+        if self._norm is None:
+            dl = self.dl
+            n_docs = int(np.count_nonzero(dl))
+            total = int(dl.sum(dtype=np.int64))
+            avgdl = np.float32(total) / np.float32(n_docs) if n_docs else np.float32(1)
+            self._n_docs = n_docs
+            self._norm = K1 * (np.float32(1) - B + B * dl.astype(np.float32) / avgdl)
+        return self._norm, self._n_docs
+
+    def _computed(self, key: Any, freq: np.ndarray, rows: np.ndarray, keep: bool) -> np.ndarray:
+        """The contributions of a token in `rows` with term frequencies `freq` (kept under `key` if `keep`)."""
+        norm, n_docs = self._stats()
+        got = (_idf(len(rows), n_docs) * _weight(freq, norm[rows])).astype(np.float32)
+        if keep:
+            self._contribs[key] = got
+        return got
+
+    def top(self, tokens: list[str], k: int, allowed: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(positions, scores) of this column's top k for the query's tokens, None when none matches;
+        `allowed` (a bool per row): a prefilter, the top k of the rows it keeps (the statistics stay the
+        whole column's, as Lance's prefiltered search keeps them)."""
+        hits = [h for t in tokens if (h := self._token(t)) is not None]
+        if not hits:
+            return None
+        if len(hits) == 1:
+            key, cand = hits[0]
+            score = self._contrib(key)
+            if allowed is not None:
+                keep = allowed[cand]
+                cand, score = cand[keep], score[keep]
+            return topk(cand, score, k) if len(cand) else None
+        full = [self._full_row(key, r) if len(r) * DENSE_RATIO >= self.n_rows else None for key, r in hits]
+        return _sums_top(self._contrib, hits, full, self.n_rows, k, allowed)
+
+    def _full_row(self, key: Any, rows: np.ndarray) -> np.ndarray | None:
+        """The contributions of the token `key` (in `rows`) as an array of every row (0 where it is not), built
+        at its first use while the budget lasts (None after; two threads may both build one: the same)."""
+        got = self._full.get(key)
+        if got is None and self._full_left >= 4 * self.n_rows:
+            self._full_left -= 4 * self.n_rows
+            got = np.zeros(self.n_rows, np.float32)
+            got[rows] = self._contrib(key, keep=False)
+            self._full[key] = got
+        return got
+
+
+class MemoryColumn(Column):
+    """One FTS column's postings as one run per token: token -> slice of `rows` (positions in the pinned rows,
+    ascending) and of `freq` (the token's term frequency in each of those rows). `contrib`, when given, are the
+    contributions of every posting (the query-side tests' columns)."""
 
     def __init__(self, tokenize_args: dict[str, Any], slices: dict[str, tuple[int, int]], rows: np.ndarray,
                  contrib: np.ndarray | None, n_rows: int, freq: np.ndarray | None = None,
                  dl: np.ndarray | None = None):
         if contrib is None and freq is None:
             raise ValueError("postings need their contributions or their term frequencies")
-        self.tokenize_args, self.slices, self.rows, self.n_rows = tokenize_args, slices, rows, n_rows
+        self._setup(tokenize_args, n_rows, 2 * rows.nbytes)
+        self.slices, self.rows = slices, rows
         self.freq = freq  # each posting's term frequency (what the contributions are computed from)
         self._given = contrib
         self._dl = dl  # per row: its token count (the sum of its postings' freq), kept once known (`dl`)
-        self.analyzer = tuple(sorted(tokenize_args.items()))  # columns with equal ones tokenize a query alike
-        self._norm: np.ndarray | None = None  # per row: k1 (1 - b + b dl / avgdl) (`_stats`)
-        self._n_docs = 0
-        self._contribs: dict[int, np.ndarray] = {}  # slice start -> that token's contributions (`_contrib`)
-        self._full: dict[int, np.ndarray] = {}  # slice start -> a frequent token's contributions, every row
-        self._full_left = 2 * rows.nbytes  # bytes those arrays may still take
 
     @property
     def contrib(self) -> np.ndarray:
@@ -121,58 +194,18 @@ class MemoryColumn:
             self._dl = got.astype(np.uint32)
         return self._dl
 
-    def _stats(self) -> tuple[np.ndarray, int]:
-        """(norm per row, N): BM25's statistics of exactly these rows (N and avgdl count the rows with a token),
-        as Lance scores a freshly built index; computed at the first use (two threads may both: the same)."""
-        if self._norm is None:
-            dl = self.dl
-            n_docs = int(np.count_nonzero(dl))
-            total = int(dl.sum(dtype=np.int64))
-            avgdl = np.float32(total) / np.float32(n_docs) if n_docs else np.float32(1)
-            self._n_docs = n_docs
-            self._norm = K1 * (np.float32(1) - B + B * dl.astype(np.float32) / avgdl)
-        return self._norm, self._n_docs
+    def _token(self, token: str) -> tuple[Any, np.ndarray] | None:
+        got = self.slices.get(token)
+        return None if got is None else (got, self.rows[got[0]:got[1]])
 
-    def _contrib(self, s: int, e: int, keep: bool = True) -> np.ndarray:
-        """The contributions of the token at rows[s:e] (kept once computed, unless not `keep`)."""
+    def _contrib(self, key: Any, keep: bool = True) -> np.ndarray:
+        s, e = key
         if self._given is not None:
             return self._given[s:e]
-        got = self._contribs.get(s)
+        got = self._contribs.get(key)
         if got is None:
-            norm, n_docs = self._stats()
             assert self.freq is not None  # no contributions given: built from the frequencies
-            got = (_idf(e - s, n_docs) * _weight(self.freq[s:e], norm[self.rows[s:e]])).astype(np.float32)
-            if keep:
-                self._contribs[s] = got
-        return got
-
-    def top(self, tokens: list[str], k: int, allowed: np.ndarray | None = None
-            ) -> tuple[np.ndarray, np.ndarray] | None:
-        """(positions, scores) of this column's top k for the query's tokens, None when none matches;
-        `allowed` (a bool per row): a prefilter, the top k of the rows it keeps (the statistics stay the
-        whole column's, as Lance's prefiltered search keeps them)."""
-        hits = [self.slices[t] for t in tokens if t in self.slices]
-        if not hits:
-            return None
-        if len(hits) == 1:
-            s, e = hits[0]
-            cand, score = self.rows[s:e], self._contrib(s, e)
-            if allowed is not None:
-                keep = allowed[cand]
-                cand, score = cand[keep], score[keep]
-            return topk(cand, score, k) if len(cand) else None
-        full = [self._full_row(s, e) if (e - s) * DENSE_RATIO >= self.n_rows else None for s, e in hits]
-        return _sums_top(self.rows, self._contrib, hits, full, self.n_rows, k, allowed)
-
-    def _full_row(self, s: int, e: int) -> np.ndarray | None:
-        """The contributions of the token at rows[s:e] as an array of every row (0 where it is not), built
-        at its first use while the budget lasts (None after; two threads may both build one: the same)."""
-        got = self._full.get(s)
-        if got is None and self._full_left >= 4 * self.n_rows:
-            self._full_left -= 4 * self.n_rows
-            got = np.zeros(self.n_rows, np.float32)
-            got[self.rows[s:e]] = self._contrib(s, e, keep=False)
-            self._full[s] = got
+            got = self._computed(key, self.freq[s:e], self.rows[s:e], keep)
         return got
 
 
@@ -182,27 +215,27 @@ def _weight(freq: np.ndarray, norm: np.ndarray) -> np.ndarray:
     return (K1 + np.float32(1)) * f / (f + norm)
 
 
-def _sums_top(rows: np.ndarray, contrib: Callable[[int, int], np.ndarray], hits: list[tuple[int, int]],
+def _sums_top(contrib: Callable[[Any], np.ndarray], hits: list[tuple[Any, np.ndarray]],
               full: list[np.ndarray | None], n_rows: int, k: int, allowed: np.ndarray | None
               ) -> tuple[np.ndarray, np.ndarray] | None:
-    """`MemoryColumn.top` of several postings slices: their float32 sums per row, added up in this thread's
-    array of every row (reused: all zeros between calls, so no allocation and no page faults per call), then
-    the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, else None
-    (`contrib(s, e)` gives them for its rows)."""
+    """`Column.top` of several tokens' postings ((key, rows) each): their float32 sums per row, added up in this
+    thread's array of every row (reused: all zeros between calls, so no allocation and no page faults per call),
+    then the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, else None
+    (`contrib(key)` gives them for its rows)."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None or len(buf) < n_rows:
         buf = _SCRATCH.buf = np.zeros(n_rows, np.float32)
     buf = buf[:n_rows]
     try:
-        for (s, e), f in zip(hits, full):  # one float32 add per query token, in query order (Lance's sums,
-            # to the bit)
+        for (key, rows), f in zip(hits, full):  # one float32 add per query token, in query order (Lance's
+            # sums, to the bit)
             if f is not None:  # + 0.0 where the token is not: the sum unchanged
                 np.add(buf, f, out=buf)
             else:  # a token's rows are distinct: add.at adds what `buf[r] += c` adds, faster
-                np.add.at(buf, rows[s:e], contrib(s, e))
-        if (sum(e - s for s, e in hits) + SPARSE_BASE) * SPARSE_RATIO < n_rows:
-            # few rows: their union (each slice is ascending), cheaper than a pass over every row
-            srt = np.sort(np.concatenate([rows[s:e] for s, e in hits]))
+                np.add.at(buf, rows, contrib(key))
+        if (sum(len(r) for _, r in hits) + SPARSE_BASE) * SPARSE_RATIO < n_rows:
+            # few rows: their union (each token's rows are ascending), cheaper than a pass over every row
+            srt = np.sort(np.concatenate([r for _, r in hits]))
             first = np.empty(len(srt), bool)
             first[0] = True
             np.not_equal(srt[1:], srt[:-1], out=first[1:])
@@ -250,7 +283,7 @@ def _kth(score: np.ndarray, k: int) -> np.float32:
     return np.partition(score, len(score) - k)[len(score) - k]
 
 
-def search(columns: list[MemoryColumn], boosts: list[float], text: str, k: int, allowed: np.ndarray | None = None
+def search(columns: list[Column], boosts: list[float], text: str, k: int, allowed: np.ndarray | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
     """One MultiMatch query over `columns`: (positions, float32 scores), best first, at most k (of the
     `allowed` rows when a prefilter is given)."""
@@ -295,82 +328,16 @@ def memory_column(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColum
     if (b.n_docs != meta.get("num_docs") or len(b.tokens) != meta.get("num_tokens")) and not updated_since(ds, st):
         return _skip(ds, column, f"index has {meta.get('num_docs')} documents / {meta.get('num_tokens')} tokens, "
                                   f"the rows give {b.n_docs} / {len(b.tokens)}")
-    return _scored(args, b.tokens, b.lengths, b.rows, b.freq, len(ids), b.dl)
+    return postings_column(args, b.tokens, b.lengths, b.rows, b.freq, len(ids), b.dl)
 
 
-def _scored(args: dict[str, Any], tokens: list[str], lengths: np.ndarray, rows: np.ndarray, freq: np.ndarray,
-            n_rows: int, dl: np.ndarray) -> MemoryColumn:
+def postings_column(args: dict[str, Any], tokens: list[str], lengths: np.ndarray, rows: np.ndarray,
+                    freq: np.ndarray, n_rows: int, dl: np.ndarray) -> MemoryColumn:
     """A MemoryColumn from its postings (token i's are the next lengths[i] entries of rows/freq), scored as Lance
     scores a freshly built index of exactly these rows (`MemoryColumn._contrib`, at their first use)."""
     ends = np.cumsum(lengths)
     slices = dict(zip(tokens, zip((ends - lengths).tolist(), ends.tolist())))
     return MemoryColumn(args, slices, rows, None, n_rows, freq, dl)
-
-
-def updated_column(old: MemoryColumn, old_ids: np.ndarray, ids: np.ndarray, added: list[tuple[int, str | None]]
-                   ) -> MemoryColumn | None:
-    """`old` (the postings of the rows `old_ids`) brought to the rows `ids` of a later version: the postings of
-    rows gone are dropped, those of `added` (position in `ids`, text) tokenized and appended, and the rows'
-    token counts carried over (the scores follow from the new counts at their first use): what `memory_column`
-    builds from every row, tokenizing only the added ones.
-    None when `old` has no term frequencies (an older file) or a kept row is not where it was (compaction moved
-    the row ids): the caller builds from every row."""
-    if old.freq is None or len(ids) == 0:
-        return None
-    import lance
-
-    tokens = list(old.slices)  # in slice order (as built and as saved)
-    bounds = np.fromiter(itertools.chain.from_iterable(old.slices.values()), np.int64, 2 * len(tokens)
-                         ).reshape(-1, 2)
-    lengths = bounds[:, 1] - bounds[:, 0]
-    if len(bounds) and (bounds[0, 0] != 0 or (bounds[1:, 0] != bounds[:-1, 1]).any() or
-                        bounds[-1, 1] != len(old.rows)):
-        return None
-    at = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
-    moved = np.where(ids[at] == old_ids, at, -1).astype(np.int64)  # old position -> new position (-1: gone)
-    rows = moved[old.rows]
-    dl = np.zeros(len(ids), np.uint32)  # each row's token count: the kept rows' carried over, the added counted
-    live = moved >= 0
-    dl[moved[live]] = old.dl[live]
-    gone = np.flatnonzero(rows < 0)  # the postings of rows gone: few (a round's notes)
-    kept = lengths.copy()
-    freq = old.freq
-    if len(gone):
-        np.subtract.at(kept, np.searchsorted(bounds[:, 1], gone, side="right"), 1)  # their tokens lose them
-        keep = np.ones(len(rows), bool)
-        keep[gone] = False
-        rows, freq = rows[keep], freq[keep]
-    index = dict(zip(tokens, range(len(tokens))))
-    new_tok: list[int] = []
-    new_rows: list[int] = []
-    new_freq: list[int] = []
-    for p, text in sorted(added, key=lambda x: x[0]):
-        if not text:
-            continue
-        counts = Counter(x.text for x in lance.tokenize(text, **old.tokenize_args))
-        dl[p] = sum(counts.values())
-        for t, f in counts.items():
-            i = index.get(t)
-            if i is None:
-                i = index[t] = len(tokens)
-                tokens.append(t)
-            new_tok.append(i)
-            new_rows.append(p)
-            new_freq.append(f)
-    if new_rows and len(rows) and min(new_rows) <= int(rows.max()):
-        return None  # added rows are appended after every kept one (new fragments); anything else: rebuild
-    lengths = np.concatenate([kept, np.zeros(len(tokens) - len(kept), np.int64)])
-    if new_rows:  # each added posting goes at the end of its token's run (rows ascending), in place of a sort
-        nt, nr, nf = np.array(new_tok, np.int64), np.array(new_rows, np.int64), np.array(new_freq, np.int32)
-        order = np.lexsort((nr, nt))
-        nt, nr, nf = nt[order], nr[order], nf[order]
-        at = np.cumsum(lengths)[nt]
-        rows, freq = np.insert(rows, at, nr), np.insert(freq, at, nf)
-        lengths += np.bincount(nt, minlength=len(tokens))
-    rows = rows.astype(np.int32)
-    present = lengths > 0  # a token whose every row is gone is gone (Lance counts the tokens it holds)
-    tokens = [t for t, k in zip(tokens, present.tolist()) if k]
-    return _scored(old.tokenize_args, tokens, lengths[present], rows, freq, len(ids), dl)
 
 
 def _idf(token_docs: int, num_docs: int) -> np.float32:

@@ -37,7 +37,8 @@ import numpy as np
 import pyarrow as pa
 
 from fanout.store import version_files
-from fanout.store.fts_memory import MemoryColumn
+from fanout.store.fts_delta import DeltaColumn
+from fanout.store.fts_memory import Column, MemoryColumn
 
 if TYPE_CHECKING:
     from lance import LanceDataset
@@ -94,7 +95,7 @@ def _fresh_key(ds: LanceDataset, column: str, ids: np.ndarray) -> tuple | None:
     return None if version is None else (*version, ids_hash(ds, ids))
 
 
-def load_or_update(ds: LanceDataset, column: str, ids: np.ndarray) -> MemoryColumn | None:
+def load_or_update(ds: LanceDataset, column: str, ids: np.ndarray) -> Column | None:
     """What a search uses (fanout/store/fts.py): `column`'s postings for the version `ds`: those this process's
     index round made (`ensure`, waited for when it is still at work: fanout/store/version_files.py `later`), else
     the version's file, else (a version published before its file is written) an older version's file brought
@@ -120,11 +121,11 @@ class _Fresh:
     key: tuple  # `_fresh_key` of the version
     version: int
     ids: np.ndarray  # its sorted row ids
-    mem: MemoryColumn
+    mem: Column  # (a DeltaColumn while the file is older)
     since_file: int  # rows added and deleted since the newest file of the column (0: written)
 
 
-def _keep_fresh(ds: LanceDataset, column: str, ids: np.ndarray, mem: MemoryColumn, since_file: int) -> None:
+def _keep_fresh(ds: LanceDataset, column: str, ids: np.ndarray, mem: Column, since_file: int) -> None:
     """`mem` kept for this process's searches of the version `ds` (`load_or_update`): no file read back."""
     key = _fresh_key(ds, column, ids)
     if key is None:
@@ -196,7 +197,7 @@ def _crc(tokens: pa.Array, rows: np.ndarray, offsets: np.ndarray, freq: np.ndarr
     return version_files.crc32(parts)
 
 
-def save(ds: LanceDataset, column: str, ids: np.ndarray, mem: MemoryColumn) -> str | None:
+def save(ds: LanceDataset, column: str, ids: np.ndarray, mem: Column) -> str | None:
     """Write `mem` (built from the version `ds` in the row order `ids`) as `column`'s postings file, atomically,
     and remove the column's files of older versions. Returns its path; None on an object store or when the
     index is not one the memory engine reproduces. Never raises (a warning: the postings stay in memory)."""
@@ -206,6 +207,8 @@ def save(ds: LanceDataset, column: str, ids: np.ndarray, mem: MemoryColumn) -> s
         if path is None or got is None:
             return None
         path_key = got[0]
+        mem = mem.folded() if isinstance(mem, DeltaColumn) else mem
+        assert isinstance(mem, MemoryColumn)
         tokens = list(mem.slices)
         bounds = np.array([mem.slices[t] for t in tokens], np.int64).reshape(-1, 2)
         if len(bounds) and (bounds[0, 0] != 0 or (bounds[1:, 0] != bounds[:-1, 1]).any()
@@ -272,6 +275,8 @@ def ensure(ds: LanceDataset, columns: list[str], rowid_map_rows: int, share: flo
                 continue
             path = save(ds, c, ids, mem) if mem is not None else None
             if mem is not None and how == "updated":  # (a round's: its process searches them next)
+                if path is not None and isinstance(mem, DeltaColumn):
+                    mem = mem.folded()  # (what the file holds: the next round starts from it)
                 _keep_fresh(ds, c, ids, mem, since if path is None else 0)
             out[c] = "not reproduced by the memory engine" if mem is None else (how if path else "not written")
         version_files.prune(ds, KIND, c, keep=os.path.basename(path) if path else None, newer=True)
@@ -279,7 +284,7 @@ def ensure(ds: LanceDataset, columns: list[str], rowid_map_rows: int, share: flo
 
 
 def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dict[str, Any],
-                   held: _Fresh | None = None) -> tuple[MemoryColumn, int] | None:
+                   held: _Fresh | None = None) -> tuple[Column, int] | None:
     """(`column`'s postings for the version `ds`, the rows added and deleted since the column's newest file)
     from `held` (this process's postings of an older version, when no file is newer) or else the newest older
     version's file (fts_memory.updated_column: only the rows added since are tokenized); None when there is no
@@ -287,8 +292,8 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
     import lance
 
     from fanout.store.chunk_rows import sorted_row_ids, take_rows
+    from fanout.store.fts_delta import updated_column
     from fanout.store.fts_index_meta import index_meta
-    from fanout.store.fts_memory import updated_column
 
     try:
         if isinstance(index_meta(ds, column), str):
