@@ -122,7 +122,7 @@ def test_a_round_does_not_wait_for_its_file_and_searches_its_copy_meanwhile(db, 
     ds = col.dataset(col.chunks_name)
     assert vectors_file.load(ds, "vector") is None  # not written yet
     during = col.vector_search_many(vecs, 10, ["chunk_id", "_distance"]).to_pylist()
-    assert exact_vectors._CACHE[ds.uri].vectors.flags.writeable  # the private copy
+    assert exact_vectors._CACHE[ds.uri].added is not None  # its own: the previous version's rows + those added
     go.set()
     exact_vectors.wait_files()
     assert vectors_file.load(ds, "vector") is not None and len(_files(db)) == 1

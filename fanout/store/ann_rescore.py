@@ -58,8 +58,9 @@ def rescore(ds: LanceDataset, queries: np.ndarray, res: pa.Table, k: int) -> pa.
     q: np.ndarray = np.asarray(queries, np.float32)
     qn = np.linalg.norm(q, axis=1)
     q = q / np.where(qn > 0, qn, 1.0)[:, None]
-    sim = vector_topk.pair_cosines(m.vectors, pos, q.astype(np.float32), qi)  # alike in any batch, on any CPU
-    sim[m.damaged[pos]] = -np.inf  # never served
+    rows = m.position_rows(pos)  # (a delta version's stacked rows)
+    sim = vector_topk.pair_cosines(vector_topk.stacked(m), rows, q.astype(np.float32), qi)  # alike in any batch,
+    sim[m.damaged[rows]] = -np.inf  # never served                                          # on any CPU
     out: tuple[list, list, list] = ([], [], [])
     order = np.arange(len(pos))
     vector_topk.keep_best(qi, order, sim, k, 0, qn, None, out)  # positions here: rows of `res`

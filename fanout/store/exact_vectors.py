@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from fanout.store import process_memory, row_filter, vectors_file, version_files
+from fanout.store import process_memory, row_filter, vector_topk, vectors_file, version_files
 from fanout.store.vector_topk import top_k
 
 log = logging.getLogger(__name__)
@@ -35,25 +35,50 @@ _MAX_TABLES = 4  # tables (collections) a process keeps vectors of, the least re
 
 @dataclass
 class Matrix:
-    """One chunks version's searched vectors, in `_rowid` order."""
+    """One chunks version's searched vectors, in `_rowid` order; or (a delta version, `added` given) an older
+    version's rows as they are, then the rows added since, each of these stacked rows with its position in this
+    version (`at`; -1: gone): what an index round's job makes without copying every vector (`_from_previous`)."""
 
     version: int
     ids: np.ndarray  # sorted row ids (int64)
     vectors: np.ndarray  # float32 (rows, dim), unit length; damaged rows are zero and never served
-    damaged: np.ndarray  # bool per row: a stored vector that is not finite or zero
+    damaged: np.ndarray  # bool per (stacked) row: a stored vector that is not finite or zero
     since_file: int | None = None  # rows added and deleted since the vectors file it came from (None: read whole)
+    added: np.ndarray | None = None  # a delta version: the vectors of the rows added since `vectors`' version
+    at: np.ndarray | None = None  # a delta version: each stacked row's position in `ids` (-1: gone)
     _float64: np.ndarray | None = field(default=None, repr=False)  # `float64()`: small tables only
 
     def float64(self) -> np.ndarray:
-        """The vectors as float64, kept once made (small tables only: `top_k` scores them in float64)."""
+        """The (stacked) vectors as float64, kept once made (small tables only: `top_k` scores them in float64)."""
         if self._float64 is None:
-            self._float64 = self.vectors.astype(np.float64)
+            self._float64 = np.asarray(vector_topk.stacked(self)[np.arange(self.rows)], np.float64) \
+                if self.added is not None else self.vectors.astype(np.float64)
         return self._float64
+
+    @property
+    def rows(self) -> int:
+        """Stacked rows (a delta version's gone rows included)."""
+        return len(self.vectors) + (len(self.added) if self.added is not None else 0)
+
+    def position_rows(self, pos: np.ndarray) -> np.ndarray:
+        """The (stacked) rows of the version's positions `pos`."""
+        return pos if self.at is None else np.flatnonzero(self.at >= 0)[pos]
+
+    def compact(self) -> tuple[np.ndarray, np.ndarray]:
+        """(vectors, damaged) one per position (a delta version's gathered: what its file holds)."""
+        if self.at is None:
+            return self.vectors, self.damaged
+        rows = np.flatnonzero(self.at >= 0)
+        return vector_topk.stacked(self)[rows], self.damaged[rows]
+
+    def damaged_count(self) -> int:
+        return int(self.damaged.sum() if self.at is None else (self.damaged & (self.at >= 0)).sum())
 
     @property
     def nbytes(self) -> int:
         extra = self._float64.nbytes if self._float64 is not None else 0
-        return int(self.vectors.nbytes + self.ids.nbytes + self.damaged.nbytes + extra)
+        more = self.added.nbytes + self.at.nbytes if self.added is not None and self.at is not None else 0
+        return int(self.vectors.nbytes + self.ids.nbytes + self.damaged.nbytes + extra + more)
 
 
 def matrix(ds, column: str = "vector", files: bool = False, load: bool = True, save: bool = True
@@ -102,7 +127,7 @@ def matrix(ds, column: str = "vector", files: bool = False, load: bool = True, s
 def _keep(key: str, ds, column: str, m: Matrix, files: bool) -> Matrix:
     """`m` kept as the table's vectors in this process; with `files`, written to the version's file and mapped
     from it (the next process maps this one's, and so does this one: the private copy is dropped)."""
-    if files and vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) and \
+    if files and vectors_file.save(ds, column, m.ids, *m.compact()) and \
             (got := vectors_file.load(ds, column)) is not None:
         m = Matrix(m.version, got[0], got[1], got[2], 0)
     return _cache(key, m)
@@ -136,8 +161,9 @@ def _unit(arr: pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
     """The vectors of the version `ds` from an older version's (this process's `held` copy, else the newest older
-    version's file): the rows kept are copied, only the rows added are read from Lance. None when there is no
-    older copy (the caller loads every row)."""
+    version's file), only the rows added read from Lance: a delta version (`Matrix.added`: the older rows left as
+    they are, nothing copied) when the rows added come after every row kept (new fragments), else the kept rows
+    copied. None when there is no older copy (the caller loads every row)."""
     try:
         old = held
         if old is None:
@@ -156,33 +182,52 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
         from fanout.store.chunk_rows import sorted_row_ids, take_rows
 
         ids = sorted_row_ids(ds).astype(np.int64)
-        pos = np.minimum(np.searchsorted(old.ids, ids), max(0, len(old.ids) - 1))
-        found = old.ids[pos] == ids if len(old.ids) else np.zeros(len(ids), bool)
-        vec = np.empty((len(ids), dim), np.float32)
-        damaged = np.zeros(len(ids), bool)
-        dst = np.flatnonzero(found)
-        src = pos[dst]
-        # the kept rows as runs of consecutive rows on both sides (one per deletion or insertion): slice copies,
-        # several times faster than a gather of every row
-        cut = np.flatnonzero((np.diff(dst) != 1) | (np.diff(src) != 1)) + 1
-        for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(dst)]]).tolist()):
-            if b > a:
-                d, s_ = int(dst[a]), int(src[a])
-                vec[d:d + b - a] = old.vectors[s_:s_ + b - a]
-                damaged[d:d + b - a] = old.damaged[s_:s_ + b - a]
+        at = np.minimum(np.searchsorted(ids, old.ids), max(0, len(ids) - 1))
+        step = np.where(ids[at] == old.ids, at, -1) if len(ids) else np.full(len(old.ids), -1)  # old pos -> new
+        found = np.zeros(len(ids), bool)
+        found[step[step >= 0]] = True
         added = ids[~found]
         if 2 * len(added) > len(ids):  # most rows new (a rebuild, a compaction): one scan is cheaper
             return None
+        vec, damaged = np.zeros((0, dim), np.float32), np.zeros(0, bool)
         if len(added):
             t = take_rows(ds, added, [column]).combine_chunks()
-            vec[~found], damaged[~found] = _unit(t.column(column).chunk(0), dim)
+            vec, damaged = _unit(t.column(column).chunk(0), dim)
+        kept = int(found.sum())
+        gone = len(old.ids) - kept
         log.info("vectors of %s version %d from version %d: %d rows added, %d gone", ds.uri, int(ds.version),
-                 old.version, len(added), len(old.ids) - int(found.sum()))
-        since = None if old.since_file is None else old.since_file + len(added) + len(old.ids) - int(found.sum())
-        return Matrix(int(ds.version), ids, vec, damaged, since)
+                 old.version, len(added), gone)
+        since = None if old.since_file is None else old.since_file + len(added) + gone
+        if not found[kept:].any():  # every added row after every kept one: stacked, nothing copied
+            at_old = step if old.at is None else np.where(old.at >= 0, step[np.maximum(old.at, 0)], -1)
+            more = vec if old.added is None else np.concatenate([old.added, vec])
+            return Matrix(int(ds.version), ids, old.vectors, np.concatenate([old.damaged, damaged]), since, more,
+                          np.concatenate([at_old, np.arange(kept, len(ids))]))
+        return _copied(int(ds.version), old, ids, step, found, vec, damaged, since)
     except Exception as e:  # noqa: BLE001  every row is read from Lance instead
         log.warning("vectors of %s not updated from an older version (%s); read anew", ds.uri, e)
         return None
+
+
+def _copied(version: int, old: Matrix, ids: np.ndarray, step: np.ndarray, found: np.ndarray, vec: np.ndarray,
+            damaged: np.ndarray, since: int | None) -> Matrix:
+    """`old`'s kept rows copied to their new positions (`step`: old position -> new, -1: gone), `vec` / `damaged`
+    (the rows added) at the others."""
+    old_vec, old_damaged = old.compact()
+    out = np.empty((len(ids), old_vec.shape[1]), np.float32)
+    out_damaged = np.zeros(len(ids), bool)
+    src = np.flatnonzero(step >= 0)
+    dst = step[src]
+    # the kept rows as runs of consecutive rows on both sides (one per deletion or insertion): slice copies,
+    # several times faster than a gather of every row
+    cut = np.flatnonzero((np.diff(dst) != 1) | (np.diff(src) != 1)) + 1
+    for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(dst)]]).tolist()):
+        if b > a:
+            d, s_ = int(dst[a]), int(src[a])
+            out[d:d + b - a] = old_vec[s_:s_ + b - a]
+            out_damaged[d:d + b - a] = old_damaged[s_:s_ + b - a]
+    out[~found], out_damaged[~found] = vec, damaged
+    return Matrix(version, ids, out, out_damaged, since)
 
 
 def search(ds, queries: np.ndarray, k: int, select: list[str], where: str | None,
@@ -213,7 +258,7 @@ def search(ds, queries: np.ndarray, k: int, select: list[str], where: str | None
     out = pa.table({"query_index": pa.array(qi, pa.int32())})
     for c in cols:
         out = out.append_column(c, picked[c])
-    return out.append_column("_distance", pa.array(dist, pa.float32())), int(m.damaged.sum())
+    return out.append_column("_distance", pa.array(dist, pa.float32())), m.damaged_count()
 
 
 def loaded_bytes() -> int:
@@ -266,7 +311,7 @@ def ensure_file(ds, column: str = "vector", background: bool = False, share: flo
 
 
 def _save_later(ds, column: str, m: Matrix, held: bool) -> None:
-    if vectors_file.save(ds, column, m.ids, m.vectors, m.damaged) is None or not held:
+    if vectors_file.save(ds, column, m.ids, *m.compact()) is None or not held:
         return
     got = vectors_file.load(ds, column)
     with _LOCK:

@@ -26,12 +26,44 @@ _CONTROLLER = None  # threadpoolctl's view of this process's BLAS (`_blas_thread
 
 
 class Vectors(Protocol):
-    """What `top_k` reads of a version's vectors (exact_vectors.Matrix)."""
+    """What `top_k` reads of a version's vectors (exact_vectors.Matrix): its rows, or a delta version's rows
+    stacked (an older version's then the rows added since), each with its position in the version (`at`)."""
 
+    ids: np.ndarray  # the version's sorted row ids (one per position)
     vectors: np.ndarray  # float32 (rows, dim), unit length; damaged rows zero
-    damaged: np.ndarray  # bool per row: never served
+    damaged: np.ndarray  # bool per row (stacked row): never served
+    added: np.ndarray | None  # a delta version: the rows added after `vectors`' (float32 unit, damaged zero)
+    at: np.ndarray | None  # a delta version: each stacked row's position (-1: gone; ascending otherwise)
 
     def float64(self) -> np.ndarray: ...
+
+
+class Stacked:
+    """Two arrays of rows read as one, the second's after the first's (a delta version's stacked rows)."""
+
+    def __init__(self, first: np.ndarray, second: np.ndarray):
+        self.first, self.second = first, second
+        self.shape = (len(first) + len(second), first.shape[1])
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows)
+        n = len(self.first)
+        if not len(rows) or rows.max() < n:
+            return self.first[rows]
+        out = np.empty((len(rows), self.shape[1]), self.first.dtype)
+        low = rows < n
+        out[low] = self.first[rows[low]]
+        out[~low] = self.second[rows[~low] - n]
+        return out
+
+    def product(self, q: np.ndarray) -> np.ndarray:
+        """`q @ rows.T`, one product per array (float32: its rounding only picks candidates, see `top_k`)."""
+        return np.concatenate([q @ self.first.T, q @ self.second.T], axis=1)
+
+
+def stacked(m: Vectors) -> np.ndarray | Stacked:
+    """`m`'s rows as one array, or as a Stacked view (a delta version: nothing copied)."""
+    return m.vectors if m.added is None else Stacked(m.vectors, m.added)
 
 
 def top_k(m: Vectors, queries: np.ndarray, k: int, allowed: np.ndarray | None = None, threads: int = 0
@@ -45,7 +77,12 @@ def top_k(m: Vectors, queries: np.ndarray, k: int, allowed: np.ndarray | None = 
     one the float32 product (whose rounding depends on its shape's kernel) only picks each query's
     candidates, with a margin of its worst-case rounding (`_margin`), and the candidates are then scored in
     float64 (`pair_cosines`)."""
-    keep = ~m.damaged if allowed is None else (allowed & ~m.damaged)
+    if m.at is None:
+        keep = ~m.damaged if allowed is None else (allowed & ~m.damaged)
+    else:  # a delta version: its stacked rows, those gone never served
+        keep = ~m.damaged & (m.at >= 0)
+        if allowed is not None:
+            keep &= allowed[np.maximum(m.at, 0)]
     every = bool(keep.all())
     n = int(keep.sum())
     # float32 first, as the query-vector cache stores them: a vector fresh from the model and the same vector
@@ -56,10 +93,10 @@ def top_k(m: Vectors, queries: np.ndarray, k: int, allowed: np.ndarray | None = 
     kk = min(k, n)
     if kk <= 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.float32)
-    # a small allowed set: the product over those rows only
-    sub = None if every or n > len(keep) // 2 else np.flatnonzero(keep)
-    vecs = m.vectors if sub is None else m.vectors[sub]
-    small = vecs.size <= SMALL_PRODUCT
+    # a small allowed set: the product over those rows only (sizes are the version's, not its stacked rows')
+    sub = None if every or n > len(m.ids) // 2 else np.flatnonzero(keep)
+    vecs = stacked(m) if sub is None else stacked(m)[sub]
+    small = (len(m.ids) if sub is None else len(sub)) * vecs.shape[1] <= SMALL_PRODUCT
     if small:  # float64: a small copy, and the product's scores are already exact to float32
         v64 = m.float64() if sub is None else m.float64()[sub]
     margin = _margin(q.shape[1])
@@ -70,8 +107,8 @@ def top_k(m: Vectors, queries: np.ndarray, k: int, allowed: np.ndarray | None = 
             blk = q[a:a + QUERY_BLOCK]
             if small:
                 s = (blk.astype(np.float64) @ v64.T).astype(np.float32)  # as `pair_cosines` computes them
-            else:
-                s = blk @ vecs.T  # cosine similarity, rounded as this shape's kernel sums
+            else:  # cosine similarity, rounded as this shape's kernel sums
+                s = blk @ vecs.T if isinstance(vecs, np.ndarray) else vecs.product(blk)
             if sub is None and not every:
                 s[:, ~keep] = -np.inf
             if small:
@@ -83,7 +120,8 @@ def top_k(m: Vectors, queries: np.ndarray, k: int, allowed: np.ndarray | None = 
                 if sub is None and not every:
                     sc[~keep[c]] = -np.inf
             keep_best(r, c, sc, kk, a, qn, sub, out)
-    return _joined(out)
+    qi, pos, dist = _joined(out)
+    return qi, (pos if m.at is None else m.at[pos]), dist  # (stacked rows in position order: the same ties)
 
 
 def _margin(dim: int) -> float:
@@ -94,7 +132,7 @@ def _margin(dim: int) -> float:
     return 2.0 * nu / (1.0 - nu) + 1e-7
 
 
-def pair_cosines(vecs: np.ndarray, rows: np.ndarray, q: np.ndarray, qrows: np.ndarray) -> np.ndarray:
+def pair_cosines(vecs: np.ndarray | Stacked, rows: np.ndarray, q: np.ndarray, qrows: np.ndarray) -> np.ndarray:
     """The dot products of `vecs[rows[i]]` and `q[qrows[i]]` (unit float32 vectors), in float64: every
     component product is exact there and the sum's error (~1e-16) is far below float32's rounding, so the
     float32 result is the same whatever the batch, its shape or the CPU's BLAS kernel (unless a cosine lies
