@@ -250,7 +250,7 @@ def test_a_round_of_few_changes_keeps_the_older_files_until_the_share_is_passed(
     assert m is not None and m.since_file
     exact_vectors._CACHE.clear()
     full = exact_vectors.matrix(ds, files=False)  # every row read from Lance
-    assert full is not None and np.array_equal(m.ids, full.ids) and m.vectors.tobytes() == full.vectors.tobytes()
+    assert full is not None and np.array_equal(m.ids, full.ids) and m.compact()[0].tobytes() == full.vectors.tobytes()
     assert sorted(builds) == sorted(COLS)  # (the reference builds above only)
     (tmp_path / "vault" / "new note 2.md").write_text("# New 2\n\ngraph\n", "utf-8")
     index_vault(tmp_path / "vault", db, "t", fake_cfg.replace(index={"query_files_share": 0.01}), fake_runner)
