@@ -96,19 +96,27 @@ class DeltaColumn(Column):
         return self.folded().contrib
 
 
-def updated_column(old: Column, old_ids: np.ndarray, ids: np.ndarray, added: list[tuple[int, str | None]]
-                   ) -> DeltaColumn | None:
+def moved_rows(old_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Each of the sorted row ids `old_ids`' position in the sorted row ids `ids` (int32; -1: not there)."""
+    if not len(ids):
+        return np.full(len(old_ids), -1, np.int32)
+    at = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
+    return np.where(ids[at] == old_ids, at, -1).astype(np.int32)
+
+
+def updated_column(old: Column, old_ids: np.ndarray, ids: np.ndarray, added: list[tuple[int, str | None]],
+                   step: np.ndarray | None = None) -> DeltaColumn | None:
     """`old` (the postings of the rows `old_ids`, a MemoryColumn or a DeltaColumn) brought to the rows `ids` of a
     later version: the rows gone masked out, those of `added` (position in `ids`, text) tokenized, the rows' token
     counts carried over (the scores follow from the new counts at their first use): what `memory_column` builds
     from every row, tokenizing only the added ones. None when `old` has no term frequencies (an older file) or
-    an added row is not after every kept one (compaction moved the row ids): the caller builds from every row."""
+    an added row is not after every kept one (compaction moved the row ids): the caller builds from every row.
+    `step`: `moved_rows(old_ids, ids)` when known (a round's columns share it)."""
     if len(ids) == 0 or (isinstance(old, MemoryColumn) and old.freq is None):
         return None
     import lance
 
-    at = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
-    step = np.where(ids[at] == old_ids, at, -1).astype(np.int32)  # old position -> new position (-1: gone)
+    step = moved_rows(old_ids, ids) if step is None else step  # old position -> new position (-1: gone)
     dl = np.zeros(len(ids), np.uint32)  # each row's token count: the kept rows' carried over, the added counted
     live = step >= 0
     dl[step[live]] = old.dl[live]

@@ -292,7 +292,7 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
     import lance
 
     from fanout.store.chunk_rows import sorted_row_ids, take_rows
-    from fanout.store.fts_delta import updated_column
+    from fanout.store.fts_delta import moved_rows, updated_column
     from fanout.store.fts_index_meta import index_meta
 
     try:
@@ -307,10 +307,12 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
         if previous.get("version") != (version, held is not None):
             old_ds = None if held is not None else lance.dataset(ds.uri, version=version)
             old_ids = held.ids if held is not None else sorted_row_ids(old_ds)
-            gone = np.setdiff1d(old_ids, ids, assume_unique=True)
-            new = np.setdiff1d(ids, old_ids, assume_unique=True)
+            step = moved_rows(old_ids, ids)  # (both sorted: no set operations)
+            found = np.zeros(len(ids), bool)
+            found[step[step >= 0]] = True
             previous.clear()
-            previous.update(version=(version, held is not None), ds=old_ds, ids=old_ids, new=new, gone=len(gone))
+            previous.update(version=(version, held is not None), ds=old_ds, ids=old_ids, new=ids[~found],
+                            at=np.flatnonzero(~found), step=step, gone=int((step < 0).sum()))
         old = held.mem if held is not None else load(previous["ds"], column, previous["ids"])
         if old is None:
             return None
@@ -318,7 +320,7 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
         if 2 * len(new) > len(ids):  # most rows new (a rebuild, a compaction): one scan is cheaper
             return None
         texts = take_rows(ds, new.astype(np.int64), [column])[column].to_pylist() if len(new) else []
-        mem = updated_column(old, previous["ids"], ids, list(zip(np.searchsorted(ids, new).tolist(), texts)))
+        mem = updated_column(old, previous["ids"], ids, list(zip(previous["at"].tolist(), texts)), previous["step"])
         if mem is None:
             return None
         log.info("full-text postings of %s v%d from v%d: %d rows added, %d gone", column, int(ds.version),
