@@ -60,15 +60,13 @@ class DeltaColumn(Column):
             self._tokens[token] = got
         return got
 
-    def _token(self, token: str) -> tuple[Any, np.ndarray] | None:
-        rows = self._postings(token)[0]
-        return (token, rows) if len(rows) else None
+    def _hits(self, tokens: list[str]) -> list[tuple[Any, np.ndarray]]:
+        return [(t, rows) for t in tokens if len(rows := self._postings(t)[0])]
 
-    def _contrib(self, key: Any, keep: bool = True) -> np.ndarray:
+    def _contrib(self, key: Any, rows: np.ndarray, keep: bool = True) -> np.ndarray:
         got = self._contribs.get(key)
         if got is None:
-            rows, freq = self._postings(key)
-            got = self._computed(key, freq, rows, keep)
+            got = self._computed(key, self._postings(key)[1], rows, keep)
         return got
 
     def folded(self) -> MemoryColumn:

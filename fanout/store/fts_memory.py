@@ -72,7 +72,7 @@ class Column:
     ascending) and their float32 BM25 contributions, computed at a token's first use in this process from its
     term frequencies and the rows' token counts (elementwise as a build computes them: the same bits) and kept.
     `MemoryColumn` holds them as one run per token; fanout/store/fts_delta.py's `DeltaColumn` as an older
-    version's runs plus the rows added since. Subclasses give `_token`, `_contrib` and `dl`."""
+    version's runs plus the rows added since. Subclasses give `_hits`, `_contrib` and `dl`."""
 
     tokenize_args: dict[str, Any]
     n_rows: int
@@ -91,12 +91,12 @@ class Column:
         """Each row's token count (uint32)."""
         raise NotImplementedError
 
-    def _token(self, token: str) -> tuple[Any, np.ndarray] | None:
-        """(a key of `token`'s postings for `_contrib`, its rows), None when no row holds it."""
+    def _hits(self, tokens: list[str]) -> list[tuple[Any, np.ndarray]]:
+        """(a key of the token's postings for `_contrib`, its rows) of each of `tokens` some row holds, in order."""
         raise NotImplementedError
 
-    def _contrib(self, key: Any, keep: bool = True) -> np.ndarray:
-        """The contributions of the token `key` (kept once computed, unless not `keep`)."""
+    def _contrib(self, key: Any, rows: np.ndarray, keep: bool = True) -> np.ndarray:
+        """The contributions of the token `key` in its `rows` (kept once computed, unless not `keep`)."""
         raise NotImplementedError
 
     def _stats(self) -> tuple[np.ndarray, int]:
@@ -124,12 +124,12 @@ class Column:
         """(positions, scores) of this column's top k for the query's tokens, None when none matches;
         `allowed` (a bool per row): a prefilter, the top k of the rows it keeps (the statistics stay the
         whole column's, as Lance's prefiltered search keeps them)."""
-        hits = [h for t in tokens if (h := self._token(t)) is not None]
+        hits = self._hits(tokens)
         if not hits:
             return None
         if len(hits) == 1:
             key, cand = hits[0]
-            score = self._contrib(key)
+            score = self._contrib(key, cand)
             if allowed is not None:
                 keep = allowed[cand]
                 cand, score = cand[keep], score[keep]
@@ -144,7 +144,7 @@ class Column:
         if got is None and self._full_left >= 4 * self.n_rows:
             self._full_left -= 4 * self.n_rows
             got = np.zeros(self.n_rows, np.float32)
-            got[rows] = self._contrib(key, keep=False)
+            got[rows] = self._contrib(key, rows, keep=False)
             self._full[key] = got
         return got
 
@@ -194,18 +194,18 @@ class MemoryColumn(Column):
             self._dl = got.astype(np.uint32)
         return self._dl
 
-    def _token(self, token: str) -> tuple[Any, np.ndarray] | None:
-        got = self.slices.get(token)
-        return None if got is None else (got, self.rows[got[0]:got[1]])
+    def _hits(self, tokens: list[str]) -> list[tuple[Any, np.ndarray]]:
+        slices, rows = self.slices, self.rows  # (key: the slice's start)
+        return [(g[0], rows[g[0]:g[1]]) for t in tokens if (g := slices.get(t)) is not None]
 
-    def _contrib(self, key: Any, keep: bool = True) -> np.ndarray:
-        s, e = key
+    def _contrib(self, key: Any, rows: np.ndarray, keep: bool = True) -> np.ndarray:
+        s, e = key, key + len(rows)
         if self._given is not None:
             return self._given[s:e]
-        got = self._contribs.get(key)
+        got = self._contribs.get(s)
         if got is None:
             assert self.freq is not None  # no contributions given: built from the frequencies
-            got = self._computed(key, self.freq[s:e], self.rows[s:e], keep)
+            got = self._computed(s, self.freq[s:e], rows, keep)
         return got
 
 
@@ -215,13 +215,13 @@ def _weight(freq: np.ndarray, norm: np.ndarray) -> np.ndarray:
     return (K1 + np.float32(1)) * f / (f + norm)
 
 
-def _sums_top(contrib: Callable[[Any], np.ndarray], hits: list[tuple[Any, np.ndarray]],
+def _sums_top(contrib: Callable[[Any, np.ndarray], np.ndarray], hits: list[tuple[Any, np.ndarray]],
               full: list[np.ndarray | None], n_rows: int, k: int, allowed: np.ndarray | None
               ) -> tuple[np.ndarray, np.ndarray] | None:
     """`Column.top` of several tokens' postings ((key, rows) each): their float32 sums per row, added up in this
     thread's array of every row (reused: all zeros between calls, so no allocation and no page faults per call),
     then the k best of the rows they hold. `full[i]`: hit i's contributions as an array of every row, else None
-    (`contrib(key)` gives them for its rows)."""
+    (`contrib(key, rows)` gives them for its rows)."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None or len(buf) < n_rows:
         buf = _SCRATCH.buf = np.zeros(n_rows, np.float32)
@@ -232,7 +232,7 @@ def _sums_top(contrib: Callable[[Any], np.ndarray], hits: list[tuple[Any, np.nda
             if f is not None:  # + 0.0 where the token is not: the sum unchanged
                 np.add(buf, f, out=buf)
             else:  # a token's rows are distinct: add.at adds what `buf[r] += c` adds, faster
-                np.add.at(buf, rows, contrib(key))
+                np.add.at(buf, rows, contrib(key, rows))
         if (sum(len(r) for _, r in hits) + SPARSE_BASE) * SPARSE_RATIO < n_rows:
             # few rows: their union (each token's rows are ascending), cheaper than a pass over every row
             srt = np.sort(np.concatenate([r for _, r in hits]))
