@@ -99,7 +99,7 @@ def load_or_update(ds: LanceDataset, column: str, ids: np.ndarray) -> Column | N
     """What a search uses (fanout/store/fts.py): `column`'s postings for the version `ds`: those this process's
     index round made (`ensure`, waited for when it is still at work: fanout/store/version_files.py `later`), else
     the version's file, else (a version published before its file is written) an older version's file brought
-    to this one in memory (only the rows added are tokenized: `updated_column`, the same postings); None when
+    to this one in memory (only the rows added are tokenized: fts_delta.py, the same postings); None when
     there is none of these."""
     version_files.wait(job_key(ds))
     key = _fresh_key(ds, column, ids)
@@ -287,8 +287,9 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
                    held: _Fresh | None = None) -> tuple[Column, int] | None:
     """(`column`'s postings for the version `ds`, the rows added and deleted since the column's newest file)
     from `held` (this process's postings of an older version, when no file is newer) or else the newest older
-    version's file (fts_memory.updated_column: only the rows added since are tokenized); None when there is no
-    usable one (the caller builds from every row). Never raises."""
+    version's file, as a fts_delta.DeltaColumn on those (only the rows added since are tokenized, nothing else is
+    copied; folded into one run per token when written: `save`); None when there is no usable one (the caller
+    builds from every row). Never raises."""
     import lance
 
     from fanout.store.chunk_rows import sorted_row_ids, take_rows
