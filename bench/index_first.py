@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.child_process import add_child_flags, run_child
+
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LANCEDB_LOG", "error")
 # stage -> (module, attribute) wrapped with a timer; pipelines/index.py imports the first four by name
@@ -103,12 +105,10 @@ def run_version(name: str, code: Path, vault: Path, work: Path, args: argparse.N
     cmd = [sys.executable, "-m", "bench.index_first", "--child", "--vault", str(vault), "--db", str(db),
            "--dim", str(args.dim)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), str(ROOT)])}  # bench.query_cost.child_env: why
-    res = subprocess.run(cmd, check=False, env=env, cwd=str(code), capture_output=True, text=True)
-    shutil.rmtree(db, ignore_errors=True)
-    if res.returncode:
-        sys.stderr.write(res.stderr[-4000:])
-        raise SystemExit(f"{name}: the measuring process failed ({res.returncode})")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    try:
+        return run_child(cmd, name, code, env)
+    finally:
+        shutil.rmtree(db, ignore_errors=True)
 
 
 def main() -> int:
@@ -118,9 +118,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each version, interleaved (each its median)")
     ap.add_argument("--dim", type=int, default=768, help="fake embedder's vector size (the real model's: 768)")
     ap.add_argument("--work", default=None, help="where the vault is kept (default: a temporary folder)")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--vault", help=argparse.SUPPRESS)
-    ap.add_argument("--db", help=argparse.SUPPRESS)
+    add_child_flags(ap)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args)))

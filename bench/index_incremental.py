@@ -37,6 +37,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench.child_process import add_child_flags, run_child
+
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LANCEDB_LOG", "error")
 
@@ -193,11 +195,7 @@ def run_version(name: str, code: Path, vault: Path, work: Path, args: argparse.N
         (["--watch-only"] if args.watch_only else []) + (["--template", args.template] if args.template else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), str(ROOT)])}  # bench.query_cost.child_env: why
     t = time.perf_counter()
-    res = subprocess.run(cmd, check=False, env=env, cwd=str(code), capture_output=True, text=True)
-    if res.returncode:
-        sys.stderr.write(res.stderr[-4000:])
-        raise SystemExit(f"{name}: the measuring process failed ({res.returncode})")
-    got = json.loads(res.stdout.strip().splitlines()[-1])
+    got = run_child(cmd, name, code, env)
     got["wall_s"] = time.perf_counter() - t
     for p in (copy, db):
         shutil.rmtree(p, ignore_errors=True)
@@ -220,9 +218,7 @@ def main() -> int:
                     help="the baseline's interpreter: a venv whose editable install maps fanout.pipelines and "
                          "fanout.actors to the baseline's checkout (else they are this checkout's)")
     ap.add_argument("--template", default=None, help="with --watch-only: DIR/vault and DIR/db indexed before")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--vault", help=argparse.SUPPRESS)
-    ap.add_argument("--db", help=argparse.SUPPRESS)
+    add_child_flags(ap)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args)))

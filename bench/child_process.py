@@ -1,0 +1,28 @@
+"""What the benchmarks that measure each code version in a process of its own share (bench/index_first.py,
+index_incremental.py, round_jobs.py): the child's hidden flags, and its run, whose last line of output is its
+JSON result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def add_child_flags(ap: argparse.ArgumentParser) -> None:
+    """`--child` (this process measures), `--vault` and `--db` (what it measures), hidden from --help."""
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--vault", help=argparse.SUPPRESS)
+    ap.add_argument("--db", help=argparse.SUPPRESS)
+
+
+def run_child(cmd: list[str], name: str, cwd: str | Path, env: dict[str, str] | None = None) -> dict:
+    """Run the measuring process `cmd` in `cwd`: its JSON result (its output's last line); its stderr's end and
+    SystemExit naming `name` when it fails."""
+    res = subprocess.run(cmd, check=False, env=env, cwd=str(cwd), capture_output=True, text=True)
+    if res.returncode:
+        sys.stderr.write(res.stderr[-4000:])
+        raise SystemExit(f"{name}: the measuring process failed ({res.returncode})")
+    return json.loads(res.stdout.strip().splitlines()[-1])
