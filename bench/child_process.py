@@ -1,6 +1,7 @@
-"""What the benchmarks that measure each code version in a process of its own share (bench/index_first.py,
-index_incremental.py, round_jobs.py): the child's hidden flags, and its run, whose last line of output is its
-JSON result."""
+"""What the benchmarks that measure each code version in a process of its own, run as `-m bench.NAME`, share
+(bench/index_first.py, index_incremental.py): the child's hidden flags, and its run, whose last line of output
+is its JSON result. (bench/round_jobs.py runs its own file by path under another checkout's interpreter, where
+`bench` is not importable: it keeps its own.)"""
 
 from __future__ import annotations
 

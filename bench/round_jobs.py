@@ -22,12 +22,11 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-from bench.child_process import add_child_flags, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERIES = ["sync notes backup", "garden tomato plugin", "router media server", "daily template"]
@@ -84,7 +83,11 @@ def run(py: str, template: Path, work: Path, args: argparse.Namespace) -> dict:
     code = Path(py).absolute().parents[2]  # (CHECKOUT/.venv/bin/python: its checkout)
     cmd = [py, str(Path(__file__).resolve()), "--child", "--vault", str(vault), "--db", str(db),
            "--rounds", str(args.rounds), "--dim", str(args.dim)]
-    return run_child(cmd, py, code)
+    res = subprocess.run(cmd, check=False, cwd=str(code), capture_output=True, text=True)
+    if res.returncode:
+        sys.stderr.write(res.stderr[-4000:])
+        raise SystemExit(f"{py}: the measuring process failed ({res.returncode})")
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -95,7 +98,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per version, the versions taking turns")
     ap.add_argument("--baseline-python", default=None, help="another checkout's interpreter: its code too")
     ap.add_argument("--work", default=None, help="where the copies go (default: a temporary folder)")
-    add_child_flags(ap)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--vault", help=argparse.SUPPRESS)
+    ap.add_argument("--db", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args)))
