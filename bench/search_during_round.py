@@ -10,7 +10,9 @@ Each measurement is a fresh process (a child): it indexes the vault (resuming th
 `--searches` idle searches, edits `--round-notes` notes, and searches from its main thread while the round runs in
 another until the round's version is what its searches serve (`kb.wait_ready` where the checkout has it; else
 until its query-file jobs are done); every search that started before then counts. `--embed-sleep-s`: the fake embedder sleeps that a text (releasing the GIL, as llama.cpp does), 0
-keeps it pure Python; `--switch-ms`: `sys.setswitchinterval` while the round runs (5 ms is Python's default).
+keeps it pure Python; `--switch-ms`: `sys.setswitchinterval` while the round runs (5 ms is Python's default);
+`--round-in process`: the round in a process of its own instead of a thread beside the searches (no GIL shared;
+the window: until it ends and one search more, the first of its version).
 Reports per variant the medians over the runs of the p99s and of the ratios during / idle, the searches' and the
 round's wall and CPU seconds. The vault and index are kept under --work (an index there is resumed).
 """
@@ -32,14 +34,34 @@ os.environ.setdefault("LANCEDB_LOG", "error")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def searches_beside_a_round(kb, vault: Path, ask) -> tuple[list[float], list[float], dict]:
+# `--round-in process`: the round in a process of its own (the same fake models), as a watcher could run it
+ROUND = ("import os, sys; os.environ.setdefault('LANCEDB_LOG', 'error'); import fanout; "
+         "from fanout.config import load_config; "
+         "cfg = load_config('fake').replace(fake={'embed_sleep_s': float(sys.argv[3])}); "
+         "kb = fanout.open(sys.argv[1], config=cfg); kb.index(sys.argv[2]); kb.close()")
+
+
+def searches_beside_a_round(kb, vault: Path, ask, round_in: str = "thread", sleep_s: float = 0.0
+                            ) -> tuple[list[float], list[float], dict]:
     """`kb.index(vault)` in a thread, `ask(i)` in this one until the round's version is served: the searches'
     wall and CPU seconds, and the round's wall seconds, its thread's CPU seconds and the process's (every
-    thread but the searching one)."""
+    thread but the searching one). `round_in` "process": the round in a child process, until it ends and one
+    search more (the first of its version, which this process then opens); its CPU is the child's."""
     done, span = threading.Event(), {}
 
     def round_() -> None:
         t, c = time.perf_counter(), time.thread_time()
+        if round_in == "process":
+            import resource
+
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", ROUND, str(kb.db), str(vault), str(sleep_s)], check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            span["wall"] = span["ready"] = time.perf_counter() - t
+            span["round_cpu"] = span["child_cpu"] = cpu
+            done.set()
+            return
         kb.index(vault)
         span["wall"], span["round_cpu"] = time.perf_counter() - t, time.thread_time() - c
         if hasattr(kb, "wait_ready"):  # until its version is what searches serve
@@ -61,8 +83,13 @@ def searches_beside_a_round(kb, vault: Path, ask) -> tuple[list[float], list[flo
         during.append(time.perf_counter() - t)
         during_cpu.append(time.thread_time() - c)
         i += 1
+    if round_in == "process":  # the first search of its version: this process opens it then
+        t, c = time.perf_counter(), time.thread_time()
+        ask(i)
+        during.append(time.perf_counter() - t)
+        during_cpu.append(time.thread_time() - c)
     th.join()
-    span["process_cpu"] = time.process_time() - p0 - sum(during_cpu)  # every thread's but the searches'
+    span["process_cpu"] = time.process_time() - p0 - sum(during_cpu) + span.get("child_cpu", 0.0)
     return during, during_cpu, span
 
 
@@ -107,7 +134,7 @@ def child(args: argparse.Namespace) -> dict:
         base = sys.getswitchinterval()
         sys.setswitchinterval(args.switch_ms / 1e3)
         try:
-            during, during_cpu, span = searches_beside_a_round(kb, vault, ask)
+            during, during_cpu, span = searches_beside_a_round(kb, vault, ask, args.round_in, args.sleep_s)
         finally:
             sys.setswitchinterval(base)
     row = {f"{k}{q}": pct(xs, q / 100) * 1e3 for k, xs in (("idle", idle), ("during", during)) for q in (50, 90, 99)}
@@ -136,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--face", default="kb", help="comma-separated: kb, serve")
     ap.add_argument("--embed-sleep-s", default="0", help="comma-separated")
     ap.add_argument("--switch-ms", default="5", help="comma-separated; the round's switch interval")
+    ap.add_argument("--round-in", default="thread", help="comma-separated: thread (kb.index beside the searches), "
+                    "process (a process of its own)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--searches", type=int, default=200, help="idle searches per run")
     ap.add_argument("--work", type=Path, default=Path("/tmp/watch-idle"))
@@ -161,26 +190,27 @@ def main(argv: list[str] | None = None) -> int:
                             args.baseline_root.resolve()))
     rows: dict[tuple, list[dict]] = {}
     loads = []
-    for seed, (_, face, sleep_s, switch_ms, (name, py, root)) in enumerate(itertools.product(
+    for seed, (_, face, sleep_s, switch_ms, round_in, (name, py, root)) in enumerate(itertools.product(
             range(args.repeat), args.face.split(","), map(float, args.embed_sleep_s.split(",")),
-            map(float, args.switch_ms.split(",")), versions), 1):
+            map(float, args.switch_ms.split(",")), args.round_in.split(","), versions), 1):
         loads.append(os.getloadavg()[0])
         row = run_child(py, root, ["--notes", str(args.notes), "--round-notes", str(args.round_notes), "--face", face,
                                    "--sleep-s", str(sleep_s), "--switch-ms", str(switch_ms), "--searches",
-                                   str(args.searches), "--work", str(args.work.resolve()), "--seed", str(seed)])
-        rows.setdefault((face, sleep_s, switch_ms, name), []).append(row)
-        print(f"{face} {sleep_s:g} {switch_ms:g} {name}: p99 idle / during {row['idle99']:.1f} / "
+                                   str(args.searches), "--work", str(args.work.resolve()), "--seed", str(seed)]
+                        + (["--round-in", round_in] if round_in != "thread" else []))
+        rows.setdefault((face, sleep_s, switch_ms, round_in, name), []).append(row)
+        print(f"{face} {sleep_s:g} {switch_ms:g} {round_in} {name}: p99 idle / during {row['idle99']:.1f} / "
               f"{row['during99']:.1f} ms ({row['n']} searches)", file=sys.stderr, flush=True)
     print(f"\n{args.notes} notes, a {args.round_notes}-note round, {os.cpu_count()} cores, load (1 min) "
           f"{min(loads):.1f}-{max(loads):.1f}; this = {rev(ROOT)} (and what is not committed); medians over "
           f"{args.repeat} interleaved runs, each a fresh process (ratio: during / idle, per run)\n")
-    print("| face | embed sleep s/text | switch ms | version | p99 idle / during ms | ratio p50 / p90 / p99 | "
+    print("| face | embed sleep s/text | switch ms | round in | version | p99 idle / during ms | ratio p50 / p90 / p99 | "
           "search CPU ms idle / during | searches during | round wall s (until served) | round CPU s: its "
-          "thread / all threads |\n|---|---|---|---|---|---|---|---|---|---|")
-    for (face, sleep_s, switch_ms, name), rs in rows.items():
+          "thread / all threads |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    for (face, sleep_s, switch_ms, round_in, name), rs in rows.items():
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "ready" or all("ready" in r for r in rs)}
         ratios = " / ".join(f"{statistics.median(r[f'during{q}'] / r[f'idle{q}'] for r in rs):.1f}x" for q in (50, 90, 99))
-        print(f"| {face} | {sleep_s:g} | {switch_ms:g} | {name} | {med['idle99']:.1f} / {med['during99']:.1f} | "
+        print(f"| {face} | {sleep_s:g} | {switch_ms:g} | {round_in} | {name} | {med['idle99']:.1f} / {med['during99']:.1f} | "
               f"{ratios} | {med['cpu']:.1f} / {med['cpu_d']:.1f} | {med['n']:.0f} | {med['wall']:.2f} "
               f"({med.get('ready', med['wall']):.2f}) | {med['round_cpu']:.2f} / {med['process_cpu']:.2f} |")
     return 0
