@@ -1,5 +1,5 @@
 """What the benchmarks that measure each code version in a process of its own, run as `-m bench.NAME`, share
-(bench/index_first.py, index_incremental.py): the child's hidden flags, and its run, whose last line of output
+(bench/index_first.py, index_incremental.py): the child's hidden flags, its peak memory, and its run, whose last line of output
 is its JSON result. (bench/round_jobs.py runs its own file by path under another checkout's interpreter, where
 `bench` is not importable: it keeps its own.)"""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +28,12 @@ def run_child(cmd: list[str], name: str, cwd: str | Path, env: dict[str, str] | 
         sys.stderr.write(res.stderr[-4000:])
         raise SystemExit(f"{name}: the measuring process failed ({res.returncode})")
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM), MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.child_process import add_child_flags, run_child
+from bench.child_process import add_child_flags, peak_rss_mb, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LANCEDB_LOG", "error")
@@ -39,15 +39,6 @@ STAGES = {"scan": [("fanout.pipelines.index", "scan_vault")], "chunk": [("fanout
           "fts index": [("fanout.pipelines.index", "build_fts"), ("fanout.pipelines.table_upkeep", "build_fts")],
           "scalar+vector indexes": [("fanout.pipelines.index", "build_indexes")],
           "postings": [("fanout.store.fts_postings", "ensure")]}
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM), MB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _timed(spent: dict[str, float], name: str, fn):

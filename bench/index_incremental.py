@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -37,19 +36,10 @@ import threading
 import time
 from pathlib import Path
 
-from bench.child_process import add_child_flags, run_child
+from bench.child_process import add_child_flags, peak_rss_mb, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LANCEDB_LOG", "error")
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM), MB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rss_mb() -> float:

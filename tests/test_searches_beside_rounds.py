@@ -9,6 +9,7 @@ import os
 import random
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -53,15 +54,21 @@ def _search_in_threads(kb, until: threading.Event, threads: int, rnd: random.Ran
     return spans
 
 
+def _vault(tmp_path, rnd: random.Random, n: int) -> tuple[Path, Path, list[int]]:
+    """A vault of `n` random notes (n0.md ...), the db's path beside it, and the mtime stamp `_write` moves on."""
+    vault, db = tmp_path / "v", tmp_path / "db"
+    vault.mkdir()
+    stamp = [time.time_ns() - 10**13]
+    for i in range(n):
+        _write(vault / f"n{i}.md", _note(rnd), stamp)
+    return vault, db, stamp
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sleep_s", [0.0, 0.01], ids=["pure-python-embedder", "embedder-releases-the-gil"])
 def test_searches_in_threads_beside_a_round_stay_near_their_idle_latency(tmp_path, fake_cfg, sleep_s):
     rnd = random.Random(7)
-    vault, db = tmp_path / "v", tmp_path / "db"
-    vault.mkdir()
-    stamp = [time.time_ns() - 10**13]
-    for i in range(300):
-        _write(vault / f"n{i}.md", _note(rnd), stamp)
+    vault, db, stamp = _vault(tmp_path, rnd, 300)
     cfg = fake_cfg.replace(fake={"embed_sleep_s": sleep_s}, index={"stat_racy_s": 0})
     with fanout.open(db, "t", cfg) as kb:
         kb.index(vault)
@@ -98,11 +105,7 @@ def test_searches_serve_the_version_before_a_round_until_its_own_is_ready(tmp_pa
     see the old notes until then (never a job's wait), the caller's own next search and `wait_ready` the new ones,
     and the answers after the swap are those a fresh KnowledgeBase gives (the swap changes no result)."""
     rnd = random.Random(3)
-    vault, db = tmp_path / "v", tmp_path / "db"
-    vault.mkdir()
-    stamp = [time.time_ns() - 10**13]
-    for i in range(40):
-        _write(vault / f"n{i}.md", _note(rnd), stamp)
+    vault, db, stamp = _vault(tmp_path, rnd, 40)
     cfg = fake_cfg.replace(index={"stat_racy_s": 0})
     with fanout.open(db, "t", cfg) as kb:
         kb.index(vault)
