@@ -11,8 +11,10 @@ Each measurement is a fresh process (a child): it indexes the vault (resuming th
 another until the round's version is what its searches serve (`kb.wait_ready` where the checkout has it; else
 until its query-file jobs are done); every search that started before then counts. `--embed-sleep-s`: the fake embedder sleeps that a text (releasing the GIL, as llama.cpp does), 0
 keeps it pure Python; `--switch-ms`: `sys.setswitchinterval` while the round runs (5 ms is Python's default);
-`--round-in process`: the round in a process of its own instead of a thread beside the searches (no GIL shared;
-the window: until it ends and one search more, the first of its version).
+`--round-in process`: the round in a fresh process of its own instead of a thread beside the searches (no GIL
+shared; the window: until it ends and one search more, the first of its version); `--round-in worker`: what a
+watcher does (`watch.rounds_in`): the round in a kept, warmed worker process (fanout/api/round_worker.py) and its
+version swapped in by this one (the window: until it is served).
 Reports per variant the medians over the runs of the p99s and of the ratios during / idle, the searches' and the
 round's wall and CPU seconds. The vault and index are kept under --work (an index there is resumed).
 """
@@ -41,7 +43,13 @@ ROUND = ("import os, sys; os.environ.setdefault('LANCEDB_LOG', 'error'); import 
          "kb = fanout.open(sys.argv[1], config=cfg); kb.index(sys.argv[2]); kb.close()")
 
 
-def searches_beside_a_round(kb, vault: Path, ask, round_in: str = "thread", sleep_s: float = 0.0
+def worker_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of the running process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def searches_beside_a_round(kb, vault: Path, ask, round_in: str = "thread", sleep_s: float = 0.0, worker=None
                             ) -> tuple[list[float], list[float], dict]:
     """`kb.index(vault)` in a thread, `ask(i)` in this one until the round's version is served: the searches'
     wall and CPU seconds, and the round's wall seconds, its thread's CPU seconds and the process's (every
@@ -62,8 +70,14 @@ def searches_beside_a_round(kb, vault: Path, ask, round_in: str = "thread", slee
             span["round_cpu"] = span["child_cpu"] = cpu
             done.set()
             return
-        kb.index(vault)
-        span["wall"], span["round_cpu"] = time.perf_counter() - t, time.thread_time() - c
+        if worker is not None:  # the watcher's path: the round in its worker process, swapped in here
+            w0 = worker_cpu(worker.pid)
+            kb.index_in(worker, vault)
+            span["wall"], span["round_cpu"] = time.perf_counter() - t, worker_cpu(worker.pid) - w0
+            span["child_cpu"] = span["round_cpu"]
+        else:
+            kb.index(vault)
+            span["wall"], span["round_cpu"] = time.perf_counter() - t, time.thread_time() - c
         if hasattr(kb, "wait_ready"):  # until its version is what searches serve
             kb.wait_ready()
         else:  # (a checkout without it: until the version's query-file jobs are done)
@@ -131,12 +145,20 @@ def child(args: argparse.Namespace) -> dict:
             k = args.seed * 1000 + n
             with open(notes[(k * 104729 + 13) % len(notes)], "a", encoding="utf-8") as f:
                 f.write(f"\n\nEdited by the benchmark: {k}.\n")
+        worker = None
+        if args.round_in == "worker":  # started and warmed as a watcher does at its first idle tick
+            from fanout.api.round_worker import RoundWorker
+
+            worker = RoundWorker(kb.db, kb.collection, kb.cfg)
+            worker.warm()
         base = sys.getswitchinterval()
         sys.setswitchinterval(args.switch_ms / 1e3)
         try:
-            during, during_cpu, span = searches_beside_a_round(kb, vault, ask, args.round_in, args.sleep_s)
+            during, during_cpu, span = searches_beside_a_round(kb, vault, ask, args.round_in, args.sleep_s, worker)
         finally:
             sys.setswitchinterval(base)
+            if worker is not None:
+                worker.close()
     row = {f"{k}{q}": pct(xs, q / 100) * 1e3 for k, xs in (("idle", idle), ("during", during)) for q in (50, 90, 99)}
     return {**row, "n": len(during), **span, "cpu": statistics.median(idle_cpu) * 1e3,
             "cpu_d": statistics.median(during_cpu) * 1e3}
@@ -164,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embed-sleep-s", default="0", help="comma-separated")
     ap.add_argument("--switch-ms", default="5", help="comma-separated; the round's switch interval")
     ap.add_argument("--round-in", default="thread", help="comma-separated: thread (kb.index beside the searches), "
-                    "process (a process of its own)")
+                    "process (a fresh process of its own, until one search of its version), worker (the watcher's: "
+                    "kb.index_in a kept RoundWorker, until its version is served)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--searches", type=int, default=200, help="idle searches per run")
     ap.add_argument("--work", type=Path, default=Path("/tmp/watch-idle"))

@@ -179,7 +179,7 @@ def test_stop_ends_the_thread_and_a_failing_hook_does_not(tmp_path):
 def test_the_watcher_loads_a_rounds_needs_once_idle_and_a_failure_there_is_only_logged(tmp_path, caplog):
     vault = write_vault(tmp_path / "vault", NOTES)
     calls = []
-    with fanout.open(tmp_path / "db", config=fast_cfg()) as kb:
+    with fanout.open(tmp_path / "db", config=fast_cfg(rounds_in="thread")) as kb:  # (the hook is this process's)
         kb.warm_index()  # what the watcher calls: it loads and returns (the fake models: nothing heavy)
         kb.warm_index = lambda: (calls.append(time.time()), 1 / 0)  # type: ignore[method-assign]
         with kb.watch(vault) as w:
@@ -330,7 +330,7 @@ def test_a_round_after_an_edit_reads_only_that_note(tmp_path, monkeypatch, every
     notes = {**NOTES, **{f"Many/n{i}.md": f"# N{i}\n\nFiller note {i}.\n" for i in range(30)}}
     vault = write_vault(tmp_path / "vault", notes)
     calls = _listings(monkeypatch)
-    cfg = fast_cfg(full_walk_every_s=every_s).replace(index={"stat_racy_s": 0})
+    cfg = fast_cfg(full_walk_every_s=every_s, rounds_in="thread").replace(index={"stat_racy_s": 0})  # (counted here)
     with fanout.open(tmp_path / "db", config=cfg) as kb:
         w = kb.watch(vault)
         assert w.wait(1, WAIT) and w.last.error is None

@@ -30,6 +30,7 @@ from fanout.errors import RequestError, UserError
 
 if TYPE_CHECKING:
     from fanout.api.requests import Mode, SearchRequest
+    from fanout.api.round_worker import RoundWorker
     from fanout.api.service import SearchService
     from fanout.api.types import SearchResponse
     from fanout.api.watcher import Watcher, WatchRound
@@ -156,6 +157,18 @@ class KnowledgeBase:
                 vault, self.db, self.collection, self.cfg, runner, progress=progress, rebuild=rebuild,
                 full_check=full_check, paths=paths), hold=shared and not rebuild, service=lambda: self._service,
                 forget=self.forget)
+
+    def index_in(self, worker: RoundWorker | None, vault: str | os.PathLike, *,
+                 progress: bool | Callable[[int, int], Any] = False, paths: list[str] | None = None) -> IndexReport:
+        """`index` (a watcher's round) run by `worker`, a process of its own (fanout/api/round_worker.py; None:
+        here); this KnowledgeBase's searches serve the version before it until its own is ready, as `index`'s."""
+        if worker is None:
+            return self.index(vault, progress=progress, paths=paths)
+        where = os.fspath(as_path(vault, "vault"))
+        self._next.wait()  # (the last round's swap)
+        with self._indexing:
+            return self._next.round(self.collection, lambda: worker.index(where, paths=paths, progress=progress),
+                                    hold=True, service=lambda: self._service, forget=self.forget)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until searches serve the version the last `index` published; False after `timeout` seconds."""

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from fanout.api.types import as_path
 
 if TYPE_CHECKING:
+    from fanout.api.round_worker import RoundWorker
     from fanout.config import Config
     from fanout.pipelines.index import IndexReport
 
@@ -45,12 +46,18 @@ class Indexes(Protocol):
     imports it)."""
 
     cfg: Config
+    db: str
+    collection: str
 
     def index(self, vault: str | os.PathLike, *, progress: bool | Callable[[int, int], Any] = False,
               paths: list[str] | None = None) -> IndexReport:
         ...
 
     def warm_index(self) -> None:
+        ...
+
+    def index_in(self, worker: RoundWorker | None, vault: str | os.PathLike, *,
+                 progress: bool | Callable[[int, int], Any] = False, paths: list[str] | None = None) -> IndexReport:
         ...
 
     def wait_ready(self, timeout: float | None = None) -> bool:
@@ -106,6 +113,7 @@ class Watcher:
         self.last: WatchRound | None = None
         self.walked: float | None = None  # time.monotonic() of the last whole walk; None: the next round is one
         self.warmed = threading.Event()  # set once what a round loads on first use is loaded (`_warm`)
+        self.worker = round_worker(kb)  # the process its rounds run in (None: this watcher's thread)
         self._stop = threading.Event()
         self._done = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -149,6 +157,13 @@ class Watcher:
 
     # -- the thread ---------------------------------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._rounds()
+        finally:
+            if self.worker is not None:
+                self.worker.close()
+
+    def _rounds(self) -> None:
         from fanout.io.vault_events import batches
 
         due = 0.0 if self.initial else None  # monotonic time a round is owed by (first round, a retry)
@@ -177,7 +192,10 @@ class Watcher:
         loads on first use (lancedb, the embedder, its tokenizer), so the first save's round does not pay it
         (1-5 s on 2 cores, lancedb's import alone; docs/performance.md#watch-mode). Events meanwhile wait."""
         try:
-            self.kb.warm_index()
+            if self.worker is not None:
+                self.worker.warm()  # (the worker's process started, what its rounds load loaded there)
+            else:
+                self.kb.warm_index()
         except Exception as e:  # noqa: BLE001 - the round that needs it loads it again, and says why it fails
             log.warning("watch: loading ahead what a round needs failed (%s: %s)", type(e).__name__, e)
         self.warmed.set()
@@ -199,7 +217,8 @@ class Watcher:
         paths = self._paths(changes)
         self.events.rescan = False
         try:
-            report = self.kb.index(self.vault, progress=self.progress if self.rounds == 0 else False, paths=paths)
+            report = self.kb.index_in(self.worker, self.vault, progress=self.progress if self.rounds == 0 else False,
+                                      paths=paths)
             t1 = time.perf_counter()
             self.kb.wait_ready()  # its version made ready for the searches (a round counts once it is searchable)
             if paths is None:
@@ -228,3 +247,16 @@ class Watcher:
             self.rounds, self.last = r.number, r
             self._done.notify_all()
         return error is None
+
+
+def round_worker(kb: Indexes) -> RoundWorker | None:
+    """The process a watcher of `kb` runs its rounds in (`watch.rounds_in`; "auto": one when the in-process runner
+    would run them, the Ray runner's rounds stay in the watcher's thread), or None."""
+    from fanout.exec.runner_mode import job_mode
+
+    how = kb.cfg.watch.rounds_in
+    if how == "thread" or (how == "auto" and job_mode(kb.cfg, rows=0) != "inproc"):
+        return None
+    from fanout.api.round_worker import RoundWorker
+
+    return RoundWorker(kb.db, kb.collection, kb.cfg)

@@ -114,6 +114,12 @@ class WatchConfig:
     # a round reads only the paths its events name; a whole walk (every file stat'ed) runs this often anyway,
     # and after a restart of the OS watch or a failed round, so an event the OS dropped is caught within it
     full_walk_every_s: float = 300.0
+    # where a watcher's rounds run: "process" (a worker process kept between rounds: fanout/api/round_worker.py),
+    # "thread" (the watcher's thread, beside the searches), "auto" (a process under the in-process runner, a
+    # thread under Ray). A round's Python in a thread shares the GIL with the searches: at 20,000 notes their p99
+    # during a 50-note round was 8-14x idle, 1.0-1.1x with the round in a process (bench/search_during_round.py,
+    # docs/performance.md#searches-beside-a-round); a process costs its start once (~2 s) and its memory
+    rounds_in: str = "auto"
 
     def validate(self) -> None:
         for k in ("step_ms", "debounce_ms", "tick_ms"):
@@ -122,6 +128,8 @@ class WatchConfig:
         _check(self.debounce_ms >= self.step_ms,
                f"watch.debounce_ms must be >= watch.step_ms ({self.step_ms}), got {self.debounce_ms}")
         _check(self.retry_s > 0, f"watch.retry_s must be > 0 seconds, got {self.retry_s}")
+        _check(self.rounds_in in ("auto", "process", "thread"),
+               f"watch.rounds_in must be auto, process or thread, got {self.rounds_in!r}")
         _check(self.full_walk_every_s > 0,
                f"watch.full_walk_every_s must be > 0 seconds, got {self.full_walk_every_s}")
 

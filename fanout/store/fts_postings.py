@@ -98,9 +98,9 @@ def _fresh_key(ds: LanceDataset, column: str, ids: np.ndarray) -> tuple | None:
 def load_or_update(ds: LanceDataset, column: str, ids: np.ndarray) -> Column | None:
     """What a search uses (fanout/store/fts.py): `column`'s postings for the version `ds`: those this process's
     index round made (`ensure`, waited for when it is still at work: fanout/store/version_files.py `later`), else
-    the version's file, else (a version published before its file is written) an older version's file brought
-    to this one in memory (only the rows added are tokenized: fts_delta.py, the same postings); None when
-    there is none of these."""
+    the version's file, else (a version published before its file is written) this process's postings of an
+    older version or an older version's file brought to this one in memory (only the rows added are tokenized:
+    fts_delta.py, the same postings), kept as this process's postings; None when there is none of these."""
     version_files.wait(job_key(ds))
     key = _fresh_key(ds, column, ids)
     with _FRESH_LOCK:
@@ -110,8 +110,12 @@ def load_or_update(ds: LanceDataset, column: str, ids: np.ndarray) -> Column | N
     got = load(ds, column, ids)
     if got is not None:
         return got
-    updated = _from_previous(ds, column, ids, {})
-    return updated[0] if updated is not None else None
+    updated = _from_previous(ds, column, ids, {}, fresh)  # (from this process's older postings: the rows since)
+    if updated is None:
+        return None
+    if fresh is None or fresh.version < int(ds.version):  # the next version starts from these (never an older)
+        _keep_fresh(ds, column, ids, *updated)
+    return updated[0]
 
 
 @dataclass

@@ -19,7 +19,7 @@ def fast_cfg(**watch):
     """The fake profile, its first round at the first 50 ms tick, a failed round retried after 0.2 s; a batch
     closes after 0.2 s of quiet: a test's burst (20 saves, 50 notes written) takes milliseconds, and three runs
     of this file at once on a loaded 2-core box split none, while each round waits 0.3 s less than with 0.5 s."""
-    return load_config("fake").replace(watch={"tick_ms": 50, "retry_s": 0.2, "step_ms": 200, **watch})
+    return load_config("fake").replace(watch={"tick_ms": 50, "retry_s": 0.2, "step_ms": 200, "rounds_in": "thread", **watch})
 
 
 def round_after(w, action):

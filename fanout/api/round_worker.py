@@ -1,0 +1,209 @@
+"""A watcher's index rounds in a process of their own (`watch.rounds_in`), so searches never share a GIL with one.
+
+A round beside searches in one process (a thread) takes turns with them on the GIL: at 20,000 notes its 0.7-1.3
+CPU-s of Python made a search's p99 9-14x its idle p99, against 1.0-1.1x with the round in another process
+(docs/performance.md#searches-beside-a-round). A `RoundWorker` is that process, started once and kept: it opens the
+same collection with the same config (a KnowledgeBase of its own: its file-states record, lancedb and the
+embedder stay loaded between rounds, so a round costs what a thread's does) and runs `KnowledgeBase.index` for
+each round it is sent, then waits for the round's query-file jobs (its version's postings and vectors), and
+answers with the `IndexReport`. The serving process holds its searches on the version before the round
+(fanout/api/next_version.py) and swaps the new one in once the worker answered: a search never waits for the
+worker, and a version is served only once its files are written.
+
+The worker is `python -m fanout.api.round_worker` (no `__main__` of the caller imported again, as
+multiprocessing's spawn would), talking over two pipes of pickled messages: requests in; progress, log
+records and the answer out. Its log records are logged again by the parent under the same logger names. It
+ends when told to, or when the parent goes (its pipe closes). A worker that died (killed, out of memory) fails
+the round it was running (the index resumes it: a killed round leaves the index answering as before or after)
+and the next round starts a new one. The embedder's weights are memory-mapped from the same GGUF file as the
+serving process's (llama.cpp's default), so the page cache holds one copy of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fanout.errors import FanoutError
+
+if TYPE_CHECKING:
+    from fanout.config import Config
+    from fanout.pipelines.index import IndexReport
+
+log = logging.getLogger(__name__)
+STOP_WAIT_S = 30.0  # how long `close` waits for a round in progress to finish before the worker is killed
+
+
+class RoundWorkerError(FanoutError):
+    """The round's worker process ended before answering (killed, out of memory); the next round starts one."""
+
+
+class RoundWorker:
+    """The parent's end: `index` runs one round in the worker process (started at first use, again after it
+    died), `warm` loads there what a round loads on first use, `close` ends it. One caller at a time (a
+    watcher's thread)."""
+
+    def __init__(self, db: str, collection: str, cfg: Config):
+        self.db, self.collection, self.cfg = db, collection, cfg
+        self._proc: subprocess.Popen | None = None
+        self._send: Connection | None = None
+        self._recv: Connection | None = None
+        self._lock = threading.Lock()
+        self.started = 0  # worker processes started (a restart after one died counts)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def _start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._drop()
+        child_in, to_child = os.pipe()  # (read end, write end: the child reads child_in, writes child_out)
+        from_child, child_out = os.pipe()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # the folder fanout imports from, in a checkout too
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "fanout.api.round_worker", str(child_in), str(child_out)],
+                pass_fds=(child_in, child_out), env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        finally:
+            os.close(child_in)
+            os.close(child_out)
+        self._send, self._recv = Connection(to_child, readable=False), Connection(from_child, writable=False)
+        self.started += 1
+        level = logging.getLogger("fanout").getEffectiveLevel()
+        self._send.send(("open", self.db, self.collection, self.cfg, level))
+
+    def _drop(self) -> None:
+        for c in (self._send, self._recv):
+            if c is not None:
+                c.close()
+        self._send = self._recv = None
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def _call(self, request: tuple, progress: Callable[[int, int], Any] | None = None) -> Any:
+        with self._lock:
+            self._start()
+            assert self._send is not None and self._recv is not None and self._proc is not None
+            try:
+                self._send.send(request)
+                while True:
+                    kind, *rest = self._recv.recv()
+                    if kind == "progress":
+                        if progress is not None:
+                            progress(*rest)
+                    elif kind == "log":
+                        logging.getLogger(rest[0]).log(rest[1], "%s", rest[2])
+                    elif kind == "done":
+                        return rest[0]
+                    else:  # "error"
+                        raise rest[0]
+            except (EOFError, OSError, BrokenPipeError) as e:
+                code = self._proc.wait()
+                self._drop()
+                raise RoundWorkerError(f"the index round's worker process ended (exit code {code}) before it "
+                                       f"answered; the next round starts a new one and resumes the index") from e
+
+    def index(self, vault: str, *, paths: list[str] | None = None,
+              progress: bool | Callable[[int, int], Any] = False) -> IndexReport:
+        """`KnowledgeBase.index(vault, paths=paths)` in the worker, once its version's query files are written."""
+        return self._call(("index", vault, paths, progress if isinstance(progress, bool) else "call"),
+                          progress if callable(progress) else None)
+
+    def warm(self) -> None:
+        """`KnowledgeBase.warm_index()` in the worker (its process started, lancedb and the embedder loaded)."""
+        self._call(("warm",))
+
+    def close(self, timeout: float = STOP_WAIT_S) -> None:
+        """End the worker: it finishes a round in progress (at most `timeout` seconds), then exits."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None and self._send is not None:
+                try:
+                    self._send.send(("stop",))
+                    self._proc.wait(timeout)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._drop()
+
+
+class _Forward(logging.Handler):
+    """The worker's log records, sent to the parent (which logs them again)."""
+
+    def __init__(self, send: Callable[[tuple], None]):
+        super().__init__()
+        self.send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.send(("log", record.name, record.levelno, self.format(record)))
+        except Exception:  # noqa: BLE001 - the parent is gone: the worker ends at its next read
+            pass
+
+
+def _answer(e: BaseException) -> tuple:
+    """The error message for the parent: the exception itself when it pickles back, else its text."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return ("error", e)
+    except Exception:  # noqa: BLE001 - an exception whose arguments do not pickle
+        return ("error", FanoutError(f"{type(e).__name__}: {e}"))
+
+
+def main(read_fd: int, write_fd: int) -> None:
+    """The worker's loop: open the collection, then answer requests until "stop" or the parent goes."""
+    import fanout
+
+    recv, send_conn = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    lock = threading.Lock()  # (log records may come from the round's other threads)
+
+    def send(msg: tuple) -> None:
+        with lock:
+            send_conn.send(msg)
+
+    try:
+        _, db, collection, cfg, level = recv.recv()
+    except EOFError:
+        return
+    handler = _Forward(send)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    with fanout.open(db, collection, cfg, runner="inproc") as kb:
+        while True:
+            try:
+                request = recv.recv()
+            except EOFError:
+                return  # the parent went
+            if request[0] == "stop":
+                return
+            try:
+                if request[0] == "warm":
+                    kb.warm_index()
+                    send(("done", None))
+                    continue
+                _, vault, paths, progress = request
+                report = kb.index(vault, paths=paths, progress=(
+                    (lambda done, total: send(("progress", done, total))) if progress == "call" else progress))
+                kb.wait_ready()  # its version's postings and vectors written (the parent's searches read them)
+                send(("done", report))
+            except Exception as e:  # noqa: BLE001 - the round's error goes to the parent, the worker stays
+                send(_answer(e))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))
