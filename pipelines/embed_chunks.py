@@ -69,3 +69,16 @@ def embed_groups(groups: list[Any], runner: Runner, cfg: Config) -> Iterator[tup
             while g < len(groups) and sizes[g] == 0:
                 yield keys[g], groups[g][1]
                 g += 1
+
+
+def warm_writes(cfg: Config, runner: Runner) -> None:
+    """Load what an index run that writes loads on first use: lancedb (the writes' connection, Collection.db;
+    searches never import it), pyarrow.parquet (the embedding's run files, fanout/exec/stage_io.py), the embedder
+    (in-process: lent per call as in a round; Ray: nothing to load) and, when `chunk.check_context`, its tokenizer."""
+    import lancedb  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    runner.preload("embedder")
+    if cfg.chunk.check_context:  # (as `index_vault` asks for it)
+        from fanout.actors.tokenizer import shared_counter
+        shared_counter(cfg)

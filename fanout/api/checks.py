@@ -45,3 +45,21 @@ def resolve_config(config: str | os.PathLike | Config | None) -> Config:
         raise ConfigError(f"`config` must be a profile name (e.g. 'local', 'fake'), a YAML path or a "
                           f"fanout Config, got {type(config).__name__}")
     return load_config(None if config is None else os.fspath(config))
+
+
+def batch_options(cfg: Config, *, n: object, min_score: object, filter: Any, expand: object, rerank: object,
+                  explain: object, sections: object) -> Any:
+    """`KnowledgeBase.batch`'s arguments checked, as the `SearchOptions` of its job (UserError naming the one
+    that is wrong)."""
+    from fanout.api.requests import check_min_score, check_sections
+    from fanout.filters import as_option, parse_filter
+    from fanout.pipelines.search import SearchOptions
+
+    opts = SearchOptions(n=check_count(n, "n"), min_score=check_min_score(min_score),
+                         expand=check_flag(expand, "expand", none=True), rerank=check_flag(rerank, "rerank", none=True),
+                         filter=as_option(parse_filter(filter)), explain=check_flag(explain, "explain"),
+                         sections=check_sections(sections, cfg.retrieve.max_sections))
+    if opts.sections and opts.explain:
+        raise UserError("`sections` and `explain` together are not supported by batch yet; run the job twice, "
+                        "or use `search` for the explained answers with sections")
+    return opts

@@ -158,12 +158,10 @@ class KnowledgeBase:
                 full_check=full_check, paths=paths), hold=shared and not rebuild, service=lambda: self._service,
                 forget=self.forget)
 
-    def index_in(self, worker: RoundWorker | None, vault: str | os.PathLike, *,
+    def index_in(self, worker: RoundWorker, vault: str | os.PathLike, *,
                  progress: bool | Callable[[int, int], Any] = False, paths: list[str] | None = None) -> IndexReport:
-        """`index` (a watcher's round) run by `worker`, a process of its own (fanout/api/round_worker.py; None:
-        here); this KnowledgeBase's searches serve the version before it until its own is ready, as `index`'s."""
-        if worker is None:
-            return self.index(vault, progress=progress, paths=paths)
+        """`index` (a watcher's round) run by `worker`, a process of its own (fanout/api/round_worker.py); this
+        KnowledgeBase's searches serve the version before it until its own is ready, as `index`'s."""
         where = os.fspath(as_path(vault, "vault"))
         self._next.wait()  # (the last round's swap)
         with self._indexing:
@@ -178,25 +176,20 @@ class KnowledgeBase:
         """Load what a writing `index` run loads on first use (lancedb: 1-5 s on 2 cores, pyarrow.parquet, the
         embedder, its tokenizer): a watcher calls it once idle, so a save pays none of it."""
         from fanout.exec.runner_mode import job_mode
+        from fanout.pipelines.embed_chunks import warm_writes
 
         with self.lock:
             runner = self._runner(job_mode(self.cfg, rows=0))
         with self._indexing:  # (not beside a run or `close`)
-            import lancedb  # noqa: F401 - the writes' connection (Collection.db); searches never import it
-            import pyarrow.parquet  # noqa: F401 - the embedding's run files (fanout/exec/stage_io.py)
-
-            runner.preload("embedder")  # (in-process: lent per call as in a round; Ray: nothing to load)
-            if self.cfg.chunk.check_context:  # (as `index_vault` asks for it)
-                from fanout.actors.tokenizer import shared_counter
-                shared_counter(self.cfg)
+            warm_writes(self.cfg, runner)
 
     def watch(self, vault: str | os.PathLike, *, initial: bool = True,
               on_round: Callable[[WatchRound], Any] | None = None,
               progress: bool | Callable[[int, int], Any] = False) -> Watcher:
-        """Keep the collection current with `vault` (`fanout index VAULT --watch`): a started `Watcher`, a
-        background thread that runs `index(vault)` once per batch of file events (config `watch:`), plus a first
-        round when `initial`. `on_round(WatchRound)` is called after each round; `progress` goes to the first
-        round's `index`. Stop it with `.stop()`, a `with` block, or `close()`; a failed round is logged and retried."""
+        """Keep the collection current with `vault` (`fanout index VAULT --watch`): a started `Watcher` that runs a
+        round of `index(vault)` per batch of file events (config `watch:`; in a worker process: `watch.rounds_in`),
+        and a first round when `initial`. `on_round(WatchRound)` is called after each round; `progress` goes to the
+        first round. Stop it with `.stop()`, a `with` block, or `close()`; a failed round is logged and retried."""
         from fanout.api.watcher import Watcher
 
         if self._closed:
@@ -298,23 +291,16 @@ class KnowledgeBase:
         by id; the `out` file keeps `fanout batch`'s columns). A table without the query column, or whose columns
         collide with the answers' own, is refused before any work.
         """
-        from fanout.api.requests import check_min_score, check_sections
+        from fanout.api.checks import batch_options
         from fanout.exec.progress import Progress
         from fanout.exec.runner_mode import job_mode
-        from fanout.filters import as_option, parse_filter
         from fanout.io.batch_output import check_out
         from fanout.pipelines.batch import run_batch
-        from fanout.pipelines.search import Searcher, SearchOptions
+        from fanout.pipelines.search import Searcher
 
-        opts = SearchOptions(n=check_count(n, "n"), min_score=check_min_score(min_score),
-                             expand=check_flag(expand, "expand", none=True),
-                             rerank=check_flag(rerank, "rerank", none=True),
-                             filter=as_option(parse_filter(filter)), explain=check_flag(explain, "explain"),
-                             sections=check_sections(sections, self.cfg.retrieve.max_sections))
+        opts = batch_options(self.cfg, n=n, min_score=min_score, filter=filter, expand=expand, rerank=rerank,
+                             explain=explain, sections=sections)
         progress = check_flag(progress, "progress")
-        if opts.sections and opts.explain:
-            raise UserError("`sections` and `explain` together are not supported by batch yet; run the job twice, "
-                            "or use `search` for the explained answers with sections")
         query_column = column_name(query_column, "query_column")
         id_column = None if id_column is None else column_name(id_column, "id_column")
         with self.lock, tempfile.TemporaryDirectory(prefix="fanout-batch-") as tmp:

@@ -21,6 +21,7 @@ serving process's (llama.cpp's default), so the page cache holds one copy of the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -148,10 +149,8 @@ class _Forward(logging.Handler):
         self.send = send
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
+        with contextlib.suppress(Exception):  # (the parent is gone: the worker ends at its next read)
             self.send(("log", record.name, record.levelno, self.format(record)))
-        except Exception:  # noqa: BLE001 - the parent is gone: the worker ends at its next read
-            pass
 
 
 def _answer(e: BaseException) -> tuple:
@@ -165,8 +164,12 @@ def _answer(e: BaseException) -> tuple:
 
 def main(read_fd: int, write_fd: int) -> None:
     """The worker's loop: open the collection, then answer requests until "stop" or the parent goes."""
+    import signal
+
     import fanout
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's Ctrl-C reaches the group: the parent ends it)
+    os.dup2(2, 1)  # anything printed goes to stderr (`fanout mcp`'s stdout is its protocol)
     recv, send_conn = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     lock = threading.Lock()  # (log records may come from the round's other threads)
 

@@ -56,7 +56,7 @@ class Indexes(Protocol):
     def warm_index(self) -> None:
         ...
 
-    def index_in(self, worker: RoundWorker | None, vault: str | os.PathLike, *,
+    def index_in(self, worker: RoundWorker, vault: str | os.PathLike, *,
                  progress: bool | Callable[[int, int], Any] = False, paths: list[str] | None = None) -> IndexReport:
         ...
 
@@ -217,8 +217,9 @@ class Watcher:
         paths = self._paths(changes)
         self.events.rescan = False
         try:
-            report = self.kb.index_in(self.worker, self.vault, progress=self.progress if self.rounds == 0 else False,
-                                      paths=paths)
+            progress = self.progress if self.rounds == 0 else False
+            report = self.kb.index(self.vault, progress=progress, paths=paths) if self.worker is None else \
+                self.kb.index_in(self.worker, self.vault, progress=progress, paths=paths)
             t1 = time.perf_counter()
             self.kb.wait_ready()  # its version made ready for the searches (a round counts once it is searchable)
             if paths is None:
