@@ -45,6 +45,7 @@ from fanout.errors import (
     NoteError,
     PlacementError,
     RequestError,
+    RoundWorkerError,
     RowError,
     StorageError,
     ToolArgError,
@@ -85,7 +86,7 @@ if TYPE_CHECKING:
 __all__ = ["BackendError", "BatchResult", "BenchNotFoundError", "CollectionBusy", "ConfigError", "DiskFull",
            "FanoutError", "FilterError", "GPUBackendMissing", "GapsResult", "Hit", "Hits", "IndexMissing",
            "IndexReport", "IndexStateError", "InputMissing", "KnowledgeBase", "ModelError", "Note",
-           "NoteError", "PlacementError", "RequestError", "RowError", "SearchRequest", "SearchResponse",
+           "NoteError", "PlacementError", "RequestError", "RoundWorkerError", "RowError", "SearchRequest", "SearchResponse",
            "StorageError", "SubQuery", "ToolArgError", "UserError", "VaultError", "WatchRound", "Watcher",
            "__version__", "collections", "open"]
 _LAZY = set(__all__) - set(globals())  # the API types and `open`: imported from fanout.api on first use

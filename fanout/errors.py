@@ -92,6 +92,11 @@ class CollectionBusy(FanoutError, RuntimeError):
     """Another process holds the collection's lock (still a RuntimeError, as it was) (fanout/store/locks.py)."""
 
 
+class RoundWorkerError(FanoutError, RuntimeError):
+    """A watcher's round worker process (fanout/api/round_worker.py) ended before it answered (killed, out of
+    memory): its round failed, the next round starts a new worker and resumes the index."""
+
+
 class BenchNotFoundError(FanoutError, FileNotFoundError):
     """The benchmark folder (`--bench`, $FANOUT_BENCH) cannot be found."""
 

@@ -41,7 +41,8 @@ def builds(monkeypatch):
     calls = []
     real = fts_memory.memory_column
     monkeypatch.setattr(fts_memory, "memory_column", lambda ds, c, ids: calls.append(c) or real(ds, c, ids))
-    monkeypatch.setattr(fts, "_SHARED", type(fts._SHARED)())  # a fresh process's state
+    monkeypatch.setattr(fts, "_SHARED", type(fts._SHARED)())
+    monkeypatch.setattr(fts_postings, "_FRESH", {})  # (a process that holds none of them)  # a fresh process's state
     monkeypatch.setattr(fts_postings, "_FRESH", {})
     return calls
 
@@ -77,6 +78,7 @@ def test_a_fresh_process_loads_them_from_the_first_call_without_building(db, fak
     assert builds == [] and lance_calls == []
     off = _col(db, fake_cfg, fts_memory_after=1e9, fts_postings_file=False)
     monkeypatch.setattr(fts, "_SHARED", type(fts._SHARED)())
+    monkeypatch.setattr(fts_postings, "_FRESH", {})  # (a process that holds none of them)
     off.fts_search_many(TEXTS[:1], COLS, BOOSTS, 10, ["path", "chunk_id"])
     assert len(lance_calls) == 1  # turned off: the file is not read
 
@@ -137,6 +139,7 @@ def test_a_stale_file_is_never_used(db, fake_cfg, fake_runner, tmp_path, builds,
     assert updated is not None and built is not None and updated[0].slices == built.slices
     assert updated[0].contrib.tobytes() == built.contrib.tobytes()
     monkeypatch.setattr(fts, "_SHARED", type(fts._SHARED)())
+    monkeypatch.setattr(fts_postings, "_FRESH", {})  # (a process that holds none of them)
     monkeypatch.setattr(fts_postings, "_from_previous", lambda *a: None)  # no older file to start from
     builds.clear()
     assert [t.to_pylist() for t in col.fts_search_many(TEXTS, ["body_en"], [1.0], 10, ["path", "chunk_id"])] == \

@@ -10,7 +10,7 @@ answers with the `IndexReport`. The serving process holds its searches on the ve
 (fanout/api/next_version.py) and swaps the new one in once the worker answered: a search never waits for the
 worker, and a version is served only once its files are written.
 
-The worker is `python -m fanout.api.round_worker` (no `__main__` of the caller imported again, as
+The worker is `python -m fanout.api.round_process` (no `__main__` of the caller imported again, as
 multiprocessing's spawn would), talking over two pipes of pickled messages: requests in; progress, log
 records and the answer out. Its log records are logged again by the parent under the same logger names. It
 ends when told to, or when the parent goes (its pipe closes). A worker that died (killed, out of memory) fails
@@ -21,10 +21,8 @@ serving process's (llama.cpp's default), so the page cache holds one copy of the
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import pickle
 import subprocess
 import sys
 import threading
@@ -33,7 +31,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import FanoutError
+from fanout.errors import RoundWorkerError
 
 if TYPE_CHECKING:
     from fanout.config import Config
@@ -41,10 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 STOP_WAIT_S = 30.0  # how long `close` waits for a round in progress to finish before the worker is killed
-
-
-class RoundWorkerError(FanoutError):
-    """The round's worker process ended before answering (killed, out of memory); the next round starts one."""
 
 
 class RoundWorker:
@@ -75,7 +69,7 @@ class RoundWorker:
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "fanout.api.round_worker", str(child_in), str(child_out)],
+                [sys.executable, "-m", "fanout.api.round_process", str(child_in), str(child_out)],
                 pass_fds=(child_in, child_out), env=env, stdin=subprocess.DEVNULL, close_fds=True)
         finally:
             os.close(child_in)
@@ -139,74 +133,3 @@ class RoundWorker:
                 except (OSError, subprocess.TimeoutExpired):
                     pass
             self._drop()
-
-
-class _Forward(logging.Handler):
-    """The worker's log records, sent to the parent (which logs them again)."""
-
-    def __init__(self, send: Callable[[tuple], None]):
-        super().__init__()
-        self.send = send
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with contextlib.suppress(Exception):  # (the parent is gone: the worker ends at its next read)
-            self.send(("log", record.name, record.levelno, self.format(record)))
-
-
-def _answer(e: BaseException) -> tuple:
-    """The error message for the parent: the exception itself when it pickles back, else its text."""
-    try:
-        pickle.loads(pickle.dumps(e))
-        return ("error", e)
-    except Exception:  # noqa: BLE001 - an exception whose arguments do not pickle
-        return ("error", FanoutError(f"{type(e).__name__}: {e}"))
-
-
-def main(read_fd: int, write_fd: int) -> None:
-    """The worker's loop: open the collection, then answer requests until "stop" or the parent goes."""
-    import signal
-
-    import fanout
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's Ctrl-C reaches the group: the parent ends it)
-    os.dup2(2, 1)  # anything printed goes to stderr (`fanout mcp`'s stdout is its protocol)
-    recv, send_conn = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
-    lock = threading.Lock()  # (log records may come from the round's other threads)
-
-    def send(msg: tuple) -> None:
-        with lock:
-            send_conn.send(msg)
-
-    try:
-        _, db, collection, cfg, level = recv.recv()
-    except EOFError:
-        return
-    handler = _Forward(send)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    with fanout.open(db, collection, cfg, runner="inproc") as kb:
-        while True:
-            try:
-                request = recv.recv()
-            except EOFError:
-                return  # the parent went
-            if request[0] == "stop":
-                return
-            try:
-                if request[0] == "warm":
-                    kb.warm_index()
-                    send(("done", None))
-                    continue
-                _, vault, paths, progress = request
-                report = kb.index(vault, paths=paths, progress=(
-                    (lambda done, total: send(("progress", done, total))) if progress == "call" else progress))
-                kb.wait_ready()  # its version's postings and vectors written (the parent's searches read them)
-                send(("done", report))
-            except Exception as e:  # noqa: BLE001 - the round's error goes to the parent, the worker stays
-                send(_answer(e))
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
