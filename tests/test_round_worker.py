@@ -80,6 +80,7 @@ def test_searches_here_serve_the_version_before_the_workers_round_until_it_is_sw
                 assert list(kb.search("zebra stripes 7", mode=mode)) == list(fresh.search("zebra stripes 7", mode=mode))
 
 
+@pytest.mark.slow  # (two rounds of embedding; `make test` runs it)
 def test_a_killed_worker_fails_only_its_round_and_the_retry_starts_a_new_one(tmp_path):
     vault = write_vault(tmp_path / "vault", NOTES)
     cfg = _cfg(index={"stat_racy_s": 0}, fake={"embed_sleep_s": 0.05})
@@ -87,7 +88,7 @@ def test_a_killed_worker_fails_only_its_round_and_the_retry_starts_a_new_one(tmp
         w = kb.watch(vault)
         assert w.wait(1, WAIT) and w.warmed.wait(WAIT)
         pid, n = w.worker.pid, w.rounds
-        for i in range(40):
+        for i in range(20):
             (vault / f"k{i}.md").write_text(f"# K{i}\n\nkiwi {i}\n")
         deadline = time.monotonic() + WAIT
         while not kb.serves_older([kb.collection]):  # the round has started (its searches held on the old version)
@@ -98,7 +99,7 @@ def test_a_killed_worker_fails_only_its_round_and_the_retry_starts_a_new_one(tmp
         assert found(kb, "tulip bulbs") == ["Garden/Tulips.md"]  # searches go on meanwhile
         assert w.wait(n + 2, WAIT) and w.last.error is None, w.last  # retried after watch.retry_s: a new worker
         assert w.worker.started == 2 and w.worker.pid != pid
-        assert {f"k{i}.md" for i in range(40)} <= indexed(kb)
+        assert {f"k{i}.md" for i in range(20)} <= indexed(kb)
 
 
 def test_an_error_in_the_workers_round_comes_back_and_the_round_is_retried(tmp_path):
@@ -129,6 +130,7 @@ def test_where_rounds_run_follows_watch_rounds_in_and_the_runner():
         load_config("fake").replace(watch={"rounds_in": "fork"})
 
 
+@pytest.mark.slow
 def test_closing_the_knowledge_base_mid_round_ends_the_worker(tmp_path):
     vault = write_vault(tmp_path / "vault", NOTES)
     cfg = _cfg(fake={"embed_sleep_s": 0.02})
