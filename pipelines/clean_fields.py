@@ -20,8 +20,6 @@ searched as a question, per-shape fusion weights) are kept at the tag `experimen
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import threading
 from collections import OrderedDict
@@ -236,17 +234,19 @@ _TITLES_LOCK = threading.Lock()
 
 def collection_titles(col: Collection) -> Titles:
     """The collection's Titles, once per index version; a version whose paths, titles, aliases and languages are
-    those of one built before in this process (an index round that edited note bodies) reuses it."""
+    those of one built before in this process (an index round that edited note bodies) reuses it, keyed at the
+    cost of the notes changed since (fanout/store/rows_key.py)."""
     def build() -> Titles:
-        docs = col.read(col.documents_name, ["path", "title", "aliases"]).to_pylist()
+        from fanout.store.rows_key import rows_key
+
         langs = count_languages(col)
-        key = hashlib.sha256(json.dumps([sorted(langs.items()), sorted(docs, key=lambda d: d["path"])],
-                                        ensure_ascii=False).encode("utf-8", "surrogateescape")).hexdigest()
+        with col.guard(col.documents_name):  # (only the rows changed since the last version keyed are read)
+            key = rows_key(col.dataset(col.documents_name), ["path", "title", "aliases"], sorted(langs.items()))
         with _TITLES_LOCK:
             if key in _TITLES:
                 _TITLES.move_to_end(key)
                 return _TITLES[key]
-        got = Titles.build(docs, langs)
+        got = Titles.build(col.read(col.documents_name, ["path", "title", "aliases"]).to_pylist(), langs)
         with _TITLES_LOCK:
             _TITLES[key] = got
             while len(_TITLES) > 4:
