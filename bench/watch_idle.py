@@ -1,7 +1,8 @@
 """What a watcher costs while nothing changes: a synthetic vault (bench/synthetic_vault.py) indexed with the fake
 models, a watcher started on it as the faces start one (`kb.watch(vault)`: a first round, a whole walk that finds
 nothing to do; then, at its first idle tick, it loads what a writing round needs), then the process's CPU time
-(every thread: the watcher's, watchfiles' Rust thread, lance's) over `--idle-s` seconds of no change. Two notes
+(every thread: the watcher's, watchfiles' Rust thread, lance's), and its round worker process's (`watch.rounds_in`),
+over `--idle-s` seconds of no change. Two notes
 edited afterwards check the watcher was alive all along and time each save's round: the first save's must cost
 what the second's does. `--no-initial`: `kb.watch(vault, initial=False)`, whose first event round is a whole walk.
 
@@ -19,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.search_during_round import worker_cpu
 from bench.synthetic_vault import synthetic_vault
 
 
@@ -54,9 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         ready_s = time.perf_counter() - t
         time.sleep(1.0)  # the watcher's thread and watchfiles' are up
         threads = threading.active_count()
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        pid = w.worker.pid if w.worker is not None else None  # (its rounds' process: watch.rounds_in)
+        cpu0, wall0, wcpu0 = time.process_time(), time.perf_counter(), worker_cpu(pid) if pid else 0.0
         time.sleep(args.idle_s)
         idle_cpu, idle_wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        idle_wcpu = (worker_cpu(pid) - wcpu0) if pid else None
         notes = sorted(vault.rglob("*.md"))[:2]
         rounds = []
         done = w.rounds
@@ -77,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{ready_s:.1f} s{'' if warmed else ' (NOT ready)'} |")
     print(f"| watcher's process CPU over {idle_wall:.0f} s of no change | {idle_cpu * 1e3:.0f} ms "
           f"({idle_cpu / idle_wall * 100:.2f}% of one core) |")
+    if idle_wcpu is not None:
+        print(f"| its round worker's process CPU over the same time | {idle_wcpu * 1e3:.0f} ms |")
     print(f"| threads in the process while watching | {threads} |")
     print(f"| a note edited after the idle time, then another: each round came | {'yes' if alive else 'NO'}, "
           f"{' then '.join(f'{x:.2f} s' for x, _ in rounds)} after the save (watch.step_ms {cfg.watch.step_ms} "

@@ -8,6 +8,7 @@ import random
 
 import lance
 import pyarrow as pa
+
 from fanout.store import rows_key as rk
 
 COLS = ["path", "title", "aliases"]

@@ -98,20 +98,26 @@ class RoundWorker:
                 self._send.send(request)
                 while True:
                     kind, *rest = self._recv.recv()
-                    if kind == "progress":
-                        if progress is not None:
-                            progress(*rest)
-                    elif kind == "log":
+                    if kind in ("done", "error"):
+                        break
+                    if kind == "log":
                         logging.getLogger(rest[0]).log(rest[1], "%s", rest[2])
-                    elif kind == "done":
-                        return rest[0]
-                    else:  # "error"
-                        raise rest[0]
-            except (EOFError, OSError, BrokenPipeError) as e:
+                    elif progress is not None:  # "progress"
+                        try:
+                            progress(*rest)
+                        except Exception:  # a caller's callback must not leave the answer unread
+                            log.exception("the round's progress callback failed")
+            except (EOFError, OSError) as e:
                 code = self._proc.wait()
                 self._drop()
                 raise RoundWorkerError(f"the index round's worker process ended (exit code {code}) before it "
                                        f"answered; the next round starts a new one and resumes the index") from e
+            except BaseException:  # (interrupted here: its answer would be read by the next call)
+                self._drop()
+                raise
+        if kind == "error":
+            raise rest[0]
+        return rest[0]
 
     def index(self, vault: str, *, paths: list[str] | None = None,
               progress: bool | Callable[[int, int], Any] = False) -> IndexReport:
