@@ -147,3 +147,23 @@ def test_closing_the_knowledge_base_mid_round_ends_the_worker(tmp_path):
     assert not w.running and not _alive(pid)
     with fanout.open(tmp_path / "db", config=cfg) as again:
         assert len({p for p in indexed(again) if p.startswith("c")}) in (0, 20)  # before or after, never half
+
+
+def test_a_worker_used_directly_answers_each_call_with_its_own_result_or_error(tmp_path, caplog):
+    vault = write_vault(tmp_path / "vault", NOTES)
+    cfg = fast_cfg(rounds_in="process")
+    w = RoundWorker(str(tmp_path / "db"), "notes", cfg)
+    try:
+        def bad(done: int, total: int) -> None:
+            raise RuntimeError("a caller's progress bug")
+
+        first = w.index(str(vault), progress=bad)  # the callback's failure is logged; the answer is still read
+        assert first.notes == 3 and first.embedded_notes == 3
+        assert any("progress callback failed" in rec.getMessage() for rec in caplog.records)
+        with pytest.raises(fanout.FanoutError, match="does not exist"):  # the worker's error, its own class
+            w.index(str(tmp_path / "nowhere"))
+        again = w.index(str(vault))  # never a stale answer: this call's own
+        assert again.notes == 3 and again.embedded_notes == 0 and w.started == 1
+    finally:
+        w.close()
+    assert w.pid is None
