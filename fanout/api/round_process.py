@@ -1,20 +1,22 @@
 """The worker process of a watcher's rounds (`python -m fanout.api.round_process READ_FD WRITE_FD`, started by
 fanout/api/round_worker.py's `RoundWorker`): it opens the collection it is told to, then answers each request
 ("index", "warm") with "done" and its result, or "error" and the exception, sending its log records and the
-first round's progress meanwhile; it ends at "stop" or when the parent's pipe closes."""
+first round's progress meanwhile, and asking the parent to embed each batch of chunks ("embed"); it ends at
+"stop" or when the parent's pipe closes."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
-import pickle
 import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
-from fanout.errors import FanoutError
+import pyarrow as pa
+
+from fanout.api.round_worker import answer
 
 
 class _Forward(logging.Handler):
@@ -29,13 +31,19 @@ class _Forward(logging.Handler):
             self.send(("log", record.name, record.levelno, self.format(record)))
 
 
-def _answer(e: BaseException) -> tuple:
-    """The error message for the parent: the exception itself when it pickles back, else its text."""
-    try:
-        pickle.loads(pickle.dumps(e))
-        return ("error", e)
-    except Exception:  # noqa: BLE001 - an exception whose arguments do not pickle
-        return ("error", FanoutError(f"{type(e).__name__}: {e}"))
+class LentEmbedder:
+    """The worker's embedder: each call's batch is embedded by the parent's, lent per call (one model in memory,
+    shared by its searches and the rounds; llama.cpp's weights are repacked into private memory on load, so a
+    second copy would cost its full size: docs/performance.md#searches-beside-a-round)."""
+
+    def __init__(self, ask: Callable[[tuple], tuple]):
+        self.ask = ask
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        kind, got = self.ask(("embed", table))
+        if kind == "error":
+            raise got
+        return got
 
 
 def main(read_fd: int, write_fd: int) -> None:
@@ -43,15 +51,21 @@ def main(read_fd: int, write_fd: int) -> None:
     import signal
 
     from fanout.api.kb import KnowledgeBase
+    from fanout.exec.runner import Runner
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's Ctrl-C reaches the group: the parent ends it)
     os.dup2(2, 1)  # anything printed goes to stderr (`fanout mcp`'s stdout is its protocol)
     recv, send_conn = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
-    lock = threading.Lock()  # (log records may come from the round's other threads)
+    lock, asking = threading.Lock(), threading.Lock()  # (log records may come from the round's other threads)
 
     def send(msg: tuple) -> None:
         with lock:
             send_conn.send(msg)
+
+    def ask(msg: tuple) -> tuple:  # (the round's thread is the one reading then: the main loop waits in it)
+        with asking:
+            send(msg)
+            return recv.recv()
 
     try:
         _, db, collection, cfg, level = recv.recv()
@@ -62,7 +76,10 @@ def main(read_fd: int, write_fd: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    with KnowledgeBase(db, collection, cfg, runner="inproc") as kb:
+    cfg = cfg.replace(runner={"mode": "inproc"})
+    runner = Runner(cfg)
+    runner._actors["embedder"] = LentEmbedder(ask)  # (what `Runner.actor` would have loaded)
+    with runner, KnowledgeBase.attach(db, collection, cfg, runner) as kb:
         while True:
             try:
                 request = recv.recv()
@@ -81,7 +98,7 @@ def main(read_fd: int, write_fd: int) -> None:
                 kb.wait_ready()  # its version's postings and vectors written (the parent's searches read them)
                 send(("done", report))
             except Exception as e:  # noqa: BLE001 - the round's error goes to the parent, the worker stays
-                send(_answer(e))
+                send(answer(e))
 
 
 if __name__ == "__main__":

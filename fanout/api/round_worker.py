@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -31,10 +32,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import RoundWorkerError
+from fanout.errors import FanoutError, RoundWorkerError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from fanout.config import Config
+    from fanout.exec.runner import Runner
     from fanout.pipelines.index import IndexReport
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,7 @@ class RoundWorker:
         self._send: Connection | None = None
         self._recv: Connection | None = None
         self._lock = threading.Lock()
+        self._own: Runner | None = None  # the embedder lent when a call lends none (`_embed`)
         self.started = 0  # worker processes started (a restart after one died counts)
 
     @property
@@ -90,7 +95,8 @@ class RoundWorker:
             self._proc.wait()
         self._proc = None
 
-    def _call(self, request: tuple, progress: Callable[[int, int], Any] | None = None) -> Any:
+    def _call(self, request: tuple, progress: Callable[[int, int], Any] | None = None,
+              lend: Runner | None = None) -> Any:
         with self._lock:
             self._start()
             assert self._send is not None and self._recv is not None and self._proc is not None
@@ -100,7 +106,9 @@ class RoundWorker:
                     kind, *rest = self._recv.recv()
                     if kind in ("done", "error"):
                         break
-                    if kind == "log":
+                    if kind == "embed":
+                        self._send.send(self._embed(rest[0], lend))
+                    elif kind == "log":
                         logging.getLogger(rest[0]).log(rest[1], "%s", rest[2])
                     elif progress is not None:  # "progress"
                         try:
@@ -119,11 +127,26 @@ class RoundWorker:
             raise rest[0]
         return rest[0]
 
+    def _embed(self, table: pa.Table, lend: Runner | None) -> tuple:
+        """One of the worker's embedding batches, by `lend`'s embedder (lent per call: its searches' calls and
+        these take turns), else by one of this object's own."""
+        try:
+            if lend is None:
+                from fanout.exec.runner import Runner
+
+                lend = self._own = self._own or Runner(self.cfg)
+            impl = lend.actor("embedder")
+            with lend.role_lock("embedder"):
+                return ("embedded", impl(table))
+        except Exception as e:  # noqa: BLE001 - the worker's round fails with it
+            return answer(e)
+
     def index(self, vault: str, *, paths: list[str] | None = None,
-              progress: bool | Callable[[int, int], Any] = False) -> IndexReport:
-        """`KnowledgeBase.index(vault, paths=paths)` in the worker, once its version's query files are written."""
+              progress: bool | Callable[[int, int], Any] = False, lend: Runner | None = None) -> IndexReport:
+        """`KnowledgeBase.index(vault, paths=paths)` in the worker, once its version's query files are written; its
+        chunks embedded here by `lend`'s embedder (a KnowledgeBase's in-process runner), else by one of its own."""
         return self._call(("index", vault, paths, progress if isinstance(progress, bool) else "call"),
-                          progress if callable(progress) else None)
+                          progress if callable(progress) else None, lend)
 
     def warm(self) -> None:
         """`KnowledgeBase.warm_index()` in the worker (its process started, lancedb and the embedder loaded)."""
@@ -139,3 +162,16 @@ class RoundWorker:
                 except (OSError, subprocess.TimeoutExpired):
                     pass
             self._drop()
+            if self._own is not None:
+                self._own.close()
+                self._own = None
+
+
+def answer(e: BaseException) -> tuple:
+    """An error for the other process: ("error", the exception) when it pickles back, else a FanoutError with its
+    text."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return ("error", e)
+    except Exception:  # noqa: BLE001 - an exception whose arguments do not pickle
+        return ("error", FanoutError(f"{type(e).__name__}: {e}"))

@@ -56,6 +56,9 @@ class Indexes(Protocol):
     def warm_index(self) -> None:
         ...
 
+    def warm(self, collections: list[str] | tuple[str, ...] = ()) -> None:
+        ...
+
     def index_in(self, worker: RoundWorker, vault: str | os.PathLike, *,
                  progress: bool | Callable[[int, int], Any] = False, paths: list[str] | None = None) -> IndexReport:
         ...
@@ -194,6 +197,7 @@ class Watcher:
         try:
             if self.worker is not None:
                 self.worker.warm()  # (the worker's process started, what its rounds load loaded there)
+                self.kb.warm()  # the embedder it borrows, here
             else:
                 self.kb.warm_index()
         except Exception as e:  # noqa: BLE001 - the round that needs it loads it again, and says why it fails
