@@ -167,3 +167,31 @@ def test_a_worker_used_directly_answers_each_call_with_its_own_result_or_error(t
     finally:
         w.close()
     assert w.pid is None
+
+
+@pytest.mark.model
+def test_with_the_local_embedder_a_workers_rounds_store_the_vectors_a_thread_round_does(tmp_path, cfg, runner):
+    """The worker's chunks are embedded by the serving process's model (lent per call): the same vectors, bit for
+    bit, as an index run in that process, after the first round and after an edit."""
+    from fanout.store.db import Collection
+
+    def vectors(db) -> list:
+        col = Collection(str(db), "notes", cfg)
+        col.refresh()
+        t = col.read(col.chunks_name, ["path", "chunk_id", "vector"]).sort_by([("path", "ascending"),
+                                                                                ("chunk_id", "ascending")])
+        return t.to_pylist()
+
+    vault = write_vault(tmp_path / "vault", NOTES)
+    watch_cfg = cfg.replace(watch={"rounds_in": "process", "tick_ms": 50, "step_ms": 200})
+    with fanout.api.KnowledgeBase.attach(tmp_path / "worker", "notes", watch_cfg, runner) as kb, \
+            fanout.api.KnowledgeBase.attach(tmp_path / "here", "notes", cfg, runner) as here:
+        w = kb.watch(vault)
+        assert w.wait(1, WAIT) and w.last.error is None, w.last
+        here.index(vault)
+        assert vectors(tmp_path / "worker") == vectors(tmp_path / "here")
+        round_after(w, lambda: (vault / "Bees.md").write_text("# Bees\n\nBees make honey in summer.\n"))
+        here.index(vault)
+        assert vectors(tmp_path / "worker") == vectors(tmp_path / "here")
+        assert kb.search("who makes honey?", mode="vsearch", n=1)[0].path == "Bees.md"
+        assert w.stop(WAIT)

@@ -1,22 +1,24 @@
 """A watcher's index rounds in a process of their own (`watch.rounds_in`), so searches never share a GIL with one.
 
 A round beside searches in one process (a thread) takes turns with them on the GIL: at 20,000 notes its 0.7-1.3
-CPU-s of Python made a search's p99 9-14x its idle p99, against 1.0-1.1x with the round in another process
+CPU-s of Python made a search's p99 7-12x its idle p99, against ~1x with the round in another process
 (docs/performance.md#searches-beside-a-round). A `RoundWorker` is that process, started once and kept: it opens the
-same collection with the same config (a KnowledgeBase of its own: its file-states record, lancedb and the
-embedder stay loaded between rounds, so a round costs what a thread's does) and runs `KnowledgeBase.index` for
-each round it is sent, then waits for the round's query-file jobs (its version's postings and vectors), and
-answers with the `IndexReport`. The serving process holds its searches on the version before the round
-(fanout/api/next_version.py) and swaps the new one in once the worker answered: a search never waits for the
-worker, and a version is served only once its files are written.
+same collection with the same config (a KnowledgeBase of its own: its file-states record and lancedb stay loaded
+between rounds, so a round costs what a thread's does) and runs `KnowledgeBase.index` for each round it is sent,
+then waits for the round's query-file jobs (its version's postings and vectors), and answers with the
+`IndexReport`. The serving process holds its searches on the version before the round (fanout/api/next_version.py)
+and swaps the new one in once the worker answered: a search never waits for the worker, and a version is served
+only once its files are written.
 
-The worker is `python -m fanout.api.round_process` (no `__main__` of the caller imported again, as
-multiprocessing's spawn would), talking over two pipes of pickled messages: requests in; progress, log
-records and the answer out. Its log records are logged again by the parent under the same logger names. It
-ends when told to, or when the parent goes (its pipe closes). A worker that died (killed, out of memory) fails
-the round it was running (the index resumes it: a killed round leaves the index answering as before or after)
-and the next round starts a new one. The embedder's weights are memory-mapped from the same GGUF file as the
-serving process's (llama.cpp's default), so the page cache holds one copy of them.
+The worker has no embedder of its own: each batch of its chunks is sent back and embedded by the serving
+process's model, lent per call as a round in a thread borrows it (one model in memory: llama.cpp repacks the
+weights into private memory on load, so a second copy would cost its whole size; the model's work runs outside the
+GIL). The worker is `python -m fanout.api.round_process` (no `__main__` of the caller imported again, as
+multiprocessing's spawn would), talking over two pipes of pickled messages: requests in; progress, log records,
+embedding batches and the answer out. Its log records are logged again by the parent under the same logger
+names. It ends when told to, or when the parent goes (its pipe closes). A worker that died (killed, out of memory)
+fails the round it was running (the index resumes it: a killed round leaves the index answering as before or
+after) and the next round starts a new one.
 """
 
 from __future__ import annotations
