@@ -170,8 +170,8 @@ class KnowledgeBase:
             runner = self._runner(job_mode(self.cfg, rows=0))
         self._next.wait()  # (the last round's swap)
         with self._indexing:
-            return self._next.round(self.collection, lambda: worker.index(where, paths=paths, progress=progress,
-                                    lend=runner), hold=True, service=lambda: self._service, forget=self.forget)
+            return self._next.round(self.collection, lambda: worker.index(where, paths=paths, progress=progress, lend=(
+                runner if runner.kind == "inproc" else None)), hold=True, service=lambda: self._service, forget=self.forget)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until searches serve the version the last `index` published; False after `timeout` seconds."""
