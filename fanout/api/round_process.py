@@ -78,7 +78,7 @@ def main(read_fd: int, write_fd: int) -> None:
     root.setLevel(level)
     cfg = cfg.replace(runner={"mode": "inproc"})
     runner = Runner(cfg)
-    runner._actors["embedder"] = LentEmbedder(ask)  # (what `Runner.actor` would have loaded)
+    runner.use("embedder", LentEmbedder(ask))
     with runner, KnowledgeBase.attach(db, collection, cfg, runner) as kb:
         while True:
             try:

@@ -242,6 +242,11 @@ class Runner:
                     self.seconds[f"load_{role}"] = time.perf_counter() - t
         return self._actors[role]
 
+    def use(self, role: str, impl: Any) -> None:
+        """Answer `role`'s calls with `impl` (called with each batch, as the role's actor is) instead of loading
+        its model: a watcher's round worker has its batches embedded by the serving process's model."""
+        self._actors[role] = impl
+
     def preload(self, role: str) -> None:
         """Load the role's model now, before the first request needs it (a server's warm-up): here, the
         in-process actor; a Ray runner's jobs build their own actors, so it has nothing to load ahead."""
