@@ -203,12 +203,13 @@ def test_bad_input_is_refused_with_the_fix(tmp_path):
             kb.watch(tmp_path, on_round="print")
 
 
-def test_mcp_tools_see_a_new_note_without_restart(tmp_path):
+@pytest.mark.parametrize("rounds_in", ["thread", "process"])
+def test_mcp_tools_see_a_new_note_without_restart(tmp_path, rounds_in):
     from fanout.exec.runner import Runner
     from fanout.serve.mcp import FanoutTools
 
     vault = write_vault(tmp_path / "vault", NOTES)
-    cfg = fast_cfg()
+    cfg = fast_cfg(rounds_in=rounds_in)
     with Runner(cfg) as runner:
         fanout.api.KnowledgeBase.attach(tmp_path / "db", "notes", cfg, runner).index(vault)
         tools = FanoutTools(tmp_path / "db", "notes", cfg, runner)

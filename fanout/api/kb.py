@@ -251,6 +251,11 @@ class KnowledgeBase:
         with self._next.searching():
             return self._svc().run(request)
 
+    def searching(self) -> contextlib.AbstractContextManager[None]:
+        """A block of this KnowledgeBase's searches (a face's own, as the MCP tools'): under its lock, on the index
+        version its searches serve (during a round, the one before it: fanout/api/next_version.py)."""
+        return self._next.searching()
+
     def warm(self, collections: list[str] | tuple[str, ...] = ()) -> None:
         """Open the searchers of `collections` and load the in-process embedder now, so the first request pays neither
         (a missing index or a model mismatch of those collections is raised here)."""
@@ -337,20 +342,13 @@ class KnowledgeBase:
     def get(self, ref: str, *, max_lines: int | None = None) -> Note:
         """A note by path, title or alias, optionally a section (`Note#Heading > Sub`) or file lines
         (`Note:40-60`): what `fanout get` prints. Never reads outside the vault (`NoteError` says why)."""
-        from fanout.api.notes import indexed_docs, locate, note_lines, read_note, read_ref, vault_of
+        from fanout.api.notes import get_note
 
         if not isinstance(ref, str) or not ref.strip():
             raise UserError(f"`ref` must be a note's path, title or alias (text), got {ref!r}")
         if max_lines is not None:
             check_count(max_lines, "max_lines")
-        col = self._collection()
-        vault = vault_of(col)
-        docs = indexed_docs(col)
-        note, r = read_ref(ref, lambda name: locate(vault, name, docs),
-                           lambda target: read_note(vault, target, "note", col.cfg.index if col.cfg else None))
-        head, first, lines = note_lines(note, r.heading, r.line_from, r.line_to, max_lines)
-        return Note(path=note["path"], title=note["title"], heading=head, first_line=first,
-                    text="\n".join(lines), lang=note.get("lang"))
+        return Note(**get_note(self._collection(), ref, max_lines))
 
     def status(self, detail: bool = False) -> dict[str, Any]:
         """What the collection holds: vault, notes, chunks, languages, models, when it was indexed

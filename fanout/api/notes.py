@@ -343,3 +343,15 @@ def indexed_docs(col: Collection) -> Callable[[], list[dict]]:
             rows.extend(col.read(col.documents_name, ["path", "title", "aliases"]).to_pylist())
         return rows
     return load
+
+
+def get_note(col: Collection, ref: str, max_lines: int | None) -> dict[str, Any]:
+    """`KnowledgeBase.get`'s note (the fields of a `Note`): `ref` resolved among the indexed notes of `col` and read
+    from its vault (never outside it), cut to its section or lines and to `max_lines`."""
+    vault = vault_of(col)
+    docs = indexed_docs(col)
+    note, r = read_ref(ref, lambda name: locate(vault, name, docs),
+                       lambda target: read_note(vault, target, "note", col.cfg.index if col.cfg else None))
+    head, first, lines = note_lines(note, r.heading, r.line_from, r.line_to, max_lines)
+    return {"path": note["path"], "title": note["title"], "heading": head, "first_line": first,
+            "text": "\n".join(lines), "lang": note.get("lang")}

@@ -135,8 +135,9 @@ class FanoutTools:
             msg = str(e)
             raise ToolArgError(msg if f"`{e.field}`" in msg else f"`{e.field}`: {msg}", field=e.field) from None
         t = time.perf_counter()
-        with self.lock:  # Searcher.search pins the index version first
-            out = self.searcher.search([row], SearchOptions(n=req.n, rerank=req.rerank, sections=req.sections))
+        with self.kb.searching():  # the lock, and the version the KnowledgeBase's searches serve (held in a round)
+            searcher = self.kb.service.searcher(self.kb.collection, "query")  # (a round's swap replaces it)
+            out = searcher.search([row], SearchOptions(n=req.n, rerank=req.rerank, sections=req.sections))
         log.info("search %.0f ms %s", (time.perf_counter() - t) * 1000, out.timings)
         if out.errors.num_rows:
             bad = out.errors.to_pylist()[0]
