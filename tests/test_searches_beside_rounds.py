@@ -1,4 +1,5 @@
-"""Searches in threads while an index round runs in the same process (fake models): none waits for the round's
+"""Searches in threads while an index round runs in the same process or in a watcher's worker process (fake
+models): none waits for the round's
 scan, embedding, writes or its version's query-file jobs (they serve the version before it until its own is ready,
 then move to it in one step: fanout/api/next_version.py), and their latency stays near its idle level, whether the
 embedder is pure Python or releases the GIL as llama.cpp does."""
@@ -66,12 +67,20 @@ def _vault(tmp_path, rnd: random.Random, n: int) -> tuple[Path, Path, list[int]]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sleep_s", [0.0, 0.01], ids=["pure-python-embedder", "embedder-releases-the-gil"])
-def test_searches_in_threads_beside_a_round_stay_near_their_idle_latency(tmp_path, fake_cfg, sleep_s):
+@pytest.mark.parametrize("round_in", ["thread", "worker"])
+def test_searches_in_threads_beside_a_round_stay_near_their_idle_latency(tmp_path, fake_cfg, sleep_s, round_in):
+    """`round_in` "thread": `kb.index` beside the searches; "worker": a watcher's round, in its worker process
+    (fanout/api/round_worker.py), its chunks embedded here."""
+    from fanout.api.round_worker import RoundWorker
+
     rnd = random.Random(7)
     vault, db, stamp = _vault(tmp_path, rnd, 300)
     cfg = fake_cfg.replace(fake={"embed_sleep_s": sleep_s}, index={"stat_racy_s": 0})
     with fanout.open(db, "t", cfg) as kb:
         kb.index(vault)
+        worker = RoundWorker(kb.db, kb.collection, kb.cfg) if round_in == "worker" else None
+        if worker is not None:
+            worker.warm()
         kb.search("sync notes", mode="search")
         stop = threading.Event()
         timer = threading.Timer(1.5, stop.set)
@@ -84,11 +93,15 @@ def test_searches_in_threads_beside_a_round_stay_near_their_idle_latency(tmp_pat
         th = threading.Thread(target=lambda: spans.extend(_search_in_threads(kb, done, 3, rnd)))
         th.start()
         t0 = time.perf_counter()
-        rep = kb.index(vault)
-        assert kb.wait_ready(60)  # the window: the round and its version made ready (its query files' jobs)
-        t1 = time.perf_counter()
-        done.set()
-        th.join()
+        try:
+            rep = kb.index(vault) if worker is None else kb.index_in(worker, vault)
+            assert kb.wait_ready(60)  # the window: the round and its version made ready (its query files' jobs)
+            t1 = time.perf_counter()
+        finally:
+            done.set()
+            th.join()
+            if worker is not None:
+                worker.close()
     assert rep.embedded_notes == 60
     during = [b - a for a, b in spans if t0 <= a <= t1]
     assert len(during) >= 10, f"only {len(during)} searches finished while the round ran ({t1 - t0:.2f} s)"
