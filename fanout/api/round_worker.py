@@ -78,6 +78,12 @@ class RoundWorker:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "fanout.api.round_process", str(child_in), str(child_out)],
                 pass_fds=(child_in, child_out), env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        except OSError as e:
+            os.close(to_child)
+            os.close(from_child)
+            raise RoundWorkerError(f"cannot start the index round's worker process ({sys.executable} -m "
+                                   f"fanout.api.round_process: {e}); set `watch.rounds_in: thread` to run rounds "
+                                   f"in the watcher's thread") from e
         finally:
             os.close(child_in)
             os.close(child_out)

@@ -256,12 +256,12 @@ class Watcher:
 
 def round_worker(kb: Indexes) -> RoundWorker | None:
     """The process a watcher of `kb` runs its rounds in (`watch.rounds_in`; "auto": one when the in-process runner
-    would run them, the Ray runner's rounds stay in the watcher's thread), or None."""
+    would run them on a POSIX system, the Ray runner's rounds stay in the watcher's thread), or None."""
     from fanout.exec.runner_mode import job_mode
 
     how = kb.cfg.watch.rounds_in
-    if how == "thread" or (how == "auto" and job_mode(kb.cfg, rows=0) != "inproc"):
-        return None
+    if how == "thread" or (how == "auto" and (job_mode(kb.cfg, rows=0) != "inproc" or os.name != "posix")):
+        return None  # (the worker's pipes are POSIX file descriptors)
     from fanout.api.round_worker import RoundWorker
 
     return RoundWorker(kb.db, kb.collection, kb.cfg)
