@@ -116,10 +116,11 @@ class WatchConfig:
     full_walk_every_s: float = 300.0
     # where a watcher's rounds run: "process" (a worker process kept between rounds: fanout/api/round_worker.py),
     # "thread" (the watcher's thread, beside the searches), "auto" (a process under the in-process runner on a
-    # POSIX system, else a thread). A round's Python in a thread shares the GIL with the searches: their p99 during a 50-note
-    # round was 6.4-10x idle at 20,000 notes, 14x at 133,000; 0.9-1.5x and 1.0x with the round in the worker
-    # (bench/search_during_round.py, docs/performance.md#searches-beside-a-round). The worker borrows this
-    # process's embedder per call; it costs its start once and ~220 MB (PSS: Python, pyarrow, lancedb, tokenizer)
+    # POSIX system, else a thread). A round's Python in a thread shares the GIL with the searches: their p99
+    # during a 50-note round was 6.4-10x idle at 20,000 notes, 14x at 133,000; 0.9-1.5x and 1.0x with the round
+    # in the worker (bench/search_during_round.py, docs/performance.md#searches-beside-a-round). The worker
+    # borrows this process's embedder per call; it costs its start once and ~220 MB (PSS: Python, pyarrow,
+    # lancedb, the tokenizer)
     rounds_in: str = "auto"
 
     def validate(self) -> None:
