@@ -54,6 +54,7 @@ def test_rounds_run_in_one_kept_worker_process_and_its_logs_and_progress_come_ba
     assert not _alive(pid)  # stopping the watcher ended its worker
 
 
+@pytest.mark.slow
 def test_searches_here_serve_the_version_before_the_workers_round_until_it_is_swapped_in(tmp_path):
     vault = write_vault(tmp_path / "vault", NOTES)
     cfg = _cfg(index={"stat_racy_s": 0}, fake={"embed_sleep_s": 0.02})  # (a round of 40 notes: ~1 s embedding)
@@ -102,6 +103,7 @@ def test_a_killed_worker_fails_only_its_round_and_the_retry_starts_a_new_one(tmp
         assert {f"k{i}.md" for i in range(20)} <= indexed(kb)
 
 
+@pytest.mark.slow
 def test_an_error_in_the_workers_round_comes_back_and_the_round_is_retried(tmp_path):
     from fanout.store.locks import collection_lock
 

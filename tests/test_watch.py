@@ -203,7 +203,7 @@ def test_bad_input_is_refused_with_the_fix(tmp_path):
             kb.watch(tmp_path, on_round="print")
 
 
-@pytest.mark.parametrize("rounds_in", ["thread", "process"])
+@pytest.mark.parametrize("rounds_in", ["thread", pytest.param("process", marks=pytest.mark.slow)])
 def test_mcp_tools_see_a_new_note_without_restart(tmp_path, rounds_in):
     from fanout.exec.runner import Runner
     from fanout.serve.mcp import FanoutTools
