@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 from types import SimpleNamespace
 
@@ -197,3 +198,19 @@ def test_with_the_local_embedder_a_workers_rounds_store_the_vectors_a_thread_rou
         assert vectors(tmp_path / "worker") == vectors(tmp_path / "here")
         assert kb.search("who makes honey?", mode="vsearch", n=1)[0].path == "Bees.md"
         assert w.stop(WAIT)
+
+
+def test_a_worker_that_cannot_start_leaves_the_rounds_to_the_watchers_thread(tmp_path, monkeypatch, caplog):
+    vault = write_vault(tmp_path / "vault", NOTES)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))  # (the worker's command fails)
+    with fanout.open(tmp_path / "db", config=_cfg()) as kb:
+        w = kb.watch(vault)
+        deadline = time.monotonic() + WAIT
+        while w.worker is not None or w.last is None or w.last.error is not None:  # failed rounds, then one here
+            assert time.monotonic() < deadline, w.last
+            time.sleep(0.05)
+        assert w.errors >= 1 and indexed(kb) == set(NOTES)
+        assert any("rounds run in the watcher's thread from now on" in rec.getMessage() for rec in caplog.records)
+        assert any("set `watch.rounds_in: thread`" in rec.getMessage() for rec in caplog.records)
+        round_after(w, lambda: (vault / "New.md").write_text("# New\n\nAn okapi lives here.\n"))
+        assert found(kb, "okapi") == ["New.md"]

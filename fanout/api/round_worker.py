@@ -18,7 +18,8 @@ multiprocessing's spawn would), talking over two pipes of pickled messages: requ
 embedding batches and the answer out. Its log records are logged again by the parent under the same logger
 names. It ends when told to, or when the parent goes (its pipe closes). A worker that died (killed, out of memory)
 fails the round it was running (the index resumes it: a killed round leaves the index answering as before or
-after) and the next round starts a new one.
+after) and the next round starts a new one; after two in a row that could not start or ended before answering
+anything (`unusable`), the watcher runs its rounds in its own thread (fanout/api/watcher.py).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class RoundWorker:
         self._lock = threading.Lock()
         self._own: Runner | None = None  # the embedder lent when a call lends none (`_embed`)
         self.started = 0  # worker processes started (a restart after one died counts)
+        self.unusable = 0  # worker processes in a row that could not start or ended before answering any call
+        self._answered = 0  # calls the current process answered
 
     @property
     def pid(self) -> int | None:
@@ -81,6 +84,7 @@ class RoundWorker:
         except OSError as e:
             os.close(to_child)
             os.close(from_child)
+            self.unusable += 1
             raise RoundWorkerError(f"cannot start the index round's worker process ({sys.executable} -m "
                                    f"fanout.api.round_process: {e}); set `watch.rounds_in: thread` to run rounds "
                                    f"in the watcher's thread") from e
@@ -89,6 +93,7 @@ class RoundWorker:
             os.close(child_out)
         self._send, self._recv = Connection(to_child, readable=False), Connection(from_child, writable=False)
         self.started += 1
+        self._answered = 0
         level = logging.getLogger("fanout").getEffectiveLevel()
         self._send.send(("open", self.db, self.collection, self.cfg, level))
 
@@ -113,6 +118,8 @@ class RoundWorker:
                 while True:
                     kind, *rest = self._recv.recv()
                     if kind in ("done", "error"):
+                        self._answered += 1
+                        self.unusable = 0
                         break
                     if kind == "embed":
                         self._send.send(self._embed(rest[0], lend))
@@ -125,6 +132,8 @@ class RoundWorker:
                             log.exception("the round's progress callback failed")
             except (EOFError, OSError) as e:
                 code = self._proc.wait()
+                if self._answered == 0:
+                    self.unusable += 1
                 self._drop()
                 raise RoundWorkerError(f"the index round's worker process ended (exit code {code}) before it "
                                        f"answered; the next round starts a new one and resumes the index") from e

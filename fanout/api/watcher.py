@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from fanout.pipelines.index import IndexReport
 
 log = logging.getLogger(__name__)
+WORKER_TRIES = 2  # worker processes in a row that cannot start (or die before answering) before rounds run here
 
 
 class Indexes(Protocol):
@@ -240,6 +241,12 @@ class Watcher:
         if error is not None:
             self.errors += 1
             self.walked = None  # its retry walks the whole vault
+            if self.worker is not None and self.worker.unusable >= WORKER_TRIES:
+                log.warning("watch: the round worker process could not start or ended before answering, %d "
+                            "times in a row; rounds run in the watcher's thread from now on (watch.rounds_in: "
+                            "thread says so ahead)", self.worker.unusable)
+                self.worker.close()
+                self.worker = None
             log.error("%s; retrying in %g s (or at the next change)", r.text(), self.cfg.retry_s)
         else:
             log.info("%s", r.text())
