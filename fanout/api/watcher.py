@@ -11,10 +11,12 @@ embeds it once and a `git checkout` of fifty notes is one round that embeds thos
 embedded again: its title, part of every chunk's embedded text, comes from its name). A round that fails is logged and retried (`watch.retry_s`); the watcher keeps
 going until `stop()`.
 
-The embedder is shared, not copied, and lent per call: a round runs beside searches (`KnowledgeBase.index`
-takes the KnowledgeBase's lock only to publish the new version), and its embedding batches and a search's query
-embedding take turns on the one model (llama.cpp models are not thread-safe; a second copy would double its
-memory). A search never sees half a round: the round publishes its tables by writing the manifest last
+Where a round runs (`watch.rounds_in`): under the in-process runner, in a worker process kept for the watcher's
+life (fanout/api/round_worker.py, `KnowledgeBase.index_in`), so its Python never takes the searches' GIL; else
+in this thread (`KnowledgeBase.index`, which takes the KnowledgeBase's lock only to publish). Either way the
+embedder is shared, not copied, and lent per call: the round's embedding batches and a search's query embedding
+take turns on the one model in this process (llama.cpp models are not thread-safe; a second copy would double
+its memory). A search never sees half a round: the round publishes its tables by writing the manifest last
 (fanout/store/manifest.py), and the KnowledgeBase's searches move to the new version once it is ready
 (fanout/api/next_version.py; a round counts as done then: `rounds`, `wait`). At its
 first idle tick the watcher loads what a writing round loads on first use (`KnowledgeBase.warm_index`), so the
