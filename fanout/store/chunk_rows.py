@@ -1,6 +1,7 @@
 """Chunk rows by row id on a pinned Lance dataset: `take_rows` (the rows with these ids, in the order given) and
-`sorted_row_ids` (a version's row ids, ascending, cached per version). What the chunk-id map and the ski-rental
-read of whole columns build on: fanout/store/chunk_text.py.
+`sorted_row_ids` (a version's row ids, ascending, cached per version), and how one version's rows map to a later
+one's (`moved_rows`, `row_steps`: what the postings, vectors and rows-key updates start from). What the chunk-id
+map and the ski-rental read of whole columns build on: fanout/store/chunk_text.py.
 """
 
 from __future__ import annotations
@@ -42,3 +43,20 @@ def sorted_row_ids(ds) -> np.ndarray:
                 while len(_ROW_IDS) > 4:
                     _ROW_IDS.pop(next(iter(_ROW_IDS)))
     return got
+
+
+def moved_rows(old_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Each of the sorted row ids `old_ids`' position in the sorted row ids `ids` (int32; -1: not there)."""
+    if not len(ids):
+        return np.full(len(old_ids), -1, np.int32)
+    at = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
+    return np.where(ids[at] == old_ids, at, -1).astype(np.int32)
+
+
+def row_steps(old_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """From one version's sorted row ids `old_ids` to a later one's `ids`: (each old row's position now, -1 when
+    gone: `moved_rows`; the positions in `ids` of the rows added since)."""
+    step = moved_rows(old_ids, ids)
+    found = np.zeros(len(ids), bool)
+    found[step[step >= 0]] = True
+    return step, np.flatnonzero(~found)

@@ -179,40 +179,37 @@ def _from_previous(ds, column: str, held: Matrix | None) -> Matrix | None:
         dim = ds.schema.field(column).type.list_size
         if old.vectors.shape[1] != dim:
             return None
-        from fanout.store.chunk_rows import sorted_row_ids, take_rows
+        from fanout.store.chunk_rows import row_steps, sorted_row_ids, take_rows
 
         ids = sorted_row_ids(ds).astype(np.int64)
-        at = np.minimum(np.searchsorted(ids, old.ids), max(0, len(ids) - 1))
-        step = np.where(ids[at] == old.ids, at, -1) if len(ids) else np.full(len(old.ids), -1)  # old pos -> new
-        found = np.zeros(len(ids), bool)
-        found[step[step >= 0]] = True
-        added = ids[~found]
+        step, at = row_steps(old.ids, ids)  # old position -> new (-1: gone); the positions added
+        added = ids[at]
         if 2 * len(added) > len(ids):  # most rows new (a rebuild, a compaction): one scan is cheaper
             return None
         vec, damaged = np.zeros((0, dim), np.float32), np.zeros(0, bool)
         if len(added):
             t = take_rows(ds, added, [column]).combine_chunks()
             vec, damaged = _unit(t.column(column).chunk(0), dim)
-        kept = int(found.sum())
+        kept = len(ids) - len(at)
         gone = len(old.ids) - kept
         log.info("vectors of %s version %d from version %d: %d rows added, %d gone", ds.uri, int(ds.version),
                  old.version, len(added), gone)
         since = None if old.since_file is None else old.since_file + len(added) + gone
-        if not found[kept:].any():  # every added row after every kept one: stacked, nothing copied
+        if not len(at) or at[0] >= kept:  # every added row after every kept one: stacked, nothing copied
             at_old = step if old.at is None else np.where(old.at >= 0, step[np.maximum(old.at, 0)], -1)
             more = vec if old.added is None else np.concatenate([old.added, vec])
             return Matrix(int(ds.version), ids, old.vectors, np.concatenate([old.damaged, damaged]), since, more,
                           np.concatenate([at_old, np.arange(kept, len(ids))]))
-        return _copied(int(ds.version), old, ids, step, found, vec, damaged, since)
+        return _copied(int(ds.version), old, ids, step, at, vec, damaged, since)
     except Exception as e:  # noqa: BLE001  every row is read from Lance instead
         log.warning("vectors of %s not updated from an older version (%s); read anew", ds.uri, e)
         return None
 
 
-def _copied(version: int, old: Matrix, ids: np.ndarray, step: np.ndarray, found: np.ndarray, vec: np.ndarray,
+def _copied(version: int, old: Matrix, ids: np.ndarray, step: np.ndarray, added: np.ndarray, vec: np.ndarray,
             damaged: np.ndarray, since: int | None) -> Matrix:
     """`old`'s kept rows copied to their new positions (`step`: old position -> new, -1: gone), `vec` / `damaged`
-    (the rows added) at the others."""
+    (the rows added) at theirs (`added`)."""
     old_vec, old_damaged = old.compact()
     out = np.empty((len(ids), old_vec.shape[1]), np.float32)
     out_damaged = np.zeros(len(ids), bool)
@@ -226,7 +223,7 @@ def _copied(version: int, old: Matrix, ids: np.ndarray, step: np.ndarray, found:
             d, s_ = int(dst[a]), int(src[a])
             out[d:d + b - a] = old_vec[s_:s_ + b - a]
             out_damaged[d:d + b - a] = old_damaged[s_:s_ + b - a]
-    out[~found], out_damaged[~found] = vec, damaged
+    out[added], out_damaged[added] = vec, damaged
     return Matrix(version, ids, out, out_damaged, since)
 
 

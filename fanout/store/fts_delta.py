@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fanout.store.chunk_rows import moved_rows
 from fanout.store.fts_memory import Column, MemoryColumn, postings_column
 
 _NONE = (np.zeros(0, np.int32), np.zeros(0, np.int32))
@@ -92,14 +93,6 @@ class DeltaColumn(Column):
     @property
     def contrib(self) -> np.ndarray:
         return self.folded().contrib
-
-
-def moved_rows(old_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Each of the sorted row ids `old_ids`' position in the sorted row ids `ids` (int32; -1: not there)."""
-    if not len(ids):
-        return np.full(len(old_ids), -1, np.int32)
-    at = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
-    return np.where(ids[at] == old_ids, at, -1).astype(np.int32)
 
 
 def updated_column(old: Column, old_ids: np.ndarray, ids: np.ndarray, added: list[tuple[int, str | None]],

@@ -296,8 +296,8 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
     builds from every row). Never raises."""
     import lance
 
-    from fanout.store.chunk_rows import sorted_row_ids, take_rows
-    from fanout.store.fts_delta import moved_rows, updated_column
+    from fanout.store.chunk_rows import row_steps, sorted_row_ids, take_rows
+    from fanout.store.fts_delta import updated_column
     from fanout.store.fts_index_meta import index_meta
 
     try:
@@ -312,12 +312,10 @@ def _from_previous(ds: LanceDataset, column: str, ids: np.ndarray, previous: dic
         if previous.get("version") != (version, held is not None):
             old_ds = None if held is not None else lance.dataset(ds.uri, version=version)
             old_ids = held.ids if held is not None else sorted_row_ids(old_ds)
-            step = moved_rows(old_ids, ids)  # (both sorted: no set operations)
-            found = np.zeros(len(ids), bool)
-            found[step[step >= 0]] = True
+            step, at = row_steps(old_ids, ids)  # (both sorted: no set operations)
             previous.clear()
-            previous.update(version=(version, held is not None), ds=old_ds, ids=old_ids, new=ids[~found],
-                            at=np.flatnonzero(~found), step=step, gone=int((step < 0).sum()))
+            previous.update(version=(version, held is not None), ds=old_ds, ids=old_ids, new=ids[at], at=at,
+                            step=step, gone=int((step < 0).sum()))
         old = held.mem if held is not None else load(previous["ds"], column, previous["ids"])
         if old is None:
             return None

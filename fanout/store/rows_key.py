@@ -47,8 +47,7 @@ def _digest_rows(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> np.nda
 def rows_key(ds, columns: list[str], extra: object = None) -> str:
     """The key of `columns` of every row of `ds` (a pinned Lance version) and `extra` (JSON-able): equal exactly
     when the multiset of the rows' values and `extra` are (up to a 128-bit digest per row)."""
-    from fanout.store.chunk_rows import sorted_row_ids, take_rows
-    from fanout.store.fts_delta import moved_rows
+    from fanout.store.chunk_rows import row_steps, sorted_row_ids, take_rows
 
     cols = tuple(columns)
     uri, version = str(ds.uri), int(ds.version)
@@ -58,12 +57,10 @@ def rows_key(ds, columns: list[str], extra: object = None) -> str:
     if held is not None and held.columns == cols and held.version == version:
         digests = held.digests
     elif held is not None and held.columns == cols and held.version < version:
-        step = moved_rows(held.ids, ids)
-        found = np.zeros(len(ids), bool)
-        found[step[step >= 0]] = True
+        step, added = row_steps(held.ids, ids)
+        kept = step >= 0
         digests = np.empty(len(ids), _DIGEST)
-        digests[step[step >= 0]] = held.digests[step >= 0]
-        added = np.flatnonzero(~found)
+        digests[step[kept]] = held.digests[kept]
         rows = take_rows(ds, ids[added].astype(np.int64), list(cols)).to_pylist() if len(added) else []
         digests[added] = _digest_rows(rows, cols)
     else:
@@ -74,5 +71,5 @@ def rows_key(ds, columns: list[str], extra: object = None) -> str:
         with _LOCK:
             _HELD[uri] = _Keyed(version, ids, digests, cols)
     h = hashlib.sha256(json.dumps(extra, ensure_ascii=False, sort_keys=True).encode("utf-8", "surrogateescape"))
-    h.update(np.sort(digests.view(np.dtype((np.void, 16)))).tobytes())
+    h.update(np.sort(digests).tobytes())
     return h.hexdigest()
