@@ -1,12 +1,13 @@
 """What the benchmarks that measure each code version in a process of its own, run as `-m bench.NAME`, share
 (bench/index_first.py, index_incremental.py): the child's hidden flags, its peak memory, and its run, whose last line of output
-is its JSON result. (bench/round_jobs.py runs its own file by path under another checkout's interpreter, where
+is its JSON result; and a process's or thread's CPU seconds from /proc (`proc_cpu_s`). (bench/round_jobs.py runs its own file by path under another checkout's interpreter, where
 `bench` is not importable: it keeps its own.)"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -37,3 +38,10 @@ def peak_rss_mb() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def proc_cpu_s(stat: str) -> float:
+    """User + system CPU seconds so far of the process or thread whose /proc stat file is `stat`
+    (`/proc/self/stat`, `/proc/PID/stat`, `/proc/self/task/TID/stat`)."""
+    fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

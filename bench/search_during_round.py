@@ -43,12 +43,6 @@ ROUND = ("import os, sys; os.environ.setdefault('LANCEDB_LOG', 'error'); import 
          "kb = fanout.open(sys.argv[1], config=cfg); kb.index(sys.argv[2]); kb.close()")
 
 
-def worker_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of the running process `pid` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def searches_beside_a_round(kb, vault: Path, ask, round_in: str = "thread", sleep_s: float = 0.0, worker=None
                             ) -> tuple[list[float], list[float], dict]:
     """`kb.index(vault)` in a thread, `ask(i)` in this one until the round's version is served: the searches'
@@ -71,9 +65,12 @@ def searches_beside_a_round(kb, vault: Path, ask, round_in: str = "thread", slee
             done.set()
             return
         if worker is not None:  # the watcher's path: the round in its worker process, swapped in here
-            w0 = worker_cpu(worker.pid)
+            from bench.child_process import proc_cpu_s
+
+            stat = f"/proc/{worker.pid}/stat"
+            w0 = proc_cpu_s(stat)
             kb.index_in(worker, vault)
-            span["wall"], span["round_cpu"] = time.perf_counter() - t, worker_cpu(worker.pid) - w0
+            span["wall"], span["round_cpu"] = time.perf_counter() - t, proc_cpu_s(stat) - w0
             span["child_cpu"] = span["round_cpu"]
         else:
             kb.index(vault)

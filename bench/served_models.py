@@ -29,12 +29,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench.child_process import proc_cpu_s
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _server(path: str, threads: int, log: Path) -> tuple[subprocess.Popen, str]:
@@ -94,10 +91,10 @@ def _round(searcher, queries: Path, out: Path, server_pid: int | None) -> tuple[
 
     n = len(queries.read_text().splitlines())
     t, c = time.perf_counter(), time.process_time()
-    s = _cpu_of(server_pid) if server_pid else 0.0
+    s = proc_cpu_s(f"/proc/{server_pid}/stat") if server_pid else 0.0
     run_batch(queries, out, searcher, SearchOptions(n=5))
     wall = time.perf_counter() - t
-    return n / wall, 1000 * (time.process_time() - c) / n, 1000 * (_cpu_of(server_pid) - s) / n if server_pid else 0.0
+    return n / wall, 1000 * (time.process_time() - c) / n, 1000 * (proc_cpu_s(f"/proc/{server_pid}/stat") - s) / n if server_pid else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:

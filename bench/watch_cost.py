@@ -33,16 +33,10 @@ from pathlib import Path
 os.environ.setdefault("LANCEDB_LOG", "error")
 
 import fanout
+from bench.child_process import proc_cpu_s
 from fanout.evaluation.bench_data import corpus_dir
 
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(stat_path: str) -> float:
-    """utime + stime of a process or thread, in seconds, from its /proc stat file."""
-    with open(stat_path) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def git(vault: Path, *args: str) -> None:
@@ -117,11 +111,11 @@ def run(args: argparse.Namespace, vault: Path, db: Path, changed: list[str]) -> 
         tstat = f"/proc/self/task/{thread.native_id}/stat"
         time.sleep(2)  # the first round's after-effects settle
         wstat = f"/proc/{w.worker.pid}/stat" if w.worker is not None and w.worker.pid else None  # (rounds_in)
-        p0, t0, w0 = cpu_s("/proc/self/stat"), cpu_s(tstat), time.monotonic()
-        k0 = cpu_s(wstat) if wstat else 0.0
+        p0, t0, w0 = proc_cpu_s("/proc/self/stat"), proc_cpu_s(tstat), time.monotonic()
+        k0 = proc_cpu_s(wstat) if wstat else 0.0
         time.sleep(args.idle_s)
-        p1, t1, wall = cpu_s("/proc/self/stat"), cpu_s(tstat), time.monotonic() - w0
-        k1 = cpu_s(wstat) if wstat else 0.0
+        p1, t1, wall = proc_cpu_s("/proc/self/stat"), proc_cpu_s(tstat), time.monotonic() - w0
+        k1 = proc_cpu_s(wstat) if wstat else 0.0
         rows.append((f"idle CPU over {wall:.0f} s: whole process / the watcher's thread / its round worker",
                      (f"{p1 - p0:.2f} s ({(p1 - p0) / wall * 100:.2f}% of a core) / {t1 - t0:.2f} s / "
                       f"{f'{k1 - k0:.2f} s' if wstat else 'none (rounds in the thread)'} (clock tick "

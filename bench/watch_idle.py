@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.search_during_round import worker_cpu
+from bench.child_process import proc_cpu_s
 from bench.synthetic_vault import synthetic_vault
 
 
@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.0)  # the watcher's thread and watchfiles' are up
         threads = threading.active_count()
         pid = w.worker.pid if w.worker is not None else None  # (its rounds' process: watch.rounds_in)
-        cpu0, wall0, wcpu0 = time.process_time(), time.perf_counter(), worker_cpu(pid) if pid else 0.0
+        cpu0, wall0, wcpu0 = time.process_time(), time.perf_counter(), proc_cpu_s(f"/proc/{pid}/stat") if pid else 0.0
         time.sleep(args.idle_s)
         idle_cpu, idle_wall = time.process_time() - cpu0, time.perf_counter() - wall0
-        idle_wcpu = (worker_cpu(pid) - wcpu0) if pid else None
+        idle_wcpu = (proc_cpu_s(f"/proc/{pid}/stat") - wcpu0) if pid else None
         notes = sorted(vault.rglob("*.md"))[:2]
         rounds = []
         done = w.rounds
