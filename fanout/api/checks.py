@@ -4,10 +4,13 @@ a `UserError` (a `ConfigError` for `config`) naming the argument."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.config import Config, ConfigError, load_config
 from fanout.errors import UserError
+
+if TYPE_CHECKING:
+    from fanout.pipelines.search import SearchOptions
 
 RUNNER_MODES = ("auto", "inproc", "ray")
 
@@ -48,7 +51,7 @@ def resolve_config(config: str | os.PathLike | Config | None) -> Config:
 
 
 def batch_options(cfg: Config, *, n: object, min_score: object, filter: Any, expand: object, rerank: object,
-                  explain: object, sections: object) -> Any:
+                  explain: object, sections: object) -> SearchOptions:
     """`KnowledgeBase.batch`'s arguments checked, as the `SearchOptions` of its job (UserError naming the one
     that is wrong)."""
     from fanout.api.requests import check_min_score, check_sections

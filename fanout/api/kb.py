@@ -169,9 +169,10 @@ class KnowledgeBase:
         with self.lock:
             runner = self._runner(job_mode(self.cfg, rows=0))
         self._next.wait()  # (the last round's swap)
+        lend = runner if runner.kind == "inproc" else None  # (a Ray runner has no embedder here to lend)
         with self._indexing:
-            return self._next.round(self.collection, lambda: worker.index(where, paths=paths, progress=progress, lend=(
-                runner if runner.kind == "inproc" else None)), hold=True, service=lambda: self._service, forget=self.forget)
+            return self._next.round(self.collection, lambda: worker.index(where, paths=paths, progress=progress,
+                                    lend=lend), hold=True, service=lambda: self._service, forget=self.forget)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until searches serve the version the last `index` published; False after `timeout` seconds."""
@@ -285,17 +286,19 @@ class KnowledgeBase:
               rerank: bool | None = None, explain: bool = False, runner: RunnerMode | None = None,
               sections: int | None = None, progress: bool = False, query_column: str = "query",
               id_column: str | None = None, keep_columns: bool = True) -> BatchResult:
-        """Answer many queries: what `fanout batch` does, with the same output. `rows`: a pa.Table, a pandas DataFrame, a list of dicts (each with `query`, optional `id`, the agent fields,
-        `filter`), or the path/URI of a JSONL, CSV or parquet file. A bad row becomes an error row (its id, field and
+        """Answer many queries: what `fanout batch` does, with the same output. `rows`: a pa.Table, a pandas
+        DataFrame, a list of dicts (each with `query`, optional `id`, the agent fields, `filter`), or the path/URI of
+        a JSONL, CSV or parquet file. A bad row becomes an error row (its id, field and
         reason) and never stops the others. `out`: a .parquet/.jsonl/.csv path or URI to write (resumable: the same
         call after a kill redoes only the unfinished rows); None keeps the answers in memory. `runner`: "inproc",
         "ray" (Ray Data; a running Ray session or cluster is used), or "auto" (the config's rule: Ray for big jobs on
         big machines). `sections`: each page's N best sections as a `sections` list column (parquet; JSON text in CSV;
-        a `sections` list per result in JSONL), one row per page as without. `progress`: a bar on stderr. In-memory rows (a table, a DataFrame, a list of dicts, or a list of query strings) may name their query column
-        (`query_column`) and id column (`id_column`, else `id` when there is one, else one is made per row: `row-N`);
-        with `keep_columns` their other columns come back on every answer row of `to_arrow()` / `to_pandas()` (matched
-        by id; the `out` file keeps `fanout batch`'s columns). A table without the query column, or whose columns
-        collide with the answers' own, is refused before any work."""
+        a `sections` list per result in JSONL), one row per page as without. `progress`: a bar on stderr.
+        In-memory rows (a table, a DataFrame, a list of dicts, or a list of query strings) may name their query
+        column (`query_column`) and id column (`id_column`, else `id` when there is one, else one is made per row:
+        `row-N`); with `keep_columns` their other columns come back on every answer row of `to_arrow()` /
+        `to_pandas()` (matched by id; the `out` file keeps `fanout batch`'s columns). A table without the query
+        column, or whose columns collide with the answers' own, is refused before any work."""
         from fanout.api.checks import batch_options
         from fanout.exec.progress import Progress
         from fanout.exec.runner_mode import job_mode
